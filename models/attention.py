@@ -1,0 +1,130 @@
+"""Multi-head self-attention: fused, explicit, and restricted to a window of r positions.
+
+Cost (Vaswani et al. 2017, Table 1): self-attention O(n²·d) per layer, O(1) sequential operations, O(1)
+maximum path length; restricted to a neighbourhood of r positions O(r·n·d), path length O(n/r).
+The full count here adds the four d×d projections (Q, K, V, output), O(n·d²), which the table's row
+leaves out: FLOPs = 8·b·n·d² (projections) + 4·b·n²·d (Q·Kᵀ and weights·V), 2 per multiply-accumulate,
+biases and the softmax excluded (torch.utils.flop_counter's convention). Restricted: 8·b·n·d² + 4·b·n·r·d.
+
+All three share the projections, so `attention` and `attention_math` built from the same seed have the
+same weights and tests prove them equal.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import LayerConfig
+
+
+class _SelfAttention(nn.Module):
+    uses: tuple[str, ...] = ("heads",)
+
+    def __init__(self, cfg: LayerConfig):
+        super().__init__()
+        if cfg.heads < 1 or cfg.d % cfg.heads:
+            raise ValueError(f"heads={cfg.heads}: d={cfg.d} must be divisible by the number of heads")
+        self.cfg = cfg
+        self.heads = cfg.heads
+        self.d_head = cfg.d // cfg.heads
+        self.q_proj = nn.Linear(cfg.d, cfg.d)
+        self.k_proj = nn.Linear(cfg.d, cfg.d)
+        self.v_proj = nn.Linear(cfg.d, cfg.d)
+        self.out_proj = nn.Linear(cfg.d, cfg.d)
+
+    def _split(self, t: torch.Tensor) -> torch.Tensor:
+        b, n, _ = t.shape
+        return t.view(b, n, self.heads, self.d_head).transpose(1, 2)  # (B, h, n, d_head)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = (self._split(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        mixed = self._mix(q, k, v)  # (B, h, n, d_head)
+        return self.out_proj(mixed.transpose(1, 2).reshape(b, n, d))  # (B, n, d)
+
+    def _mix(self, q, k, v):  # pragma: no cover - each subclass defines it
+        raise NotImplementedError
+
+    @staticmethod
+    def flops(batch: int, n: int, cfg: LayerConfig) -> int:
+        projections = 4 * 2 * batch * n * cfg.d * cfg.d
+        scores_and_mix = 2 * (2 * batch * n * n * cfg.d)  # QKᵀ and PV: n² d MACs each over all heads
+        return projections + scores_and_mix
+
+
+class Attention(_SelfAttention):
+    """Scores and mixing by torch.nn.functional.scaled_dot_product_attention (a fused kernel: flash or
+    memory-efficient attention where the device has one, so the n×n matrix is never stored whole)."""
+
+    def _mix(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)  # (B, h, n, d_head)
+
+    @staticmethod
+    def activation_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
+        # Q, K, V, the mixed heads and the output: O(n·d); fused kernels tile the scores.
+        return 5 * batch * n * cfg.d * elem_bytes
+
+
+class AttentionMath(_SelfAttention):
+    """The same computation written out: softmax(Q Kᵀ / sqrt(d_head)) V, materialising the n×n scores."""
+
+    def _mix(self, q, k, v):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, h, n, n)
+        return torch.softmax(scores, dim=-1) @ v  # (B, h, n, d_head)
+
+    @staticmethod
+    def activation_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
+        # Scores and their softmax, one n×n matrix each per head: O(n²), plus O(n·d) as above.
+        return (5 * batch * n * cfg.d + 2 * batch * cfg.heads * n * n) * elem_bytes
+
+
+class AttentionLocal(_SelfAttention):
+    """Each query i attends only to the r keys j with i - r//2 <= j <= i - r//2 + r - 1 (a window of r
+    positions centered on i; keys outside 0..n-1 are masked). Computed banded: the r keys of every query
+    are gathered (unfold) and only those r products per query are formed, so the work really is
+    O(r·n·d), not a dense n×n product with a mask."""
+
+    uses = ("heads", "window")
+
+    def __init__(self, cfg: LayerConfig):
+        super().__init__(cfg)
+        if cfg.window is None or cfg.window < 1:
+            raise ValueError(f"window={cfg.window}: attention_local needs a window r >= 1")
+        self.window = cfg.window
+        self.left = cfg.window // 2  # keys before the query; window - 1 - left after it
+
+    def _windows(self, t: torch.Tensor) -> torch.Tensor:
+        # (B, h, n, d_head) -> (B, h, n, r, d_head): the r keys (or values) each query sees.
+        padded = F.pad(t, (0, 0, self.left, self.window - 1 - self.left))  # (B, h, n + r - 1, d_head)
+        return padded.unfold(2, self.window, 1).transpose(-1, -2)
+
+    def _valid(self, n: int, device) -> torch.Tensor:
+        # valid[i, o]: key j = i - left + o lies inside the sequence.
+        j = torch.arange(n, device=device)[:, None] - self.left + torch.arange(self.window, device=device)
+        return (j >= 0) & (j < n)  # (n, r)
+
+    def _mix(self, q, k, v):
+        n = q.shape[2]
+        scores = torch.einsum("bhnd,bhnrd->bhnr", q, self._windows(k)) / math.sqrt(self.d_head)
+        scores = scores.masked_fill(~self._valid(n, q.device), float("-inf"))  # (B, h, n, r)
+        return torch.einsum("bhnr,bhnrd->bhnd", torch.softmax(scores, dim=-1), self._windows(v))
+
+    def dense_mask(self, n: int, device=None) -> torch.Tensor:
+        """The equivalent boolean mask for dense attention: True where query i may see key j."""
+        offset = torch.arange(n, device=device)[None, :] - torch.arange(n, device=device)[:, None]  # j - i
+        return (offset >= -self.left) & (offset <= self.window - 1 - self.left)  # (n, n)
+
+    @staticmethod
+    def flops(batch: int, n: int, cfg: LayerConfig) -> int:
+        projections = 4 * 2 * batch * n * cfg.d * cfg.d
+        scores_and_mix = 2 * (2 * batch * n * cfg.window * cfg.d)  # r products per query, not n
+        return projections + scores_and_mix
+
+    @staticmethod
+    def activation_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
+        # Gathered key and value windows (r·n·d each) and the (n, r) scores per head: O(r·n·d).
+        r = cfg.window
+        return (5 * batch * n * cfg.d + 2 * batch * n * r * cfg.d + 2 * batch * cfg.heads * n * r) * elem_bytes

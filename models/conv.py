@@ -1,0 +1,84 @@
+"""Convolutional layers: centered 'same' convolution, its dilated form, and the separable one.
+
+Cost (Vaswani et al. 2017, Table 1): convolution O(k·n·d²) per layer, O(1) sequential operations,
+maximum path length O(n/k) for contiguous kernels and O(log_k n) for dilated ones; separable
+convolution O(k·n·d + n·d²).
+FLOPs follow torch.utils.flop_counter: 2 per multiply-accumulate, biases excluded.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import LayerConfig
+
+
+def _same_padding(k: int, dilation: int) -> int:
+    # An odd kernel with this padding keeps all n positions and centres the receptive field.
+    return (k - 1) // 2 * dilation
+
+
+class Conv(nn.Module):
+    """Conv1d d -> d with an odd kernel k, centered: output i sees inputs i-(k-1)/2 .. i+(k-1)/2."""
+
+    uses = ("k",)
+
+    def __init__(self, cfg: LayerConfig, dilation: int = 1):
+        super().__init__()
+        if cfg.k < 1 or cfg.k % 2 == 0:
+            raise ValueError(f"k={cfg.k}: the centered convolution needs an odd kernel size >= 1")
+        self.cfg = cfg
+        self.dilation = dilation
+        self.conv = nn.Conv1d(cfg.d, cfg.d, cfg.k, padding=_same_padding(cfg.k, dilation), dilation=dilation)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # (B, n, d) -> (B, d, n): Conv1d wants channels first.
+        return self.conv(x.transpose(1, 2)).transpose(1, 2)  # (B, n, d)
+
+    @staticmethod
+    def flops(batch: int, n: int, cfg: LayerConfig) -> int:
+        # Each of the b·n·d outputs is a dot product over d inputs × k taps: O(k·n·d²).
+        return 2 * batch * n * cfg.d * cfg.d * cfg.k
+
+    @staticmethod
+    def activation_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
+        # The channels-first copy of the input and the output: O(n·d).
+        return 2 * batch * n * cfg.d * elem_bytes
+
+
+class ConvDilated(Conv):
+    """One centered convolution layer at a stated dilation (cfg.dilation; `paths` stacks k^l)."""
+
+    uses = ("k",)
+
+    def __init__(self, cfg: LayerConfig):
+        super().__init__(cfg, dilation=cfg.dilation)
+
+
+class ConvSeparable(nn.Module):
+    """Depthwise Conv1d (k taps, groups=d), then pointwise Conv1d d -> d; centered.
+
+    Cost: 2·b·n·d·k (depthwise) + 2·b·n·d² (pointwise) = 2·b·n·d·(k + d).
+    """
+
+    uses = ("k",)
+
+    def __init__(self, cfg: LayerConfig):
+        super().__init__()
+        if cfg.k < 1 or cfg.k % 2 == 0:
+            raise ValueError(f"k={cfg.k}: the centered convolution needs an odd kernel size >= 1")
+        self.cfg = cfg
+        self.depthwise = nn.Conv1d(cfg.d, cfg.d, cfg.k, padding=_same_padding(cfg.k, 1), groups=cfg.d)
+        self.pointwise = nn.Conv1d(cfg.d, cfg.d, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.depthwise(x.transpose(1, 2))  # (B, d, n)
+        return self.pointwise(h).transpose(1, 2)  # (B, n, d)
+
+    @staticmethod
+    def flops(batch: int, n: int, cfg: LayerConfig) -> int:
+        return 2 * batch * n * cfg.d * (cfg.k + cfg.d)
+
+    @staticmethod
+    def activation_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
+        return 3 * batch * n * cfg.d * elem_bytes

@@ -1,0 +1,114 @@
+"""Recurrent layers: tanh RNN, GRU and LSTM, fused (PyTorch's nn.RNN/GRU/LSTM) and step by step.
+
+Cost (Vaswani et al. 2017, Table 1): O(n·d²) per layer, O(n) sequential operations, O(n) maximum path
+length. Each of the n steps multiplies the input x_t (d) and the previous hidden state h_{t-1} (d) by
+g weight blocks of d×d, g = 1 (RNN), 3 (GRU), 4 (LSTM): 2·g·(d² + d²) FLOPs per sequence element.
+Biases and the gate arithmetic (sigmoid, tanh, products) are not in the count (see the interface).
+
+The fused layers run as one library kernel (oneDNN on the CPU, cuDNN on a GPU) that hides its loop over
+time. `reference()` runs the same weights as a transparent Python loop over cells, one step per
+position, so the chain of n dependent steps is visible to operator-level probes (`bench.paths`).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import LayerConfig
+
+
+class _Recurrent(nn.Module):
+    gates: int
+    fused_cls: type[nn.RNNBase]
+    uses: tuple[str, ...] = ()
+
+    def __init__(self, cfg: LayerConfig):
+        super().__init__()
+        self.cfg = cfg
+        # One layer, one direction, hidden size d: the layer is d in and d out like every other.
+        self.fused = self.fused_cls(cfg.d, cfg.d, num_layers=1, batch_first=True, **self._extra())
+
+    def _extra(self) -> dict:
+        return {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.fused(x)  # (B, n, d)
+        return out
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        """The same layer as an explicit loop over time steps (same weights as `forward`)."""
+        w_ih, w_hh = self.fused.weight_ih_l0, self.fused.weight_hh_l0  # (g·d, d) each
+        b_ih, b_hh = self.fused.bias_ih_l0, self.fused.bias_hh_l0  # (g·d,)
+        batch, n, d = x.shape
+        state = self._initial_state(x)
+        outputs = []
+        for t in range(n):
+            gi = x[:, t] @ w_ih.T + b_ih  # (B, g·d)
+            gh = state[0] @ w_hh.T + b_hh  # (B, g·d)
+            state = self._cell(gi, gh, state)
+            outputs.append(state[0])
+        return torch.stack(outputs, dim=1)  # (B, n, d)
+
+    def _initial_state(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (x.new_zeros(x.shape[0], self.cfg.d),)
+
+    def _cell(self, gi, gh, state):  # pragma: no cover - each subclass defines its cell
+        raise NotImplementedError
+
+    @classmethod
+    def flops(cls, batch: int, n: int, cfg: LayerConfig) -> int:
+        # n steps × (input and hidden products) × g blocks of d×d MACs × 2 FLOPs: O(n·d²).
+        return 2 * batch * n * cls.gates * (cfg.d * cfg.d + cfg.d * cfg.d)
+
+    @classmethod
+    def activation_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
+        # The output sequence, plus the gate pre-activations for all steps, which fused kernels keep
+        # (g·d per position): O(n·d).
+        return batch * n * cfg.d * (1 + cls.gates) * elem_bytes
+
+
+class RNN(_Recurrent):
+    """Elman RNN: h_t = tanh(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)."""
+
+    gates = 1
+    fused_cls = nn.RNN
+
+    def _extra(self) -> dict:
+        return {"nonlinearity": "tanh"}
+
+    def _cell(self, gi, gh, state):
+        return (torch.tanh(gi + gh),)
+
+
+class GRU(_Recurrent):
+    """GRU, PyTorch's gate order (r, z, n): n_t = tanh(i_n + r ⊙ h_n); h_t = (1 - z) ⊙ n_t + z ⊙ h_{t-1}."""
+
+    gates = 3
+    fused_cls = nn.GRU
+
+    def _cell(self, gi, gh, state):
+        (h,) = state
+        i_r, i_z, i_n = gi.chunk(3, dim=1)  # (B, d) each
+        h_r, h_z, h_n = gh.chunk(3, dim=1)
+        r = torch.sigmoid(i_r + h_r)
+        z = torch.sigmoid(i_z + h_z)
+        cand = torch.tanh(i_n + r * h_n)
+        return ((1 - z) * cand + z * h,)
+
+
+class LSTM(_Recurrent):
+    """LSTM, PyTorch's gate order (i, f, g, o): c_t = f ⊙ c_{t-1} + i ⊙ g; h_t = o ⊙ tanh(c_t)."""
+
+    gates = 4
+    fused_cls = nn.LSTM
+
+    def _initial_state(self, x):
+        zeros = x.new_zeros(x.shape[0], self.cfg.d)
+        return (zeros, zeros)
+
+    def _cell(self, gi, gh, state):
+        _, c = state
+        i, f, g, o = (gi + gh).chunk(4, dim=1)  # (B, d) each
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        return (h, c)
