@@ -1,0 +1,368 @@
+"""The command line: `python -m bench COMMAND`. Parses and validates everything before measuring, then
+calls the probes and the storage. Exit codes (the interface): 0 done; 2 bad input, one line on stderr
+naming the bad value and what is allowed, no traceback; 1 any other failure (a traceback only with
+--debug)."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+import models
+
+from . import machine, storage
+from .errors import BadInput, RunFailed
+from .presets import get_preset, load_presets
+from .spec import PointSpec, expand_grid, validate
+from .timing import TimingPolicy
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse prints usage and exits 2 on a bad argument; we want one line and no usage dump."""
+
+    def error(self, message):
+        raise BadInput(message)
+
+
+def _int_list(name: str):
+    def parse(text: str) -> list[int]:
+        values = []
+        for item in text.split(","):
+            try:
+                value = int(item.strip())
+            except ValueError:
+                raise BadInput(f"--{name} {text!r}: {item.strip()!r} is not an integer; "
+                               f"give positive integers separated by commas, e.g. 64,128") from None
+            if value < 1:
+                raise BadInput(f"--{name} {text!r}: {value} is not positive; sizes must be >= 1")
+            values.append(value)
+        return values
+    return parse
+
+
+def _positive_int(name: str):
+    def parse(text: str) -> int:
+        (value,) = _int_list(name)(text)
+        return value
+    return parse
+
+
+def _layer_list(text: str) -> list[str]:
+    layers = [t.strip() for t in text.split(",") if t.strip()]
+    for layer in layers:
+        if layer not in models.LAYERS:
+            raise BadInput(f"--layers: {layer!r} is not a built layer; allowed: {', '.join(models.LAYERS)}")
+    if not layers:
+        raise BadInput("--layers: empty; allowed: " + ", ".join(models.LAYERS))
+    return layers
+
+
+def resolve_devices(device: str) -> list[str]:
+    """`auto`: the CPU and, if present, the GPU; `cuda` must be present."""
+    if device == "auto":
+        return ["cpu"] + (["cuda"] if machine.cuda_available() else [])
+    if device == "cuda" and not machine.cuda_available():
+        raise BadInput("--device cuda: no CUDA GPU is present on this machine; allowed here: cpu, auto")
+    return [device]
+
+
+def _run_meta(kind: str, command: list[str], preset: str | None, threads: int) -> dict:
+    return {
+        "run_id": None, "kind": kind, "started_utc": storage.utc_now(), "finished_utc": None,
+        "status": "running", "command": " ".join(command), "preset": preset, **machine.run_meta(threads),
+    }
+
+
+def _new_run_folder(out: Path | None, tag: str) -> Path:
+    if out is not None:
+        return storage.claim_out_dir(out)
+    return storage.new_run_dir(storage.RESULTS_ROOT, storage.make_run_id(tag))
+
+
+# ---------------------------------------------------------------------------------------------- run
+def _grid_specs(args) -> list[PointSpec]:
+    missing = [f"--{name}" for name in ("layers", "n", "d") if getattr(args, name) is None]
+    if missing:
+        raise BadInput(f"run: give --preset NAME or a grid; missing {' '.join(missing)}")
+    return expand_grid(
+        layers=args.layers, n=args.n, d=args.d, k=args.k or [3], heads=[args.heads], window=[args.window],
+        batch=[args.batch], devices=resolve_devices(args.device), dtypes=[args.dtype or "float32"],
+    )
+
+
+def _device_tag(specs: list[PointSpec]) -> str:
+    return "-".join(sorted({s.device for s in specs}))
+
+
+def cmd_run(args, argv) -> int:
+    if args.resume is not None:
+        return _resume(args)
+    if args.preset is not None:
+        preset = get_preset(args.preset)
+        specs = preset.specs(resolve_devices(args.device), dtype=args.dtype)
+        policy = preset.timing
+    else:
+        specs = _grid_specs(args)
+        policy = TimingPolicy()
+    if args.rounds is not None:
+        policy = TimingPolicy(min_rounds=args.rounds, max_rounds=max(args.rounds, policy.max_rounds),
+                              target_s=policy.target_s, min_round_s=policy.min_round_s)
+    threads = args.threads or torch.get_num_threads()
+    run_dir = _new_run_folder(args.out, _device_tag(specs))
+    meta = _run_meta("run", argv, args.preset, threads)
+    meta.update(run_id=run_dir.name, points_planned=len(specs),
+                timing_policy=asdict(policy))
+    storage.write_json(run_dir / "plan.json", {"specs": [s.as_row() for s in specs],
+                                               "timing_policy": meta["timing_policy"], "seed": args.seed})
+    storage.write_json(run_dir / "meta.json", meta)
+    return _sweep(run_dir, meta, specs, policy, threads, args)
+
+
+def _resume(args) -> int:
+    from .runner import point_id  # noqa: PLC0415 - keeps `--help` fast
+
+    run_dir = args.resume
+    if not run_dir.is_dir() or not storage.is_run_dir(run_dir):
+        raise BadInput(f"--resume {run_dir}: not a run folder (no meta.json there)")
+    meta = storage.read_json(run_dir / "meta.json")
+    plan = storage.read_json(run_dir / "plan.json")
+    specs = [validate(PointSpec(**row)) for row in plan["specs"]]
+    for device in {s.device for s in specs}:
+        resolve_devices(device)
+    policy = TimingPolicy(**plan["timing_policy"])
+    args.seed = plan.get("seed", 0)
+    done, oom_specs = set(), []
+    points_path = run_dir / "points.csv"
+    if points_path.exists():
+        storage.repair_tail(points_path)
+        if points_path.stat().st_size:
+            df = storage.read_points(run_dir)
+            done = set(df["point_id"])
+            by_id = {point_id(s): s for s in specs}
+            oom_specs = [by_id[p] for p in df.loc[df["status"] == "oom", "point_id"] if p in by_id]
+    storage.repair_tail(run_dir / "timings.jsonl")
+    meta.setdefault("resumed_utc", []).append(storage.utc_now())
+    meta.update(status="running", finished_utc=None)
+    storage.write_json(run_dir / "meta.json", meta)
+    print(f"resuming {run_dir}: {len(done)} of {len(specs)} points stored, "
+          f"{len([s for s in specs if point_id(s) not in done])} to measure", file=sys.stderr)
+    return _sweep(run_dir, meta, specs, policy, meta.get("threads") or torch.get_num_threads(), args,
+                  done=done, oom_specs=oom_specs)
+
+
+def _sweep(run_dir, meta, specs, policy, threads, args, done=frozenset(), oom_specs=()) -> int:
+    from .peak import matmul_peak  # noqa: PLC0415
+    from .runner import RunOptions, pinned_threads, run_sweep  # noqa: PLC0415
+
+    started = time.monotonic()
+    options = RunOptions(threads=threads, policy=policy, seed=args.seed, progress=not args.no_progress)
+    try:
+        peaks = meta.setdefault("matmul_peak", {})
+        with pinned_threads(threads):
+            for device in sorted({s.device for s in specs}):
+                if device not in peaks:
+                    peaks[device] = matmul_peak(device)
+        storage.write_json(run_dir / "meta.json", meta)
+        counts = run_sweep(specs, run_dir, options, done=done, oom_points=oom_specs)
+    except KeyboardInterrupt:
+        meta.update(status="interrupted", finished_utc=storage.utc_now())
+        storage.write_json(run_dir / "meta.json", meta)
+        print(f"interrupted: the points finished so far are stored in {run_dir}; finish the run with "
+              f"`python -m bench run --resume {run_dir}`", file=sys.stderr)
+        return 1
+    df = storage.read_points(run_dir)
+    meta.update(status="finished", finished_utc=storage.utc_now(),
+                points_stored=int(len(df)), status_counts={k: int(v) for k, v in df["status"].value_counts().items()})
+    storage.write_json(run_dir / "meta.json", meta)
+    storage.write_json(run_dir / "pytest-benchmark.json", {
+        "machine_info": meta["machine_info"], "commit_info": meta["commit_info"],
+        "benchmarks": storage.read_timing_records(run_dir), "datetime": meta["started_utc"],
+        "version": _pytest_benchmark_version(),
+    })
+    summary = ", ".join(f"{v} {k}" for k, v in meta["status_counts"].items())
+    noisy = int(df.get("time_noisy", False).fillna(False).astype(bool).sum()) if "time_noisy" in df else 0
+    print(f"run {run_dir.name}: {len(df)} points ({summary}; {noisy} noisy) in "
+          f"{time.monotonic() - started:.0f} s -> {run_dir}")
+    return 0
+
+
+def _pytest_benchmark_version() -> str:
+    from importlib.metadata import version  # noqa: PLC0415
+    return version("pytest-benchmark")
+
+
+# -------------------------------------------------------------------------------------------- paths
+def cmd_paths(args, argv) -> int:
+    from .paths import paths_table  # noqa: PLC0415
+
+    if args.preset is not None:
+        cfg = get_preset(args.preset).paths or {}
+        layers, ns, ks, window = cfg.get("layers"), cfg.get("n"), cfg.get("k"), cfg.get("window", 16)
+    else:
+        layers, ns, ks, window = args.layers, args.n, args.k or [3], args.window or 16
+    if not layers or not ns:
+        raise BadInput("paths: give --preset NAME or --layers and --n")
+    for n in ns:
+        if "attention_local" in layers and window > n:
+            raise BadInput(f"--window {window}: must be at most n={n} for attention_local")
+    for k in ks:
+        if k % 2 == 0:
+            raise BadInput(f"--k {k}: the centered convolutions need odd kernel sizes (1, 3, 5, ...)")
+    table = paths_table(layers, ns, ks, window=window)
+    return _write_side_table(args, argv, "paths", table)
+
+
+def _write_side_table(args, argv, kind: str, table) -> int:
+    """paths.csv / claims.csv go into an existing run folder (added, never replacing a file) or a new one."""
+    out: Path | None = args.out
+    filename = f"{kind}.csv"
+    if out is not None and storage.is_run_dir(out):
+        if (out / filename).exists():
+            raise BadInput(f"--out {out}: already has {filename}; run folders are never overwritten")
+        run_dir = out
+    else:
+        run_dir = _new_run_folder(out, kind)
+        meta = _run_meta(kind, argv, getattr(args, "preset", None), torch.get_num_threads())
+        meta.update(run_id=run_dir.name, status="finished", finished_utc=storage.utc_now())
+        storage.write_json(run_dir / "meta.json", meta)
+    storage.write_table(run_dir / filename, table)
+    print(f"{kind}: {len(table)} rows -> {run_dir / filename}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- claims
+def cmd_claims(args, argv) -> int:
+    from .claims import claims_frame, measure_claims  # noqa: PLC0415
+
+    table = claims_frame(measure_claims(seed=args.seed))
+    return _write_side_table(args, argv, "claims", table)
+
+
+# ------------------------------------------------------------------------------------------- report
+def cmd_report(args, argv) -> int:
+    from .report.build import build_report  # noqa: PLC0415
+
+    written = build_report(args.results, args.out, skip_bad=args.skip_bad)
+    print(f"report: {written['points']} points from {written['runs']} runs -> {args.out / 'report.md'} "
+          f"and report.html ({written['figures']} figures, {written['numbers']} citable numbers)")
+    return 0
+
+
+def cmd_cite(args, argv) -> int:
+    from .report.numbers import cite_sentence  # noqa: PLC0415
+
+    print(cite_sentence(args.key, args.reports))
+    return 0
+
+
+# --------------------------------------------------------------------------------------------- list
+def cmd_list(args, argv) -> int:
+    print("presets:")
+    for name, preset in load_presets().items():
+        print(f"  {name:8s} {len(preset.specs(['cpu'])):4d} points per device  {preset.description}")
+    print("layers:")
+    for name, cls in models.LAYERS.items():
+        doc = (cls.__doc__ or "").strip().splitlines()[0]
+        print(f"  {name:16s} uses {','.join(cls.uses) or '-':12s} {doc}")
+    print("stored runs:")
+    runs = storage.list_runs()
+    for run in runs:
+        try:
+            meta = storage.read_json(run / "meta.json")
+            what = [f for f in ("points.csv", "paths.csv", "claims.csv") if (run / f).exists()]
+            print(f"  {run.name:40s} {meta.get('status', '?'):11s} {meta.get('preset') or '-':6s} {' '.join(what)}")
+        except RunFailed as exc:
+            print(f"  {run.name:40s} damaged: {exc}")
+    if not runs:
+        print("  (none)")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show tracebacks of failures")
+    parser = _Parser(prog="python -m bench", description=__doc__.split("\n")[0], parents=[common])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", parents=[common], help="measure a preset or a grid of points",
+                         description="Measure time, FLOPs and memory of every point of a preset or a grid.")
+    run.add_argument("--preset", help="a preset from presets.toml (see `list`)")
+    run.add_argument("--layers", type=_layer_list, help="comma-separated layer names")
+    run.add_argument("--n", type=_int_list("n"), help="sequence lengths, e.g. 64,128,256")
+    run.add_argument("--d", type=_int_list("d"), help="widths")
+    run.add_argument("--k", type=_int_list("k"), help="odd kernel sizes of the convolutions (default 3)")
+    run.add_argument("--heads", type=_positive_int("heads"), default=1, help="attention heads (default 1)")
+    run.add_argument("--batch", type=_positive_int("batch"), default=1, help="batch size (default 1)")
+    run.add_argument("--window", type=_positive_int("window"), default=None,
+                     help="r, the window of attention_local (default: n/8 is not guessed; required for it)")
+    run.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto",
+                     help="cpu, cuda, or auto: every device present (default)")
+    run.add_argument("--dtype", choices=list(models.DTYPES), default=None, help="default float32")
+    run.add_argument("--threads", type=_positive_int("threads"), default=None,
+                     help="torch intra-op threads, pinned for the run (default: torch's, the physical cores)")
+    run.add_argument("--rounds", type=_positive_int("rounds"), default=None, help="minimum timed rounds")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--out", type=Path, help="a new or empty folder for the run (default results/<run-id>)")
+    run.add_argument("--resume", type=Path, help="finish an interrupted or killed run in this folder")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    paths = sub.add_parser("paths", parents=[common], help="the path-length and sequential-depth study",
+                           description="Measure layers to cross the sequence, path hops and sequential depth.")
+    paths.add_argument("--preset", help="take layers, n, k and window from a preset")
+    paths.add_argument("--layers", type=_layer_list)
+    paths.add_argument("--n", type=_int_list("n"))
+    paths.add_argument("--k", type=_int_list("k"))
+    paths.add_argument("--window", type=_positive_int("window"), help="r of attention_local (default 16)")
+    paths.add_argument("--out", type=Path, help="a run folder to add paths.csv to, or a new folder")
+
+    claims = sub.add_parser("claims", parents=[common], help="check the textbook claims by measurement",
+                            description="Measure each textbook claim about self-attention; write claims.csv.")
+    claims.add_argument("--seed", type=int, default=0)
+    claims.add_argument("--out", type=Path, help="a run folder to add claims.csv to, or a new folder")
+
+    report = sub.add_parser("report", parents=[common], help="regenerate reports/ from stored runs (measures nothing)",
+                            description="Write report.md, report.html, figures/, fits.csv, numbers.json, table.tex.")
+    report.add_argument("--results", type=Path, nargs="+", default=None,
+                        help="run folders, or folders of runs (default: every run under results/)")
+    report.add_argument("--out", type=Path, default=storage.RESULTS_ROOT.parent / "reports")
+    report.add_argument("--skip-bad", action="store_true", help="report the other runs when one is damaged")
+
+    cite = sub.add_parser("cite", parents=[common], help="one measured number with its provenance",
+                          description="Print one number of reports/numbers.json as a sentence to paste.")
+    cite.add_argument("key", help="a key of numbers.json, e.g. cpu.attention.time.exponent_n")
+    cite.add_argument("--reports", type=Path, default=storage.RESULTS_ROOT.parent / "reports")
+
+    sub.add_parser("list", parents=[common], help="presets, layers, stored runs", description="List presets, layers and stored runs.")
+    return parser
+
+
+COMMANDS = {"run": cmd_run, "paths": cmd_paths, "claims": cmd_claims, "report": cmd_report,
+            "cite": cmd_cite, "list": cmd_list}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "report" and args.results is None:
+            args.results = [storage.RESULTS_ROOT]
+        return COMMANDS[args.command](args, ["python -m bench", *argv])
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 1
+    except Exception as exc:  # any other failure: a message, the traceback only with --debug
+        if debug:
+            traceback.print_exc()
+        print(f"error: {type(exc).__name__}: {exc}" if not isinstance(exc, RunFailed) else f"error: {exc}",
+              file=sys.stderr)
+        return 1

@@ -1,0 +1,59 @@
+"""Presets: named sweeps stored as data in presets.toml."""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import BadInput
+from .spec import PointSpec, expand_grid
+from .timing import TimingPolicy
+
+PRESETS_FILE = Path(__file__).with_name("presets.toml")
+GRID_KEYS = {"what", "layers", "n", "d", "k", "heads", "window", "batch", "dtype", "dilation"}
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    grids: tuple[dict, ...]
+    timing: TimingPolicy
+    paths: dict | None
+
+    def specs(self, devices: list[str], dtype: str | None = None) -> list[PointSpec]:
+        """Every point of the preset on each device; `dtype` (if given) replaces the grids' dtypes."""
+        specs: list[PointSpec] = []
+        for grid in self.grids:
+            for spec in expand_grid(
+                layers=grid["layers"], n=grid["n"], d=grid["d"], k=grid.get("k", [3]),
+                heads=grid.get("heads", [1]), window=grid.get("window", [None]), batch=grid.get("batch", [1]),
+                devices=devices, dtypes=[dtype] if dtype else grid.get("dtype", ["float32"]),
+                dilation=grid.get("dilation", [None]),
+            ):
+                if spec not in specs:
+                    specs.append(spec)
+        return specs
+
+
+def load_presets(path: Path = PRESETS_FILE) -> dict[str, Preset]:
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    presets = {}
+    for name, body in data.items():
+        for grid in body.get("grid", []):
+            unknown = set(grid) - GRID_KEYS
+            if unknown:
+                raise ValueError(f"{path}: preset {name!r} has unknown grid keys {sorted(unknown)}")
+        presets[name] = Preset(
+            name=name, description=body.get("description", ""), grids=tuple(body.get("grid", [])),
+            timing=TimingPolicy(**body.get("timing", {})), paths=body.get("paths"),
+        )
+    return presets
+
+
+def get_preset(name: str) -> Preset:
+    presets = load_presets()
+    if name not in presets:
+        raise BadInput(f"preset {name!r} does not exist; allowed: {', '.join(presets)}")
+    return presets[name]

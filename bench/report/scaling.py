@@ -1,0 +1,285 @@
+"""Report sections on how measured quantities scale: compute (FLOPs), time, memory; the crossover of
+attention with the LSTM and the convolution; the fraction of the device's matmul peak."""
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+import models
+
+from .. import fits
+from .context import ReportContext, format_value
+
+METRIC_LABEL = {"time": "time per forward pass (s)", "flops": "FLOPs (counted)", "memory": "peak allocated bytes"}
+LAYER_ORDER = list(models.LAYERS)
+
+
+def primary_sweeps(points: pd.DataFrame, variable: str) -> pd.DataFrame:
+    """For each source and layer, the sweep of `variable` with the most points (ties: the smallest other
+    sizes), labelled in a `sweep` column such as 'd=32'."""
+    best: dict[tuple, tuple] = {}
+    for fixed, group in fits.sweeps(points, variable):
+        source = group["source"].iloc[0]
+        key = (source, fixed["layer"])
+        label = ", ".join(f"{k}={int(v)}" for k, v in fixed.items() if k in ("n", "d", "batch") and not pd.isna(v))
+        rank = (-group[variable].nunique(), tuple(0 if pd.isna(v) else v for k, v in fixed.items() if k in ("d", "n")))
+        if key not in best or rank < best[key][0]:
+            best[key] = (rank, group.assign(sweep=label))
+    if not best:
+        return pd.DataFrame()
+    return pd.concat([g for _, g in best.values()], ignore_index=True)
+
+
+def _loglog_plot(ctx: ReportContext, data: pd.DataFrame, variable: str, column: str, metric: str, name: str,
+                 caption: str) -> str:
+    sources = sorted(data["source"].unique())
+    fig, axes = plt.subplots(1, len(sources), figsize=(6.2 * len(sources), 4.4), squeeze=False)
+    for ax, source in zip(axes[0], sources):
+        part = data[data["source"] == source]
+        sns.lineplot(data=part, x=variable, y=column, hue="layer", style="layer", markers=True, dashes=False,
+                     hue_order=[l for l in LAYER_ORDER if l in set(part["layer"])], ax=ax)
+        ax.set(xscale="log", yscale="log", xlabel=variable, ylabel=METRIC_LABEL[metric], title=f"{source}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    return ctx.figure(fig, name, caption)
+
+
+def _fit_key(source: str, layer: str, metric: str, variable: str) -> str:
+    return f"{source}.{layer}.{metric}.exponent_{variable}"
+
+
+def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, str]:
+    """Register every fitted exponent; the key without suffix is the widest sweep of that variable.
+    Returns {(source, layer, metric, variable): text} for the primary fits."""
+    texts = {}
+    ok = fit_rows[fit_rows["verdict"] != "too few points"]
+    for (source, layer, metric, variable), group in ok.groupby(["source", "layer", "metric", "variable"]):
+        group = group.assign(span=group["x_max"] / group["x_min"]).sort_values(["span", "points"], ascending=False)
+        for i, row in enumerate(group.itertuples()):
+            note = (f"{metric} ∝ {variable}^e over {variable} = {int(row.x_min)}..{int(row.x_max)} ({row.fixed}); "
+                    f"predicted {row.predicted:.2f} ({fits.TABLE1_TEXT[layer] if metric != 'memory' else 'activation estimate'}); "
+                    f"{row.verdict} within ±{row.tolerance}")
+            base = _fit_key(source, layer, metric, variable)
+            tag = row.fixed.replace(", ", ".").replace("=", "")
+            text = ctx.cite(f"{base}.{tag}", round(row.exponent, 3), "1", row.run_id,
+                            interval=None if math.isnan(row.ci_low) else (round(row.ci_low, 3), round(row.ci_high, 3)),
+                            note=note)
+            if i == 0:
+                ctx.cite(base, round(row.exponent, 3), "1", row.run_id,
+                         interval=None if math.isnan(row.ci_low) else (round(row.ci_low, 3), round(row.ci_high, 3)),
+                         note=note)
+                texts[(source, layer, metric, variable)] = text
+    return texts
+
+
+def fits_markdown(fit_rows: pd.DataFrame, metric: str, texts: dict) -> str:
+    rows = fit_rows[(fit_rows["metric"] == metric) & (fit_rows["verdict"] != "too few points")]
+    if rows.empty:
+        return "_No sweep with enough points to fit._\n"
+    lines = ["| source | layer | variable | measured exponent [95 % CI] | predicted | verdict | range |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    seen = set()
+    for row in rows.sort_values(["source", "variable", "layer"]).itertuples():
+        key = (row.source, row.layer, metric, row.variable)
+        if key in seen or key not in texts:
+            continue
+        seen.add(key)
+        lines.append(f"| {row.source} | {row.layer} | {row.variable} | {texts[key]} | {row.predicted:.2f} | "
+                     f"{row.verdict} | {row.variable} {int(row.x_min)}–{int(row.x_max)}, {row.fixed} |")
+    return "\n".join(lines) + "\n"
+
+
+def scaling_section(ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict, metric: str, title: str,
+                    intro: str) -> str:
+    column = fits.METRIC_COLUMN[metric]
+    ok = ctx.points[(ctx.points["status"] == "ok") & ctx.points[column].notna()]
+    parts = [f"## {title}\n", intro + "\n"]
+    for variable in fits.VARIABLES:
+        data = primary_sweeps(ok, variable)
+        if data.empty:
+            continue
+        parts.append(_loglog_plot(ctx, data, variable, column, metric, f"{metric}_vs_{variable}",
+                                  f"{METRIC_LABEL[metric].capitalize()} against {variable}, log-log, per layer "
+                                  f"({', '.join(sorted(set(data['sweep'])))})"))
+    parts.append(f"Fitted exponents ({fits.ASYMPTOTIC_RULE_TEXT}):\n")
+    parts.append(fits_markdown(fit_rows, metric, texts))
+    return "\n".join(parts)
+
+
+def flops_check(ctx: ReportContext) -> str:
+    """Counted against analytic FLOPs, point by point."""
+    ok = ctx.points[ctx.points["status"] == "ok"]
+    if ok.empty or ok["flops_counted"].isna().all():
+        return "_No counted FLOPs stored._\n"
+    both = ok[ok["flops_counted"].notna()]
+    equal = int((both["flops_counted"] == both["flops_analytic"]).sum())
+    uncounted = both["flops_uncounted_ops"].fillna("").astype(str)
+    with_uncounted = int((uncounted != "").sum())
+    run_id = both["run_id"].iloc[-1]
+    text = (f"Counted FLOPs equal the closed form at {ctx.cite('all.flops.points_equal', equal, 'points', run_id)} "
+            f"of {ctx.cite('all.flops.points_counted', len(both), 'points', run_id)} measured points; "
+            f"points with operators that ran uncounted: {ctx.cite('all.flops.points_with_uncounted_ops', with_uncounted, 'points', run_id)}.")
+    bad = both[both["flops_counted"] != both["flops_analytic"]]
+    if len(bad):
+        text += "\n\nPoints where they differ:\n\n" + bad[["source", "layer", "n", "d", "k", "flops_counted", "flops_analytic",
+                                                          "flops_uncounted_ops"]].to_markdown(index=False) + "\n"
+    if "flops_elementwise" in both and both["flops_elementwise"].notna().any():
+        share = (both["flops_elementwise"] / (both["flops_counted"] + both["flops_elementwise"])).groupby(both["layer"]).median()
+        items = ", ".join(f"{layer} {ctx.cite(f'all.{layer}.flops.elementwise_share_median', round(100 * v, 2), '%', run_id)}"
+                          for layer, v in share.items())
+        text += f"\n\nElement-wise work (softmax, gates, activations; not in the counts above) as a share of all work, median over points: {items}.\n"
+    return text + "\n"
+
+
+def two_term_section(ctx: ReportContext) -> str:
+    ok = ctx.points[(ctx.points["status"] == "ok")]
+    out = []
+    for (source, layer), group in ok[ok["layer"].isin(["attention", "attention_math"])].groupby(["source", "layer"]):
+        if group["d"].nunique() < 2 and group["n"].nunique() < 3:
+            continue
+        a, b, rms = fits.two_term_fit(group)
+        run_id = group["run_id"].iloc[-1]
+        key = f"{source}.{layer}.time.two_term"
+        out.append(f"| {source} | {layer} | {ctx.cite(key + '.a', float(f'{a:.4g}'), 's', run_id)} | "
+                   f"{ctx.cite(key + '.b', float(f'{b:.4g}'), 's', run_id)} | "
+                   f"{ctx.cite(key + '.n_equal_over_d', round(a / b, 2) if b > 0 else math.inf, '1', run_id)} | "
+                   f"{ctx.cite(key + '.rms_relative_error', round(100 * rms, 1), '%', run_id)} | {len(group)} |")
+    if not out:
+        return ""
+    return ("Two-term fit of attention's time, t ≈ a·n·d² + b·n²·d (non-negative least squares on relative "
+            "error, all sizes): the projections' term and the scores' term. The n²·d term takes over at "
+            "n/d = a/b.\n\n| source | layer | a (s per n·d²) | b (s per n²·d) | a/b | rms error | points |\n"
+            "| --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(out) + "\n")
+
+
+def crossover_section(ctx: ReportContext) -> str:
+    """Where attention's time and FLOPs overtake the LSTM's and the convolution's, for each d."""
+    ok = ctx.points[ctx.points["status"] == "ok"]
+    rows, lines = [], []
+    for (source, d), group in ok.groupby(["source", "d"]):
+        att = group[group["layer"] == "attention"].set_index("n")
+        for other in ("lstm", "conv"):
+            oth = group[(group["layer"] == other) & ((group["k"] == 3) | group["k"].isna())].set_index("n")
+            common = sorted(set(att.index) & set(oth.index))
+            if len(common) < 3:
+                continue
+            run_id = att["run_id"].iloc[-1]
+            measured = fits.crossover_n(common, att.loc[common, "time_median_s"], oth.loc[common, "time_median_s"])
+            counted = fits.crossover_n(common, att.loc[common, "flops_counted"], oth.loc[common, "flops_counted"])
+            # The exact ratio of our closed forms: attention 8nd² + 4n²d against lstm 16nd² (n* = 2d) and
+            # conv 2knd² (n* = (2k - 8)d/4, none for k <= 4: attention's projections alone cost more).
+            predicted = 2 * d if other == "lstm" else ((2 * 3 - 8) * d / 4 if (2 * 3 - 8) > 0 else None)
+            base = f"{source}.crossover.attention_vs_{other}.d{int(d)}"
+            def fmt(value, what):
+                if value is None:
+                    below = att.loc[common[0], "time_median_s" if what == "time" else "flops_counted"] >= \
+                        oth.loc[common[0], "time_median_s" if what == "time" else "flops_counted"]
+                    return f"none in n = {common[0]}..{common[-1]} (attention {'costlier' if below else 'cheaper'} throughout)"
+                return ctx.cite(f"{base}.{what}_n", round(value, 1), "positions", run_id)
+            lines.append(f"| {source} | {int(d)} | {other} | {fmt(measured, 'time')} | {fmt(counted, 'flops')} | "
+                         f"{'n < d (paper)' if other == 'lstm' else '-'} | "
+                         f"{ctx.cite(base + '.predicted_n', predicted, 'positions', run_id) if predicted else 'none: attention always costs more FLOPs'} |")
+            if measured is not None:
+                rows.append({"source": source, "d": d, "vs": other, "n*": measured, "kind": "time, measured"})
+            if counted is not None:
+                rows.append({"source": source, "d": d, "vs": other, "n*": counted, "kind": "FLOPs, counted"})
+    if not lines:
+        return "_No n-sweep with attention beside lstm or conv at the same d._\n"
+    text = ("Sequence length n* where attention becomes costlier than the other layer (log-log interpolation "
+            "between measured points). The paper's rule of thumb: self-attention is cheaper than a recurrent "
+            "layer when n < d (it compares only n²·d with n·d²); our counts include attention's four "
+            "projections, 8·n·d² + 4·n²·d against the LSTM's 16·n·d², so FLOPs cross at n* = 2d.\n\n"
+            "| source | d | against | n* by time | n* by counted FLOPs | paper | n* by closed form |\n"
+            "| --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(lines) + "\n")
+    if rows:
+        data = pd.DataFrame(rows)
+        fig, ax = plt.subplots(figsize=(6.2, 4.4))
+        sns.lineplot(data=data, x="d", y="n*", hue="vs", style="kind", markers=True, ax=ax)
+        ds = np.array(sorted(data["d"].unique()), float)
+        ax.plot(ds, ds, "k:", label="n = d (paper)")
+        ax.plot(ds, 2 * ds, "k--", label="n = 2d (our FLOP counts vs lstm)")
+        ax.set(xscale="log", yscale="log", xlabel="d", ylabel="crossover n*", title="Where attention overtakes")
+        ax.legend(fontsize=7)
+        text += "\n" + ctx.figure(fig, "crossover", "Crossover n* against d: measured (time) and counted (FLOPs).")
+    return text
+
+
+def peak_section(ctx: ReportContext) -> str:
+    """Achieved FLOP/s as a fraction of the device's measured matmul peak (a roofline view)."""
+    ok = ctx.points[(ctx.points["status"] == "ok") & ctx.points["flops_counted"].notna()].copy()
+    peaks = {}
+    for run_id, meta in ctx.runs.items():
+        for device, peak in (meta.get("matmul_peak") or {}).items():
+            peaks[(run_id, device)] = peak
+    if ok.empty or not peaks:
+        return "_No matmul peak stored with the runs._\n"
+    ok["peak"] = [peaks.get((r, d), {}).get("flops_per_s", math.nan) for r, d in zip(ok["run_id"], ok["device"])]
+    ok = ok[ok["peak"].notna()]
+    ok["achieved"] = ok["flops_counted"] / ok["time_median_s"]
+    ok["fraction"] = ok["achieved"] / ok["peak"]
+    lines = []
+    for (run_id, device), peak in sorted(peaks.items()):
+        source = ok.loc[(ok["run_id"] == run_id) & (ok["device"] == device), "source"]
+        if source.empty:
+            continue
+        source = source.iloc[0]
+        peak_value = float(f"{peak['flops_per_s']:.4g}")
+        lines.append(f"- {source}: matmul peak {ctx.cite(f'{source}.matmul_peak', peak_value, 'FLOP/s', run_id)} "
+                     f"({peak['size']}×{peak['size']} {peak.get('dtype', '')} matmul, median of the timed rounds).")
+    rows = []
+    for (source, layer), group in ok.groupby(["source", "layer"]):
+        top = group.sort_values(["flops_counted", "n"]).iloc[-1]
+        rows.append(f"| {source} | {layer} | n={int(top.n)}, d={int(top.d)}, batch={int(top.batch)} | "
+                    f"{ctx.cite(f'{source}.{layer}.fraction_of_peak.largest', round(100 * top.fraction, 1), '%', top.run_id)} | "
+                    f"{ctx.cite(f'{source}.{layer}.achieved_flops_per_s.largest', float(f'{top.achieved:.4g}'), 'FLOP/s', top.run_id)} |")
+    over = ok[ok["fraction"] > 1]
+    fig, ax = plt.subplots(figsize=(6.8, 4.4))
+    sns.scatterplot(data=ok, x="flops_counted", y="fraction", hue="layer", style="source", ax=ax,
+                    hue_order=[l for l in LAYER_ORDER if l in set(ok["layer"])])
+    ax.axhline(1.0, color="k", ls=":", lw=1)
+    ax.set(xscale="log", yscale="log", xlabel="FLOPs per forward pass", ylabel="achieved / matmul peak",
+           title="Fraction of the measured matmul peak")
+    ax.legend(fontsize=7)
+    text = ("Each device's matrix-multiply peak is measured once per run (best of a few square matmuls). "
+            "Achieved FLOP/s = counted FLOPs / median time. Small problems are dominated by fixed per-call "
+            "overhead; recurrent layers at batch 1 multiply a d-vector by d×d matrices one step after "
+            "another, matrix-vector work that keeps each weight in use for one multiply-add per load, so "
+            "they run far below the matmul peak however long the sequence.\n\n" + "\n".join(lines) + "\n\n"
+            "| source | layer | largest point | fraction of peak | achieved |\n| --- | --- | --- | --- | --- |\n"
+            + "\n".join(rows) + "\n\n")
+    text += (f"Points above the peak: {ctx.cite('all.fraction_of_peak.points_above_peak', len(over), 'points', ok['run_id'].iloc[-1])}.\n\n")
+    return text + ctx.figure(fig, "fraction_of_peak", "Achieved FLOP/s over the measured matmul peak, every point.")
+
+
+def memory_pair_plot(ctx: ReportContext) -> str:
+    """attention (fused) against attention_math (explicit scores) side by side."""
+    ok = ctx.points[(ctx.points["status"] == "ok") & ctx.points["layer"].isin(["attention", "attention_math"])]
+    data = primary_sweeps(ok, "n")
+    if data.empty:
+        return ""
+    fig, ax = plt.subplots(figsize=(6.2, 4.4))
+    sns.lineplot(data=data, x="n", y="mem_peak_bytes", hue="layer", style="source", markers=True, ax=ax)
+    ax.set(xscale="log", yscale="log", xlabel="n", ylabel="peak allocated bytes",
+           title="Fused against explicit attention")
+    ax.grid(True, which="both", alpha=0.3)
+    return ctx.figure(fig, "memory_attention_pair", "Peak memory of attention (fused kernel) and attention_math "
+                      "(explicit n×n scores) against n.")
+
+
+def rss_table(ctx: ReportContext) -> str:
+    ok = ctx.points[(ctx.points["status"] == "ok") & ctx.points["mem_rss_peak_bytes"].notna()]
+    if ok.empty:
+        return ""
+    top = ok.sort_values("mem_peak_bytes").groupby(["source", "layer"]).tail(1)
+    lines = ["| source | layer | point | allocator peak | RSS growth (peak − before) |", "| --- | --- | --- | --- | --- |"]
+    for row in top.itertuples():
+        growth = row.mem_rss_peak_bytes - row.mem_rss_base_bytes if not pd.isna(row.mem_rss_base_bytes) else math.nan
+        lines.append(f"| {row.source} | {row.layer} | n={int(row.n)}, d={int(row.d)} | {format_value(float(row.mem_peak_bytes), 'B')} | "
+                     f"{format_value(float(growth), 'B')} |")
+    return ("The allocator's figure against what the operating system saw (resident set, VmHWM): the allocator "
+            "reuses freed blocks and the OS counts pages touched, so they differ; largest point per layer:\n\n"
+            + "\n".join(lines) + "\n")

@@ -1,0 +1,114 @@
+"""Sweep points: frozen specs, expanded from a grid and validated before anything is measured."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, fields, replace
+
+import models
+
+from .errors import BadInput
+
+DEVICES = ("cpu", "cuda", "auto")
+
+
+@dataclass(frozen=True, order=True)
+class PointSpec:
+    """One measured point. Sizes the layer does not use are None (and empty in points.csv)."""
+
+    layer: str
+    n: int
+    d: int
+    batch: int = 1
+    k: int | None = None
+    heads: int | None = None
+    window: int | None = None
+    dilation: int | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    @property
+    def key(self) -> str:
+        """A stable id of the point inside a run: what --resume uses to know a point is done."""
+        return "|".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+
+    def config(self) -> models.LayerConfig:
+        kwargs = {"d": self.d, "dtype": self.dtype}
+        for name in ("k", "heads", "window", "dilation"):
+            if getattr(self, name) is not None:
+                kwargs[name] = getattr(self, name)
+        return models.LayerConfig(**kwargs)
+
+    def as_row(self) -> dict:
+        return asdict(self)
+
+
+def _positive(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadInput(f"{name}={value!r}: must be a positive integer")
+    return value
+
+
+def validate(spec: PointSpec) -> PointSpec:
+    """Raise BadInput naming the bad value and what is allowed; return the spec unchanged if fine."""
+    if spec.layer not in models.LAYERS:
+        raise BadInput(f"layer {spec.layer!r} is not built; allowed: {', '.join(models.LAYERS)}")
+    for name in ("n", "d", "batch"):
+        _positive(name, getattr(spec, name))
+    if spec.dtype not in models.DTYPES:
+        raise BadInput(f"dtype {spec.dtype!r}: allowed: {', '.join(models.DTYPES)}")
+    if spec.device not in ("cpu", "cuda"):
+        raise BadInput(f"device {spec.device!r}: allowed: cpu, cuda")
+    uses = models.LAYERS[spec.layer].uses
+    if "k" in uses:
+        k = _positive("k", spec.k)
+        if k % 2 == 0:
+            raise BadInput(f"k={k}: {spec.layer} is centered and needs an odd kernel size (1, 3, 5, ...)")
+    if "heads" in uses:
+        heads = _positive("heads", spec.heads)
+        if spec.d % heads:
+            raise BadInput(f"heads={heads}: d={spec.d} must be divisible by the number of heads")
+    if "window" in uses:
+        window = _positive("window", spec.window)
+        if window > spec.n:
+            raise BadInput(f"window={window}: must be at most n={spec.n} for {spec.layer}")
+    if spec.dilation is not None:
+        _positive("dilation", spec.dilation)
+    return spec
+
+
+def default_dilation(k: int) -> int:
+    """conv_dilated as a sweep layer is the second layer of the k^l stack that `paths` measures."""
+    return k
+
+
+def expand_grid(
+    layers, n, d, k=(3,), heads=(1,), window=(None,), batch=(1,), devices=("cpu",), dtypes=("float32",),
+    dilation=(None,),
+) -> list[PointSpec]:
+    """The cartesian product, with sizes a layer does not use set to None, so no point is repeated.
+    Order: layer, then device, dtype, batch, d, k, heads, window, n (n innermost, so a layer's n-sweep runs
+    smallest first)."""
+    specs: list[PointSpec] = []
+    seen: set[PointSpec] = set()
+    for layer, device, dtype, b, dd, kk, hh, ww, dil, nn in itertools.product(
+        layers, devices, dtypes, batch, d, k, heads, window, dilation, n
+    ):
+        if layer not in models.LAYERS:
+            raise BadInput(f"layer {layer!r} is not built; allowed: {', '.join(models.LAYERS)}")
+        uses = models.LAYERS[layer].uses
+        spec = PointSpec(
+            layer=layer, n=nn, d=dd, batch=b,
+            k=kk if "k" in uses else None,
+            heads=hh if "heads" in uses else None,
+            window=ww if "window" in uses else None,
+            dilation=(dil or (default_dilation(kk) if isinstance(kk, int) else None)) if layer == "conv_dilated" else None,
+            device=device, dtype=dtype,
+        )
+        if spec not in seen:
+            seen.add(spec)
+            specs.append(spec)
+    return [validate(s) for s in specs]
+
+
+def on_device(specs: list[PointSpec], device: str) -> list[PointSpec]:
+    return [replace(s, device=device) for s in specs]

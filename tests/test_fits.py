@@ -1,0 +1,80 @@
+"""Fits: exponents and intervals on data whose answer is known, the asymptotic rule, crossovers."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench import fits
+
+
+@pytest.mark.parametrize("exponent", [0.5, 1.0, 2.0, 3.0])
+def test_exact_power_law_gives_its_exponent(exponent):
+    x = np.array([64, 128, 256, 512, 1024])
+    fit = fits.power_law_fit(x, 3e-6 * x**exponent)
+    assert fit.exponent == pytest.approx(exponent, abs=1e-9)
+    assert fit.ci_low == pytest.approx(exponent, abs=1e-6) and fit.r2 == pytest.approx(1.0)
+
+
+def test_interval_matches_the_t_distribution_by_hand():
+    # log2-spaced x, y = x² · (1, 1.1, 1, 1.1): residuals known, so the slope's stderr is computable.
+    x = np.array([1.0, 2.0, 4.0, 8.0])
+    y = x**2 * np.array([1.0, 1.1, 1.0, 1.1])
+    lx, ly = np.log(x), np.log(y)
+    slope = np.polyfit(lx, ly, 1)[0]
+    resid = ly - np.polyval(np.polyfit(lx, ly, 1), lx)
+    stderr = math.sqrt(resid @ resid / (4 - 2) / ((lx - lx.mean()) @ (lx - lx.mean())))
+    t975_df2 = 4.302652729911275
+    fit = fits.power_law_fit(x, y)
+    assert fit.exponent == pytest.approx(slope)
+    assert fit.ci_high - fit.exponent == pytest.approx(t975_df2 * stderr, rel=1e-6)
+
+
+def test_two_points_have_no_interval():
+    fit = fits.power_law_fit([1, 2], [1, 4])
+    assert fit.exponent == pytest.approx(2) and math.isnan(fit.ci_low)
+
+
+def _sweep(layer, ns, d, t):
+    return pd.DataFrame({"layer": layer, "device": "cpu", "dtype": "float32", "batch": 1, "n": ns, "d": d,
+                         "k": np.nan, "heads": 4, "window": np.nan, "status": "ok", "time_median_s": t,
+                         "flops_counted": t, "mem_peak_bytes": t, "run_id": "r"})
+
+
+def test_asymptotic_rule_keeps_upper_half_and_n_over_4d_for_attention():
+    ns = [64, 128, 256, 512, 1024, 2048]
+    df = _sweep("attention", ns, 128, [1.0] * 6)
+    kept = fits.asymptotic_range(df, "n", "attention")
+    assert list(kept["n"]) == [512, 1024, 2048]  # n >= 4·128 = 512, and at least 3 points
+    kept = fits.asymptotic_range(_sweep("lstm", ns, 128, [1.0] * 6), "n", "lstm")
+    assert list(kept["n"]) == [512, 1024, 2048]  # n at or above the median, (256 + 512) / 2 = 384
+
+
+def test_fit_table_verdicts_against_table1():
+    ns = np.array([256, 512, 1024, 2048, 4096])
+    quadratic = _sweep("attention", ns, 32, 1e-9 * ns.astype(float) ** 2)
+    linear_lstm = _sweep("lstm", ns, 32, 1e-6 * ns.astype(float) ** 1.5)  # wrong on purpose: 1.5, not 1
+    table = fits.fit_table(pd.concat([quadratic, linear_lstm]))
+    att = table[(table.layer == "attention") & (table.metric == "time")].iloc[0]
+    assert att.exponent == pytest.approx(2) and att.predicted == pytest.approx(2) and att.verdict == "consistent"
+    lstm = table[(table.layer == "lstm") & (table.metric == "time")].iloc[0]
+    assert lstm.predicted == pytest.approx(1) and lstm.verdict == "inconsistent"
+    assert list(table.columns[:9]) == ["layer", "device", "metric", "variable", "exponent", "ci_low", "ci_high",
+                                       "predicted", "verdict"]
+
+
+def test_crossover_interpolates_log_log():
+    # a = n², b = 64·n: equal at n = 64, between the measured 32 and 128.
+    ns = [16, 32, 128, 256]
+    a = [n**2 for n in ns]
+    b = [64 * n for n in ns]
+    assert fits.crossover_n(ns, a, b) == pytest.approx(64)
+    assert fits.crossover_n(ns, b, a) is None  # b never overtakes a from below
+
+
+def test_two_term_fit_recovers_both_terms():
+    rows = [(n, d) for n in (64, 256, 1024) for d in (16, 64)]
+    df = pd.DataFrame(rows, columns=["n", "d"])
+    df["time_median_s"] = 2e-9 * df.n * df.d**2 + 5e-10 * df.n**2 * df.d
+    a, b, rms = fits.two_term_fit(df)
+    assert a == pytest.approx(2e-9, rel=1e-6) and b == pytest.approx(5e-10, rel=1e-6) and rms < 1e-6

@@ -1,0 +1,265 @@
+"""bench.flops: counted FLOPs against formulas written out by hand (2 FLOPs per multiply-accumulate,
+biases and softmax excluded), for every matched layer, and the rules for operators without a formula."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+import models
+from bench import flops
+from bench.flops import classify_op, count_flops
+from models import LayerConfig
+
+aten = torch.ops.aten
+
+
+def counted(name: str, cfg: LayerConfig, batch: int, n: int, grad_mode=torch.inference_mode,
+            device: str = "cpu") -> flops.FlopCount:
+    layer = models.build(name, cfg, device=device)
+    x = torch.randn(batch, n, cfg.d, device=device, dtype=cfg.torch_dtype)
+
+    def forward():
+        with grad_mode():
+            layer(x)
+
+    return count_flops(forward)
+
+
+def hand_flops(name: str, b: int, n: int, cfg: LayerConfig) -> int:
+    """Written out from the layers' definitions, not from models' flops()."""
+    d, k, r = cfg.d, cfg.k, cfg.window
+    projections = 4 * (2 * b * n * d * d)  # Q, K, V and output: (b·n, d) × (d, d) each
+    return {
+        "conv": 2 * b * n * d * d * k,  # each of b·n·d outputs sums d inputs × k taps
+        "conv_dilated": 2 * b * n * d * d * k,  # dilation spreads the k taps, it does not add any
+        "conv_separable": 2 * b * n * d * k + 2 * b * n * d * d,  # depthwise k taps, then pointwise d×d
+        "rnn": 2 * b * n * (d * d + d * d),  # W_ih x_t and W_hh h_{t-1}, one d×d block each
+        "gru": 2 * b * n * 3 * (d * d + d * d),  # 3 gate blocks
+        "lstm": 2 * b * n * 4 * (d * d + d * d),  # 4 gate blocks
+        "attention": projections + 2 * (2 * b * n * n * d),  # Q·Kᵀ and P·V: n·n·d MACs each, all heads
+        "attention_math": projections + 2 * (2 * b * n * n * d),
+        "attention_local": projections + 2 * (2 * b * n * r * d),  # r keys per query instead of n
+    }[name]
+
+
+# (batch, n, d, heads, k, window, dilation): odd n, n = 1, heads 3 and 5 with odd head sizes, odd k.
+# window >= 2 and head size >= 2: see test_local_attention_with_a_window_of_one_is_partly_element_wise.
+SIZES = [
+    (2, 7, 30, 3, 3, 5, 2),
+    (2, 13, 45, 5, 5, 3, 3),
+    (2, 1, 12, 3, 1, 2, 1),
+    (2, 16, 24, 3, 7, 4, 4),
+    (1, 9, 20, 5, 9, 9, 1),
+]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: "b{}-n{}-d{}-h{}-k{}-r{}-dil{}".format(*s))
+@pytest.mark.parametrize("name", list(models.LAYERS))
+def test_counted_flops_equal_the_hand_formula_and_the_analytic_count(name, size):
+    batch, n, d, heads, k, window, dilation = size
+    cfg = LayerConfig(d=d, k=k, heads=heads, window=window, dilation=dilation)
+    count = counted(name, cfg, batch, n)
+    assert count.uncounted_ops == ()
+    assert count.total == hand_flops(name, batch, n, cfg)
+    assert count.total == models.analytic_flops(name, batch, n, cfg)
+    assert count.total == sum(count.by_op.values())
+
+
+def test_one_point_in_plain_numbers():
+    # b=2, n=7, d=30, heads=3, k=3, r=5: e.g. conv 2·2·7·30·30·3 = 75,600; attention 100,800 + 11,760.
+    cfg = LayerConfig(d=30, k=3, heads=3, window=5, dilation=2)
+    expected = {"conv": 75_600, "conv_dilated": 75_600, "conv_separable": 27_720, "rnn": 50_400,
+                "gru": 151_200, "lstm": 201_600, "attention": 112_560, "attention_math": 112_560,
+                "attention_local": 109_200}
+    assert {name: counted(name, cfg, 2, 7).total for name in models.LAYERS} == expected
+
+
+@pytest.mark.parametrize("name", list(models.LAYERS))
+def test_the_count_does_not_depend_on_the_grad_mode(name):
+    # Under no_grad the composites (linear, lstm, sdpa) decompose before the counter sees them and other
+    # kernels run (mm instead of bmm; the fused kernels themselves); the count is the same.
+    cfg = LayerConfig(d=30, k=3, heads=3, window=5, dilation=2)
+    with_inference = counted(name, cfg, 2, 7, torch.inference_mode)
+    with_no_grad = counted(name, cfg, 2, 7, torch.no_grad)
+    assert with_no_grad.total == with_inference.total
+    assert with_no_grad.uncounted_ops == ()
+    assert with_no_grad.elementwise == with_inference.elementwise
+
+
+@pytest.mark.parametrize("window, d, heads", [(1, 12, 3), (3, 6, 6)], ids=["window-1", "head-size-1"])
+def test_local_attention_with_an_index_of_size_one_is_partly_element_wise(window, d, heads):
+    """torch.einsum computes a contraction over an index of size 1 (one key per query, or a head size of 1)
+    as a broadcast multiply, not a matrix product, so by the convention that product counts 0 and the
+    count falls short of the analytic one by one of its two einsums. A measured fact, not a miscount."""
+    b, n = 2, 7
+    cfg = LayerConfig(d=d, heads=heads, window=window)
+    count = counted("attention_local", cfg, b, n)
+    one_einsum = 2 * b * n * window * d  # weights·V (window 1) or Q·Kᵀ (head size 1)
+    assert count.total == hand_flops("attention_local", b, n, cfg) - one_einsum
+    assert count.uncounted_ops == ()
+
+
+@pytest.mark.parametrize("name", ["attention", "attention_math"])
+def test_attention_flops_quadruple_when_n_doubles_at_n_much_larger_than_d(name):
+    cfg = LayerConfig(d=8, heads=1)
+    small, large = (counted(name, cfg, 1, n).total for n in (512, 1024))
+    # 8·n·d² + 4·n²·d: the n² term is 4·512·8 = 64 times the n term at n = 512, so the ratio is 3.94.
+    assert large / small == pytest.approx(4, rel=0.03)
+
+
+@pytest.mark.parametrize("name", ["lstm", "gru", "rnn", "conv", "conv_dilated", "conv_separable",
+                                  "attention_local"])
+def test_linear_in_n_layers_exactly_double_when_n_doubles(name):
+    cfg = LayerConfig(d=30, k=3, heads=3, window=5, dilation=2)
+    assert counted(name, cfg, 2, 14).total == 2 * counted(name, cfg, 2, 7).total
+
+
+def test_flop_counter_mode_alone_counts_zero_for_the_cpu_lstm_and_sdpa():
+    """Why bench.flops extends FlopCounterMode: on the CPU, nn.LSTM runs aten.mkldnn_rnn_layer and
+    scaled_dot_product_attention runs aten._scaled_dot_product_flash_attention_for_cpu, which torch's
+    formula table (2.13) does not know."""
+    lstm = models.build("lstm", LayerConfig(d=30))
+    x = torch.randn(2, 7, 30)
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        lstm(x)
+    assert counter.get_total_flops() == 0
+    assert counted("lstm", LayerConfig(d=30), 2, 7).by_op == {"aten.mkldnn_rnn_layer": 2 * 2 * 7 * 4 * 1800}
+
+    q = torch.randn(2, 3, 7, 10)  # (B, h, n, d_head)
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        F.scaled_dot_product_attention(q, q, q)
+    assert counter.get_total_flops() == 0
+    with torch.inference_mode():
+        count = count_flops(lambda: F.scaled_dot_product_attention(q, q, q))
+    assert count.total == 2 * (2 * 2 * 3 * 7 * 7 * 10)
+
+
+def test_oneDNN_and_ATen_lstm_kernels_count_the_same():
+    # With oneDNN off the CPU runs ATen's own loop (addmm, sigmoid, tanh, ...) instead of one fused kernel.
+    cfg = LayerConfig(d=30)
+    fused = counted("lstm", cfg, 2, 7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # oneDNN's TF32 notice on CPU-only builds
+        with torch.backends.mkldnn.flags(enabled=False):
+            unfused = counted("lstm", cfg, 2, 7)
+    assert "aten.mkldnn_rnn_layer" in fused.by_op and "aten.mkldnn_rnn_layer" not in unfused.by_op
+    assert unfused.total == fused.total
+    assert unfused.elementwise == fused.elementwise
+    assert unfused.uncounted_ops == ()
+
+
+# The GPU formulas, checked on the CPU: the same nn.RNN layers counted op by op on the CPU.
+
+@pytest.mark.parametrize("kind, proj_size, batch_first", [("LSTM", 3, True), ("LSTM", 0, False),
+                                                          ("GRU", 0, False), ("RNN", 0, True)])
+def test_cudnn_rnn_formula_matches_the_cpu_count_of_the_same_layer(kind, proj_size, batch_first):
+    extra = {"proj_size": proj_size} if proj_size else {}
+    layer = getattr(torch.nn, kind)(8, 6, num_layers=2, bidirectional=True, batch_first=batch_first,
+                                    **extra).eval()
+    x = torch.randn(2, 5, 8)  # 10 tokens either way round
+    with torch.inference_mode():
+        cpu = count_flops(lambda: layer(x))
+    weight_shapes = [tuple(w.shape) for w in layer._flat_weights]  # what RNN.cpp passes to _cudnn_rnn
+    # Per token and direction: layer 1 (in 8), layer 2 (in 2·out): g·h·in + g·h·out (+ out·h projection).
+    g, h, out = {"LSTM": 4, "GRU": 3, "RNN": 1}[kind], 6, proj_size or 6
+    per_token = 2 * sum(g * h * in_size + g * h * out + (out * h if proj_size else 0) for in_size in (8, 2 * out))
+    assert cpu.total == flops.cudnn_rnn_flop((2, 5, 8), weight_shapes) == 2 * 10 * per_token
+    assert cpu.uncounted_ops == ()
+
+
+def test_flash_attention_is_counted_on_the_head_size_before_cuda_padding():
+    # On CUDA, scaled_dot_product_attention pads a head size of 10 to 16 (pad_last_dim<8>) before the
+    # flash kernel; the count must be that of size 10, as on the CPU.
+    recorder = flops._OpRecorder()
+    counter = flops._new_counter(recorder)
+    q = torch.randn(2, 3, 7, 10)
+    with torch.inference_mode(), recorder, counter:
+        q_padded = F.pad(q, (0, 6))  # what attention.cpp does
+    formula = counter.flop_registry[aten._scaled_dot_product_flash_attention]
+    unpadded = 2 * (2 * 2 * 3 * 7 * 7 * 10)
+    assert formula(q_padded, q_padded, q_padded) == unpadded
+    assert formula(q, q, q) == unpadded
+    assert formula(q_padded.clone(), q_padded, q_padded) == 2 * 2 * 3 * 7 * 7 * (16 + 10)  # a real 16
+
+
+@pytest.mark.parametrize("fn, expected", [
+    (lambda: torch.dot(torch.randn(6), torch.randn(6)), 2 * 6),
+    (lambda: torch.mv(torch.randn(5, 6), torch.randn(6)), 2 * 5 * 6),
+    (lambda: torch.randn(5, 6) @ torch.randn(6), 2 * 5 * 6),
+    (lambda: torch.addmv(torch.randn(5), torch.randn(5, 6), torch.randn(6)), 2 * 5 * 6),
+    (lambda: torch.addbmm(torch.randn(3, 5), torch.randn(2, 3, 4), torch.randn(2, 4, 5)), 2 * 2 * 3 * 4 * 5),
+], ids=["dot", "mv", "matmul-2d-1d", "addmv", "addbmm"])
+def test_vector_products_torch_leaves_out(fn, expected):
+    count = count_flops(fn)
+    assert count.total == expected
+    assert count.uncounted_ops == ()
+
+
+# Operators without a formula.
+
+def test_an_operator_that_may_multiply_matrices_without_a_formula_is_reported_not_zeroed():
+    a, b = torch.randn(40, 30), torch.randn(50, 30)
+    w = torch.randn(30, 20)
+    # cdist of 40 × 50 points runs aten._euclidean_dist, which uses a matrix product inside.
+    count = count_flops(lambda: (torch.cdist(a, b), a @ w))
+    assert count.uncounted_ops == ("aten._euclidean_dist",)
+    assert count.total == 2 * 40 * 30 * 20  # the mm is still counted; total is a lower bound
+
+
+def test_classification_of_operators():
+    assert classify_op(aten.mm) == "counted"  # torch's own formula
+    assert classify_op(aten.mkldnn_rnn_layer.default) == "counted"  # ours
+    assert classify_op(aten._cudnn_rnn) == "counted"
+    for op in (aten.view, aten.softmax, aten._softmax, aten.masked_fill, aten.cat, aten.stack, aten.add,
+               aten.sum, aten._thnn_fused_lstm_cell):
+        assert classify_op(op) == "no_matrix_work", op
+    for op in (aten._euclidean_dist, aten._int_mm, aten._trilinear, aten._linalg_solve_ex):
+        assert classify_op(op) == "uncounted", op
+
+
+def test_the_named_no_matrix_ops_exist_and_none_has_a_formula():
+    namespaces = {name: getattr(torch.ops, name.split(".")[0]) for name in flops.NO_MATRIX_WORK_OP_NAMES}
+    missing = [name for name, ns in namespaces.items() if not hasattr(ns, name.split(".", 1)[1])]
+    assert missing == []
+    with_formula = flops._new_counter(flops._OpRecorder()).flop_registry
+    assert [op for op in flops.NO_MATRIX_WORK_OPS if op in with_formula] == []
+
+
+# Element-wise work: 1 per output element of pointwise ops and softmax; fused kernels estimated.
+
+def test_elementwise_counts():
+    b, n, d, heads = 2, 7, 30, 3
+    cfg = LayerConfig(d=d, k=3, heads=heads, window=5)
+    scores = b * heads * n * n
+    assert counted("attention", cfg, b, n).elementwise == 2 * scores  # fused: scale + softmax per score
+    assert counted("attention_math", cfg, b, n).elementwise == 2 * scores  # the division and the softmax
+    # Per token and unit: the unfused cell's pointwise ops (2, 10, 13) + the input-bias add (g = 1, 3, 4).
+    assert counted("rnn", cfg, b, n).elementwise == (2 + 1) * b * n * d
+    assert counted("gru", cfg, b, n).elementwise == (10 + 3) * b * n * d
+    assert counted("lstm", cfg, b, n).elementwise == (13 + 4) * b * n * d
+    assert counted("conv", cfg, b, n).elementwise == 0  # the bias is inside the convolution
+    x = torch.randn(3, 4)
+    assert count_flops(lambda: torch.tanh(x).clone()).elementwise == 12  # a copy is no arithmetic
+
+
+def test_count_flops_prints_nothing(capsys):
+    counted("attention", LayerConfig(d=30, heads=3), 2, 7)
+    assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("grad_mode", [torch.inference_mode, torch.no_grad], ids=["inference", "no_grad"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name", list(models.LAYERS))
+def test_gpu_counts_the_same_point_as_the_cpu(name, dtype, grad_mode):
+    # Head size 10: in bfloat16 the CUDA flash kernel runs on it padded to 16. cuDNN runs the RNNs.
+    cfg = LayerConfig(d=30, k=3, heads=3, window=5, dilation=2, dtype=dtype)
+    cpu = counted(name, cfg, 2, 13, grad_mode)
+    gpu = counted(name, cfg, 2, 13, grad_mode, device="cuda")
+    assert gpu.uncounted_ops == ()
+    assert gpu.total == cpu.total == hand_flops(name, 2, 13, cfg)

@@ -1,0 +1,104 @@
+"""The matched layers: shapes, fused against transparent references, fused against explicit attention."""
+import math
+
+import pytest
+import torch
+
+import models
+from models import LayerConfig
+
+
+def _cfg(name, d=24, k=3):
+    return LayerConfig(d=d, k=k, heads=3, window=5, dilation=2)
+
+
+@pytest.mark.parametrize("name", list(models.LAYERS))
+@pytest.mark.parametrize("batch,n", [(1, 1), (2, 7), (3, 16)])
+def test_output_shape_is_batch_n_d(name, batch, n):
+    cfg = _cfg(name)
+    if name == "attention_local":
+        cfg = LayerConfig(d=24, heads=3, window=min(5, n))
+    layer = models.build(name, cfg)
+    x = torch.randn(batch, n, cfg.d)
+    with torch.inference_mode():
+        assert layer(x).shape == (batch, n, cfg.d)
+
+
+@pytest.mark.parametrize("name", models.RECURRENT)
+@pytest.mark.parametrize("batch,n,d", [(1, 5, 8), (2, 17, 32), (3, 40, 13)])
+def test_fused_recurrent_equals_step_by_step_reference(name, batch, n, d):
+    layer = models.build(name, LayerConfig(d=d), seed=3)
+    with torch.no_grad():
+        for p in layer.parameters():  # random weights larger than the default init, so gates saturate too
+            p.uniform_(-0.5, 0.5)
+    x = torch.randn(batch, n, d)
+    with torch.inference_mode():
+        diff = (layer(x) - layer.reference(x)).abs().max().item()
+    assert diff < 1e-5
+
+
+@pytest.mark.parametrize("d,heads,n", [(32, 4, 16), (30, 3, 21), (8, 1, 5)])
+def test_fused_attention_equals_explicit(d, heads, n):
+    cfg = LayerConfig(d=d, heads=heads)
+    fused, explicit = models.build("attention", cfg, seed=1), models.build("attention_math", cfg, seed=1)
+    x = torch.randn(2, n, d)
+    with torch.inference_mode():
+        assert (fused(x) - explicit(x)).abs().max().item() < 1e-5
+
+
+def _dense_masked(layer, x, mask):
+    """Dense attention with a boolean mask, written out: the reference for the banded computation."""
+    b, n, d = x.shape
+    q, k, v = (layer._split(p(x)) for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(layer.d_head)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    mixed = torch.softmax(scores, -1) @ v
+    return layer.out_proj(mixed.transpose(1, 2).reshape(b, n, d))
+
+
+@pytest.mark.parametrize("n,window", [(16, 5), (33, 8), (9, 9), (20, 1), (64, 16)])
+def test_local_attention_equals_dense_with_window_mask(n, window):
+    cfg = LayerConfig(d=12, heads=2, window=window)
+    layer = models.build("attention_local", cfg)
+    x = torch.randn(2, n, 12)
+    # The mask by hand: query i sees keys i - window//2 .. i - window//2 + window - 1.
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    mask = (j >= i - window // 2) & (j <= i - window // 2 + window - 1)
+    assert torch.equal(mask, layer.dense_mask(n))
+    with torch.inference_mode():
+        assert (layer(x) - _dense_masked(layer, x, mask)).abs().max().item() < 1e-5
+
+
+def test_local_attention_with_full_window_is_dense_attention():
+    n = 11  # a window of 2n - 1 centered on any query covers the whole sequence
+    local = models.build("attention_local", LayerConfig(d=8, heads=2, window=2 * n - 1), seed=4)
+    full = models.build("attention_math", LayerConfig(d=8, heads=2), seed=4)
+    x = torch.randn(1, n, 8)
+    with torch.inference_mode():
+        assert (local(x) - full(x)).abs().max().item() < 1e-5
+
+
+def test_same_seed_same_weights_and_centered_conv_keeps_n():
+    a = models.build("conv", LayerConfig(d=8, k=5), seed=7)
+    b = models.build("conv", LayerConfig(d=8, k=5), seed=7)
+    assert torch.equal(a.conv.weight, b.conv.weight)
+    # Centered: an impulse at position 10 reaches exactly positions 8..12 for k=5.
+    with torch.no_grad():
+        a.conv.bias.zero_()
+    x = torch.zeros(1, 21, 8)
+    x[0, 10] = 1.0
+    with torch.inference_mode():
+        reached = (a(x).abs().sum(-1)[0] > 0).nonzero().flatten().tolist()
+    assert reached == [8, 9, 10, 11, 12]
+
+
+@pytest.mark.parametrize("k", [2, 4, 0])
+def test_even_kernel_is_refused(k):
+    with pytest.raises(ValueError, match="odd"):
+        models.build("conv", LayerConfig(d=8, k=k))
+
+
+def test_heads_must_divide_d():
+    with pytest.raises(ValueError, match="divisible"):
+        models.build("attention", LayerConfig(d=10, heads=3))
