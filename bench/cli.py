@@ -5,7 +5,7 @@ naming the bad value and what is allowed, no traceback; 1 any other failure (a t
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
+from dataclasses import asdict, replace
 import sys
 import time
 import traceback
@@ -29,6 +29,8 @@ class _Parser(argparse.ArgumentParser):
         raise BadInput(message)
 
 
+# Converters for argparse: they raise ArgumentTypeError, which argparse reports as
+# "argument --n: <message>" (a ValueError would become a generic "invalid value").
 def _int_list(name: str):
     def parse(text: str) -> list[int]:
         values = []
@@ -36,10 +38,11 @@ def _int_list(name: str):
             try:
                 value = int(item.strip())
             except ValueError:
-                raise BadInput(f"--{name} {text!r}: {item.strip()!r} is not an integer; "
-                               f"give positive integers separated by commas, e.g. 64,128") from None
+                raise argparse.ArgumentTypeError(
+                    f"{item.strip()!r} is not an integer; give positive integers separated by commas, e.g. 64,128"
+                ) from None
             if value < 1:
-                raise BadInput(f"--{name} {text!r}: {value} is not positive; sizes must be >= 1")
+                raise argparse.ArgumentTypeError(f"{value} is not positive; sizes must be >= 1")
             values.append(value)
         return values
     return parse
@@ -47,7 +50,21 @@ def _int_list(name: str):
 
 def _positive_int(name: str):
     def parse(text: str) -> int:
-        (value,) = _int_list(name)(text)
+        values = _int_list(name)(text)
+        if len(values) != 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: give one positive integer")
+        return values[0]
+    return parse
+
+
+def _positive_float(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a positive number of seconds") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be positive")
         return value
     return parse
 
@@ -56,9 +73,9 @@ def _layer_list(text: str) -> list[str]:
     layers = [t.strip() for t in text.split(",") if t.strip()]
     for layer in layers:
         if layer not in models.LAYERS:
-            raise BadInput(f"--layers: {layer!r} is not a built layer; allowed: {', '.join(models.LAYERS)}")
+            raise argparse.ArgumentTypeError(f"{layer!r} is not a built layer; allowed: {', '.join(models.LAYERS)}")
     if not layers:
-        raise BadInput("--layers: empty; allowed: " + ", ".join(models.LAYERS))
+        raise argparse.ArgumentTypeError("empty; allowed: " + ", ".join(models.LAYERS))
     return layers
 
 
@@ -109,9 +126,10 @@ def cmd_run(args, argv) -> int:
     else:
         specs = _grid_specs(args)
         policy = TimingPolicy()
-    if args.rounds is not None:
-        policy = TimingPolicy(min_rounds=args.rounds, max_rounds=max(args.rounds, policy.max_rounds),
-                              target_s=policy.target_s, min_round_s=policy.min_round_s)
+    if args.rounds is not None or args.target_time is not None:
+        rounds = args.rounds or policy.min_rounds
+        policy = replace(policy, min_rounds=rounds, max_rounds=max(rounds, policy.max_rounds),
+                         target_s=policy.target_s if args.target_time is None else args.target_time)
     threads = args.threads or torch.get_num_threads()
     run_dir = _new_run_folder(args.out, _device_tag(specs))
     meta = _run_meta("run", argv, args.preset, threads)
@@ -307,6 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=_positive_int("threads"), default=None,
                      help="torch intra-op threads, pinned for the run (default: torch's, the physical cores)")
     run.add_argument("--rounds", type=_positive_int("rounds"), default=None, help="minimum timed rounds")
+    run.add_argument("--target-time", type=_positive_float("target-time"), default=None,
+                     help="seconds of timed rounds per point, roughly (default: the preset's, else 0.3)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--out", type=Path, help="a new or empty folder for the run (default results/<run-id>)")
     run.add_argument("--resume", type=Path, help="finish an interrupted or killed run in this folder")

@@ -53,6 +53,7 @@ Three measurements (the `paths.csv` columns):
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 
@@ -117,8 +118,12 @@ def reached_by_tangent(layer: nn.Module, x: torch.Tensor, reached: torch.Tensor)
     same function, so the same dependence structure."""
     tangent = torch.zeros_like(x)
     tangent[:, reached] = 1.0
-    with torch.no_grad(), fwAD.dual_level(), sdpa_kernel(SDPBackend.MATH):
-        primal, out_tangent = fwAD.unpack_dual(layer(fwAD.make_dual(x, tangent)))
+    with warnings.catch_warnings():
+        # torch scripts its forward-mode decompositions on first use and warns that torch.jit.script is
+        # deprecated: torch's own notice, nothing this probe can act on.
+        warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=DeprecationWarning)
+        with torch.no_grad(), fwAD.dual_level(), sdpa_kernel(SDPBackend.MATH):
+            primal, out_tangent = fwAD.unpack_dual(layer(fwAD.make_dual(x, tangent)))
     return primal, (out_tangent != 0).any(dim=-1)[0]  # (n,)
 
 
@@ -156,7 +161,8 @@ def probe_input(length: int, d: int, seed: int = 0, dtype: torch.dtype = PROBE_D
 
 @contextmanager
 def probe_threads(threads: int = PROBE_THREADS):
-    """torch's intra-op thread count set for the probes and restored after, whatever happens."""
+    """torch's intra-op thread count set for the probes and restored after, whatever happens (a context
+    manager, or a decorator)."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -165,6 +171,7 @@ def probe_threads(threads: int = PROBE_THREADS):
         torch.set_num_threads(before)
 
 
+@probe_threads()
 def layers_to_cross(
     name: str, n: int, k: int = 3, window: int = DEFAULT_WINDOW, d: int = DEFAULT_D, *,
     margin: int | None = None, max_layers: int | None = None, probe: Probe = reached_by_poison, seed: int = 0,
@@ -183,12 +190,6 @@ def layers_to_cross(
     x = probe_input(length, d, seed)  # (1, length, d)
     reached = torch.zeros(length, dtype=torch.bool)
     reached[source] = True
-    with probe_threads():
-        return _grow_stack(name, n, k, window, d, seed, x, reached, source, target, cap, margin)
-
-
-def _grow_stack(name, n, k, window, d, seed, x, reached, source, target, cap, margin) -> int:
-    length = x.shape[1]
     for depth in range(1, cap + 1):
         if name == "conv_dilated" and k ** (depth - 1) >= length:
             raise NeverCrosses(
@@ -199,7 +200,8 @@ def _grow_stack(name, n, k, window, d, seed, x, reached, source, target, cap, ma
         x, now = probe(layer, x, reached)
         if now[target]:
             return depth
-        if name != "conv_dilated" and torch.equal(now, reached):  # same structure every layer: a fixed point
+        same_structure = name != "conv_dilated" or k == 1  # later dilations may still add positions
+        if same_structure and torch.equal(now, reached):  # the same map every layer: a fixed point
             raise NeverCrosses(
                 f"{_describe(name, n, k, window)}: layer {depth} adds no position (input 0 reaches "
                 f"{_span(reached, source)}), so no stack of these layers links input 0 to output n-1={n - 1}")

@@ -68,6 +68,8 @@ def validate(spec: PointSpec) -> PointSpec:
         if spec.d % heads:
             raise BadInput(f"heads={heads}: d={spec.d} must be divisible by the number of heads")
     if "window" in uses:
+        if spec.window is None:
+            raise BadInput(f"{spec.layer} needs a window: give --window R with 1 <= R <= n")
         window = _positive("window", spec.window)
         if window > spec.n:
             raise BadInput(f"window={window}: must be at most n={spec.n} for {spec.layer}")

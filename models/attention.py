@@ -108,9 +108,13 @@ class AttentionLocal(_SelfAttention):
 
     def _mix(self, q, k, v):
         n = q.shape[2]
-        scores = torch.einsum("bhnd,bhnrd->bhnr", q, self._windows(k)) / math.sqrt(self.d_head)
-        scores = scores.masked_fill(~self._valid(n, q.device), float("-inf"))  # (B, h, n, r)
-        return torch.einsum("bhnr,bhnrd->bhnd", torch.softmax(scores, dim=-1), self._windows(v))
+        # matmul, not einsum: einsum turns a product over a size-1 index (r = 1 or d_head = 1) into an
+        # element-wise multiply, which would drop out of the matrix-product FLOP count.
+        keys = self._windows(k).transpose(-1, -2)  # (B, h, n, d_head, r)
+        scores = (q.unsqueeze(-2) @ keys).squeeze(-2) / math.sqrt(self.d_head)  # (B, h, n, r)
+        scores = scores.masked_fill(~self._valid(n, q.device), float("-inf"))
+        weights = torch.softmax(scores, dim=-1).unsqueeze(-2)  # (B, h, n, 1, r)
+        return (weights @ self._windows(v)).squeeze(-2)  # (B, h, n, d_head)
 
     def dense_mask(self, n: int, device=None) -> torch.Tensor:
         """The equivalent boolean mask for dense attention: True where query i may see key j."""

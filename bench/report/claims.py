@@ -1,0 +1,244 @@
+"""The claims section: each textbook claim, what was measured, and its verdict (from claims.csv).
+
+Data: `ctx.claims`, the claims.csv rows of every run that has one, with `run_id`. The section shows the
+latest such run (by `started_utc` in its meta.json, else by run id), one short paragraph per claim.
+
+Figures: claims.csv is the only file the claims command stores, so `bench.claims.claims_frame` keeps the
+series behind each figure in an optional `details` column, a JSON string per row (see bench.claims). A row
+without it (an older or hand-written claims.csv) gets its paragraph and no figure. The supporting numbers
+in `details["numbers"]` ({name: {value, unit, label}}) are cited as `claims.<claim_id>.<name>`, the headline
+as `claims.<claim_id>.measured`; every number in the text goes through `ctx.cite`.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Callable
+
+import matplotlib.pyplot as plt
+
+from .context import ReportContext
+
+VERDICT_MARK = {"holds": "holds", "fails": "**fails**", "partly": "*partly*"}
+
+
+def claims_section(ctx: ReportContext) -> str:
+    lines = ["## Textbook claims", ""]
+    if ctx.claims is None or ctx.claims.empty:
+        lines.append("No claims are stored: run `python -m bench claims` to measure them.")
+        return "\n".join(lines) + "\n"
+    run_id = _latest_run(ctx)
+    rows = ctx.claims[ctx.claims["run_id"] == run_id]
+    counts = rows["verdict"].value_counts()
+    lines.append(
+        f"Run `{run_id}` on {ctx.machine_of(run_id)} checked {len(rows)} claims: "
+        + ", ".join(f"{counts.get(v, 0)} {v}" for v in ("holds", "partly", "fails")) + ". "
+        "Each claim's verdict follows a rule fixed in `bench/claims.py` before the run "
+        "(`expected` states it); a failing claim is reported as failing."
+    )
+    lines += ["", "| claim | verdict | measured | expected |", "| --- | --- | --- | --- |"]
+    for _, row in rows.iterrows():
+        lines.append(f"| `{row['claim_id']}` | {row['verdict']} | {_cite_measured(ctx, row, run_id)} | "
+                     f"{_cell(row['expected'])} |")
+    lines.append("")
+    for _, row in rows.iterrows():
+        lines += _paragraph(ctx, row, run_id)
+    return "\n".join(lines) + "\n"
+
+
+def _latest_run(ctx: ReportContext) -> str:
+    run_ids = list(dict.fromkeys(ctx.claims["run_id"].astype(str)))
+    return max(run_ids, key=lambda r: (str(ctx.runs.get(r, {}).get("started_utc", "")), r))
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def parse_measured(value):
+    """claims.csv's `measured` back to a number where it is one (CSV mixes numbers and text)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value) if float(value).is_integer() and abs(value) < 1e15 else float(value)
+    text = str(value).strip()
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    if math.isfinite(number) and number.is_integer() and "e" not in text.lower() and "." not in text:
+        return int(number)
+    return number
+
+
+def parse_details(row) -> dict:
+    raw = row.get("details") if hasattr(row, "get") else None
+    if raw is None or (isinstance(raw, float) and math.isnan(raw)) or str(raw).strip() == "":
+        return {}
+    try:
+        details = json.loads(raw)
+    except (TypeError, json.JSONDecodeError):
+        return {}
+    return details if isinstance(details, dict) else {}
+
+
+def _unit(row) -> str:
+    unit = row.get("unit")
+    return "1" if unit is None or (isinstance(unit, float) and math.isnan(unit)) else str(unit)
+
+
+def _cite_measured(ctx: ReportContext, row, run_id: str) -> str:
+    return ctx.cite(f"claims.{row['claim_id']}.measured", parse_measured(row["measured"]), _unit(row), run_id,
+                    note=str(row["expected"]))
+
+
+def _paragraph(ctx: ReportContext, row, run_id: str) -> list[str]:
+    claim_id = row["claim_id"]
+    details = parse_details(row)
+    text = (f"**`{claim_id}`** — {VERDICT_MARK.get(row['verdict'], row['verdict'])}. {row['statement']} "
+            f"Measured {_cite_measured(ctx, row, run_id)}; expected: {row['expected']}.")
+    extras = []
+    for name, number in details.get("numbers", {}).items():
+        value = number.get("value")
+        shown = ctx.cite(f"claims.{claim_id}.{name}", value, number.get("unit", "1"), run_id,
+                         note=number.get("label", ""))
+        extras.append(f"{number.get('label', name)}: {shown}")
+    if extras:
+        text += " Also measured: " + "; ".join(extras) + "."
+    text += f" Source: {row['source']}."
+    out = [text, ""]
+    draw = FIGURES.get(claim_id)
+    if draw is not None and details:
+        try:
+            fig, caption = draw(details)
+        except (KeyError, TypeError, ValueError):  # a details blob from another version: text only
+            fig = None
+        if fig is not None:
+            out += [ctx.figure(fig, f"claims_{claim_id}", f"{caption} (run {run_id})"), ""]
+    return out
+
+
+# ------------------------------------------------------------------------------------------ figures
+def _ticks(ax, values) -> None:
+    """Label a log-scaled x axis at the measured sizes, not at powers of ten."""
+    ax.set_xticks(values, [str(v) for v in values])
+    ax.minorticks_off()
+
+
+def _fig_dot_product_variance(d: dict):
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    d_k = d["d_k"]
+    ax.loglog(d_k, d["var_unscaled"], "o", label="var(q·k), measured")
+    ax.loglog(d_k, d_k, "--", color="grey", label="d_k")
+    ax.loglog(d_k, d["var_scaled"], "s", label="var(q·k/√d_k), measured")
+    ax.axhline(1, ls=":", color="grey")
+    ax.set(xlabel="d_k", ylabel="variance", title="Dot-product variance")
+    _ticks(ax, d_k)
+    ax.legend(fontsize=8)
+    return fig, f"Variance of q·k over {d['samples']:,} random pairs per d_k, with and without 1/√d_k"
+
+
+def _fig_softmax_saturation(d: dict):
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
+    d_k = d["d_k"]
+    for v, marker, color in (("unscaled", "o", "C0"), ("scaled", "s", "C1")):
+        a.semilogx(d_k, d[f"max_weight_{v}"], marker + "-", color=color, label=v)
+        b.loglog(d_k, d[f"grad_norm_mean_{v}"], marker + "-", color=color, label=f"{v}, mean")
+        b.loglog(d_k, d[f"grad_norm_median_{v}"], marker + ":", color=color, mfc="none", label=f"{v}, median")
+    a.set(xlabel="d_k", ylabel="largest attention weight (mean)", ylim=(0, 1.05), title="Saturation")
+    b.set(xlabel="d_k", ylabel="‖∂softmax/∂logits‖_F", title="Gradient through the softmax")
+    for ax in (a, b):
+        _ticks(ax, d_k)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig, f"Softmax over {d['keys']} keys, {d['trials']} queries per d_k, scaled against unscaled scores"
+
+
+def _fig_multihead_cost(d: dict):
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
+    h = d["heads"]
+    a.plot(h, [f / 1e6 for f in d["flops_counted"]], "o-", label="attention_math")
+    if "flops_counted_attention" in d:
+        a.plot(h, [f / 1e6 for f in d["flops_counted_attention"]], "s--", mfc="none", label="attention (SDPA)")
+    a.set(xscale="log", xlabel="heads h", ylabel="counted MFLOP", title="Counted FLOPs",
+          ylim=(0, max(d["flops_counted"]) / 1e6 * 1.2))
+    b.plot(h, [t * 1e3 for t in d["time_median_s_attention_math"]], "o-", label="attention_math")
+    b.plot(h, [t * 1e3 for t in d["time_median_s_attention"]], "s-", label="attention (SDPA)")
+    b.set(xscale="log", xlabel="heads h", ylabel="median time (ms)", title="Time", ylim=(0, None))
+    for ax in (a, b):
+        _ticks(ax, h)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig, (f"Multi-head attention with d/h per head, b = {d['batch']}, n = {d['n']}, d = {d['d']}, "
+                 f"{d.get('time_threads', '?')} thread(s)")
+
+
+def _fig_dot_vs_additive(d: dict):
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
+    n = d["n"]
+    a.loglog(n, d["time_median_s_dot"], "o-", label="dot-product")
+    a.loglog(n, d["time_median_s_additive"], "s-", label="additive")
+    a.set(xlabel="n", ylabel="median time (s)", title="Time")
+    b.loglog(n, d["time_ratio"], "o-", label="time")
+    b.loglog(n, d["flops_ratio"], "s--", label="counted FLOPs")
+    b.axhline(1, ls=":", color="grey")
+    b.set(xlabel="n", ylabel="additive / dot-product", title="Ratio")
+    for ax in (a, b):
+        _ticks(ax, n)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig, f"Additive (Bahdanau) against dot-product attention, one head, d = {d['d']}"
+
+
+def _fig_pe_rotation(d: dict):
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.loglog(d["k"], d["error_float32"], "o-", label="float32 table")
+    ax.loglog(d["k"], d["error_float64"], "s-", label="float64 table")
+    ax.set(xlabel="offset k", ylabel="max |PE(pos+k) − M_k PE(pos)|", title="Offsets are rotations")
+    _ticks(ax, d["k"])
+    ax.tick_params(axis="x", labelsize=7)
+    ax.legend(fontsize=8)
+    return fig, f"Largest error of the rotation M_k over pos < {d['positions']}, d = {d['d']}"
+
+
+def _fig_pe_distinct(d: dict):
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.loglog(d["scan_positions"], d["scan_float32_error"], ".", ms=3, label="float32 rounding error")
+    ax.axhline(d["nearly_equal_threshold"], ls="--", color="grey", label="half the smallest distance")
+    ax.axvline(d["positions"], ls=":", color="grey", label=f"{d['positions']:,} positions")
+    ax.set(xlabel="position", ylabel="‖PE₃₂(pos) − PE(pos)‖", title="When float32 blurs positions")
+    ax.legend(fontsize=8)
+    return fig, f"Rounding error of the float32 encoding against position, d = {d['d']}"
+
+
+def _fig_pe_wavelengths(d: dict):
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.semilogy(d["i"], [w / (2 * math.pi) for w in d["wavelength"]], ".", ms=3, label="estimated from the table")
+    ax.axhline(1, ls=":", color="grey")
+    ax.axhline(10000, ls=":", color="grey")
+    ax.set(xlabel="frequency index i", ylabel="wavelength / 2π", title="Wavelengths")
+    ax.legend(fontsize=8)
+    return fig, f"Wavelength of each sin/cos pair, estimated from {d['positions']:,} positions, d = {d['d']}"
+
+
+def _fig_pe_variance(d: dict):
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot(d["dim"], d["variance_per_dim"], ".", ms=3, label="measured, per dimension")
+    ax.axhline(1 / 3, ls="--", color="C3", label="claimed 1/3")
+    ax.axhline(1 / 2, ls=":", color="grey", label="1/2 (mean of sin²)")
+    ax.set(xlabel="dimension", ylabel="variance over positions", title="Variance of the encoding")
+    ax.legend(fontsize=8)
+    return fig, "Variance of each dimension of the sinusoidal encoding over positions"
+
+
+FIGURES: dict[str, Callable[[dict], tuple]] = {
+    "dot_product_variance": _fig_dot_product_variance,
+    "softmax_saturation": _fig_softmax_saturation,
+    "multihead_cost": _fig_multihead_cost,
+    "dot_vs_additive": _fig_dot_vs_additive,
+    "pe_rotation": _fig_pe_rotation,
+    "pe_distinct": _fig_pe_distinct,
+    "pe_wavelengths": _fig_pe_wavelengths,
+    "pe_variance_one_third": _fig_pe_variance,
+}
+
+
+__all__ = ["claims_section", "parse_measured", "parse_details", "FIGURES"]

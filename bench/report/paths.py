@@ -1,0 +1,191 @@
+"""Report section: maximum path length and sequential operations, from paths.csv (measured by bench.paths)."""
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+import models
+
+from .context import ReportContext
+
+TITLE = "## Maximum path length and sequential operations\n"
+PLOT_LAYERS = ("conv", "conv_dilated", "attention_local", "attention")  # one line per k / window each
+FORMULA_TEXT = {
+    "conv": "⌈(n−1)/((k−1)/2)⌉", "conv_separable": "⌈(n−1)/((k−1)/2)⌉",
+    "conv_dilated": "⌈log_k(2(n−1)+1)⌉", "attention_local": "⌈(n−1)/(r//2)⌉",
+}
+_IDENTITY = ["layer", "n", "k", "window"]
+
+
+def _int(value) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)
+
+
+def _latest(ctx: ReportContext) -> pd.DataFrame:
+    """One row per (layer, n, k, window): the newest stored run's."""
+    rows = ctx.paths.copy()
+    for column in ("k", "window"):
+        if column not in rows:
+            rows[column] = pd.NA
+    rows["_started"] = rows["run_id"].map(lambda r: ctx.runs.get(r, {}).get("started_utc") or "")
+    rows = rows.sort_values("_started", kind="stable").drop_duplicates(_IDENTITY, keep="last")
+    order = {name: i for i, name in enumerate(models.LAYERS)}
+    rows["_order"] = rows["layer"].map(lambda name: order.get(name, len(order)))
+    return rows.sort_values(["_order", "k", "window", "n"]).drop(columns=["_started", "_order"])
+
+
+def _key(row, what: str) -> str:
+    """Stable dotted key: paths.<layer>[.k<k>][.r<window>].n<n>.<what>."""
+    parts = ["paths", row.layer]
+    if _int(row.k) is not None:
+        parts.append(f"k{_int(row.k)}")
+    if row.layer == "attention_local" and _int(row.window) is not None:
+        parts.append(f"r{_int(row.window)}")
+    return ".".join(parts + [f"n{int(row.n)}", what])
+
+
+def _cite(ctx: ReportContext, row, column: str, unit: str) -> str:
+    value = _int(row.get(column))
+    return "never" if value is None else ctx.cite(_key(row, column), value, unit, row.run_id)
+
+
+def _label(row) -> str:
+    if row.layer == "attention_local":
+        return f"attention_local r={_int(row.window)}"
+    return f"{row.layer} k={_int(row.k)}" if _int(row.k) is not None else row.layer
+
+
+def _table(ctx: ReportContext, rows: pd.DataFrame) -> str:
+    lines = ["| layer | k | r | n | layers to cross (measured) | closed form | path hops | sequential depth "
+             "(ops) | depth measured on | forward depth (ops) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for _, row in rows.iterrows():
+        k, r = _int(row.k), _int(row.window)
+        lines.append(
+            f"| {row.layer} | {'' if k is None else k} | {'' if r is None else r} | {int(row.n)} | "
+            f"{_cite(ctx, row, 'layers_to_cross', 'layers')} | {_cite(ctx, row, 'layers_to_cross_formula', 'layers')} | "
+            f"{_cite(ctx, row, 'path_hops', 'steps')} | {_cite(ctx, row, 'seq_depth', 'ops')} | "
+            f"{row.get('seq_depth_of', '')} | {_cite(ctx, row, 'seq_depth_forward', 'ops')} |")
+    return "\n".join(lines) + "\n"
+
+
+def _ends(rows: pd.DataFrame, layer: str) -> list[tuple[object, pd.Series, pd.Series]]:
+    """(k or window, row at the smallest n, row at the largest n) for each k/window of `layer`."""
+    out = []
+    part = rows[rows["layer"] == layer]
+    group_by = "window" if layer == "attention_local" else "k"
+    for size, group in part.groupby(part[group_by].astype("Float64").fillna(-1), sort=True):
+        group = group.sort_values("n")
+        if len(group) >= 1:
+            out.append((None if size == -1 else int(size), group.iloc[0], group.iloc[-1]))
+    return out
+
+
+def _findings(ctx: ReportContext, rows: pd.DataFrame) -> list[str]:
+    items = []
+    for layer in ("conv", "conv_separable", "conv_dilated", "attention_local"):
+        for size, lo, hi in _ends(rows, layer):
+            what = f"r = {size}" if layer == "attention_local" else f"k = {size}"
+            text = (f"- **{layer}** ({what}): {_cite(ctx, lo, 'layers_to_cross', 'layers')} at n = {int(lo.n)}, "
+                    f"{_cite(ctx, hi, 'layers_to_cross', 'layers')} at n = {int(hi.n)}; the closed form "
+                    f"{FORMULA_TEXT[layer]} gives {_cite(ctx, lo, 'layers_to_cross_formula', 'layers')} and "
+                    f"{_cite(ctx, hi, 'layers_to_cross_formula', 'layers')}.")
+            if layer == "conv_dilated":
+                text += (f" Measured with the two positions inside a longer sequence ({_cite(ctx, hi, 'margin', 'positions')} "
+                         f"more each side at n = {int(hi.n)}): the centered k^l stack has one path from 0 to "
+                         f"n−1, and for most n it runs outside 0..n−1, where zero padding cuts it. The same stack "
+                         f"zero-padded at length n itself: {_cite(ctx, lo, 'layers_to_cross_no_margin', 'layers')} at "
+                         f"n = {int(lo.n)}, {_cite(ctx, hi, 'layers_to_cross_no_margin', 'layers')} at n = {int(hi.n)} "
+                         f"(never: position n−1 is unreachable at any depth).")
+            items.append(text)
+    for layer in ("attention", "attention_math", *models.RECURRENT):
+        for _, lo, hi in _ends(rows, layer):
+            items.append(f"- **{layer}**: {_cite(ctx, lo, 'layers_to_cross', 'layers')} at n = {int(lo.n)} and "
+                         f"{_cite(ctx, hi, 'layers_to_cross', 'layers')} at n = {int(hi.n)}; on its way to position n−1 "
+                         f"information from position 0 passes {_cite(ctx, lo, 'path_hops', 'steps')} and "
+                         f"{_cite(ctx, hi, 'path_hops', 'steps')} (dependent steps).")
+    return items
+
+
+def _depth_text(ctx: ReportContext, rows: pd.DataFrame) -> str:
+    text = ("Sequential depth is the longest chain of dependent operators in one forward pass of one layer, "
+            "recorded at the operator level (each operator's outputs get 1 + the deepest of its inputs; views "
+            "count nothing). The recurrent layers' depth is measured on their transparent step-by-step "
+            "reference (`.reference()`, the same weights), because a fused library kernel hides its loop over "
+            "time: ")
+    parts = []
+    for layer in models.RECURRENT:
+        for _, lo, hi in _ends(rows, layer):
+            ratio = hi.seq_depth / lo.seq_depth if lo.seq_depth else math.nan
+            parts.append(f"{layer}'s reference goes from {_cite(ctx, lo, 'seq_depth', 'ops')} at n = {int(lo.n)} to "
+                         f"{_cite(ctx, hi, 'seq_depth', 'ops')} at n = {int(hi.n)} "
+                         f"(×{ctx.cite(f'paths.{layer}.seq_depth.ratio_n{int(hi.n)}_n{int(lo.n)}', round(ratio, 2), '1', hi.run_id)} "
+                         f"for ×{ctx.cite(f'paths.{layer}.n_ratio_n{int(hi.n)}_n{int(lo.n)}', round(hi.n / lo.n, 2), '1', hi.run_id)} "
+                         f"in n), while its forward pass measures {_cite(ctx, lo, 'seq_depth_forward', 'ops')} and "
+                         f"{_cite(ctx, hi, 'seq_depth_forward', 'ops')}")
+    text += ("; ".join(parts) + ". " if parts else "")
+    text += ("(The paths study runs on the CPU in float32, where PyTorch runs nn.LSTM as one oneDNN operator, "
+             "whose depth does not see n, but nn.RNN and nn.GRU as a loop of per-step operators that the probe "
+             "does see.) ")
+    consts = []
+    for layer in ("attention", "attention_math", "attention_local", "conv", "conv_dilated", "conv_separable"):
+        for _, lo, hi in _ends(rows, layer)[:1]:  # the depth of one layer does not depend on k or r
+            consts.append(f"{layer} {_cite(ctx, lo, 'seq_depth', 'ops')} at n = {int(lo.n)}, "
+                          f"{_cite(ctx, hi, 'seq_depth', 'ops')} at n = {int(hi.n)}")
+    if consts:
+        text += "Attention and convolution stay constant in n: " + "; ".join(consts) + ".\n"
+    return text
+
+
+def _figure(ctx: ReportContext, rows: pd.DataFrame) -> str:
+    data = rows[rows["layer"].isin(PLOT_LAYERS) & rows["layers_to_cross"].notna()].copy()
+    if data.empty:
+        return ""
+    data["series"] = [_label(row) for _, row in data.iterrows()]
+    data["layers_to_cross"] = data["layers_to_cross"].astype(float)
+    series = list(dict.fromkeys(data["series"]))
+    palette = dict(zip(series, sns.color_palette(n_colors=len(series))))
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    sns.lineplot(data=data, x="n", y="layers_to_cross", hue="series", hue_order=series, palette=palette,
+                 marker="o", ax=ax)
+    for name, group in data.groupby("series"):
+        formula = group.dropna(subset=["layers_to_cross_formula"]).sort_values("n")
+        ax.plot(formula["n"], formula["layers_to_cross_formula"].astype(float), linestyle="--", linewidth=1,
+                color=palette[name])
+    ax.set(xscale="log", yscale="log", xlabel="n (positions)", ylabel="layers for position 0 to reach n−1")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, title="measured (dashed: closed form)", title_fontsize=7)
+    return ctx.figure(fig, "paths_layers_to_cross",
+                      "Layers stacked until output n−1 depends on input 0, measured on the real layers (solid) "
+                      "against the closed form (dashed), log-log.")
+
+
+def paths_section(ctx: ReportContext) -> str:
+    if ctx.paths is None or len(ctx.paths) == 0:
+        return TITLE + "\nNo paths were stored: no run has a paths.csv (`python -m bench paths`).\n"
+    rows = _latest(ctx)
+    parts = [
+        TITLE,
+        "Measured on the real layers (batch 1, small width, float32), never taken from the formula. "
+        "*Layers to cross*: fresh layers of one kind are stacked until output position n−1 depends on input "
+        "position 0; after each layer, the positions that depend on input 0 are found by setting them to NaN "
+        "and seeing which outputs turn NaN (exact where no layer masks by multiplying with zero, which none "
+        "here does; the tests check it against forward-mode derivatives). *Path hops*: the dependent steps "
+        "information from position 0 passes through on its way to n−1: for a recurrent layer the cell steps "
+        "of its step-by-step reference, followed operator by operator; for attention and convolution one per "
+        "layer crossed.\n",
+        "\n".join(_findings(ctx, rows)) + "\n",
+        _figure(ctx, rows),
+        _depth_text(ctx, rows),
+        _table(ctx, rows),
+    ]
+    if "error" in rows:
+        failed = rows[rows["error"].notna() & (rows["error"].astype(str).str.strip() != "")]
+        if len(failed):
+            parts.append("Stacks that never crossed (recorded, not dropped):\n\n"
+                         + "\n".join(f"- {_label(row)}, n = {int(row.n)}: {row.error}" for _, row in failed.iterrows())
+                         + "\n")
+    return "\n".join(part for part in parts if part)

@@ -1,0 +1,157 @@
+"""The command line: bad input is exit 2 with one line; runs store what the interface says; a run killed
+part-way is finished by --resume with every point exactly once."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from bench import storage
+from bench.cli import main
+from bench.runner import point_id
+from bench.spec import PointSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = ["--rounds", "3", "--target-time", "0.01", "--no-progress"]
+
+
+def _bad(capsys, argv):
+    code = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, err
+
+
+@pytest.mark.parametrize("argv,named", [
+    (["run", "--layers", "conv", "--n", "0", "--d", "8"], "0"),
+    (["run", "--layers", "conv", "--n", "64,abc", "--d", "8"], "'abc'"),
+    (["run", "--layers", "conv", "--n", "-5", "--d", "8"], "-5"),
+    (["run", "--layers", "conv", "--n", "64", "--d", "8", "--k", "4"], "k=4"),
+    (["run", "--layers", "attention", "--n", "64", "--d", "10", "--heads", "3"], "heads=3"),
+    (["run", "--layers", "transformer", "--n", "64", "--d", "8"], "'transformer'"),
+    (["run", "--preset", "huge"], "'huge'"),
+    (["run", "--layers", "conv", "--n", "64", "--d", "8", "--device", "tpu"], "'tpu'"),
+    (["run", "--layers", "conv", "--n", "64", "--d", "8", "--dtype", "float64"], "'float64'"),
+    (["run", "--layers", "attention_local", "--n", "64", "--d", "8", "--window", "128"], "window=128"),
+    (["run", "--layers", "attention_local", "--n", "64", "--d", "8"], "--window"),
+    (["run", "--resume", "/nonexistent/run"], "/nonexistent/run"),
+    (["report", "--results", "/nonexistent/results"], "/nonexistent/results"),
+    (["paths", "--layers", "conv", "--n", "64", "--k", "4"], "4"),
+    (["run", "--layers", "conv", "--d", "8"], "--n"),
+])
+def test_bad_input_exits_2_with_one_line_naming_it(capsys, argv, named):
+    code, err = _bad(capsys, argv)
+    assert code == 2
+    assert len(err) == 1 and named in err[0] and "Traceback" not in err[0]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_without_gpu_is_bad_input(capsys):
+    code, err = _bad(capsys, ["run", "--layers", "conv", "--n", "64", "--d", "8", "--device", "cuda"])
+    assert code == 2 and "no CUDA GPU" in err[0]
+
+
+def test_unknown_cite_key_is_bad_input(capsys, tmp_path):
+    (tmp_path / "numbers.json").write_text(json.dumps({"numbers": {"cpu.x": {"value": 1, "unit": "1", "run_id": "r"}}}))
+    code, err = _bad(capsys, ["cite", "cpu.nope", "--reports", str(tmp_path)])
+    assert code == 2 and "cpu.nope" in err[0] and "cpu.x" in err[0]
+
+
+def test_out_folder_with_content_is_never_overwritten(capsys, tmp_path):
+    (tmp_path / "points.csv").write_text("x\n")
+    code, err = _bad(capsys, ["run", "--layers", "conv", "--n", "8", "--d", "4", "--out", str(tmp_path)])
+    assert code == 2 and "never overwritten" in err[0]
+
+
+def test_bad_input_from_a_real_process_has_no_traceback():
+    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--layers", "conv", "--n", "x", "--d", "8"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr and "'x'" in proc.stderr
+
+
+@pytest.mark.slow
+def test_run_writes_the_interface_files(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "--layers", "conv,lstm,attention", "--n", "16,33", "--d", "12", "--heads", "3",
+                 "--batch", "2", "--device", "cpu", "--out", str(out), *FAST]) == 0
+    assert str(out) in capsys.readouterr().out
+    meta = json.loads((out / "meta.json").read_text())
+    for key in ("run_id", "started_utc", "finished_utc", "status", "command", "preset", "git_commit",
+                "git_dirty", "python", "torch", "cpu_model", "cpu_cores", "threads", "devices"):
+        assert key in meta, key
+    assert meta["status"] == "finished" and meta["matmul_peak"]["cpu"]["flops_per_s"] > 0
+    df = pd.read_csv(out / "points.csv")
+    for column in ("layer", "device", "dtype", "batch", "n", "d", "k", "heads", "window", "time_median_s",
+                   "time_iqr_s", "rounds", "flops_analytic", "flops_counted", "mem_peak_bytes",
+                   "mem_rss_peak_bytes", "status", "error"):
+        assert column in df.columns, column
+    assert len(df) == 6 and (df["status"] == "ok").all() and (df["rounds"] >= 3).all()
+    assert (df["flops_counted"] == df["flops_analytic"]).all()
+    assert (df["mem_peak_bytes"] > 0).all() and (df["mem_rss_peak_bytes"] > 0).all()
+    bench_json = json.loads((out / "pytest-benchmark.json").read_text())
+    assert {"machine_info", "commit_info", "benchmarks"} <= set(bench_json)
+    assert len(bench_json["benchmarks"]) == 6
+
+
+@pytest.mark.slow
+def test_oom_is_recorded_and_the_sweep_goes_on(tmp_path):
+    """attention_math at n = 131072 needs a 64 GiB score matrix: more than any CI machine has."""
+    out = tmp_path / "run"
+    assert main(["run", "--layers", "attention_math,conv", "--n", "128,131072", "--d", "16", "--heads", "1",
+                 "--device", "cpu", "--out", str(out), *FAST]) == 0
+    df = pd.read_csv(out / "points.csv").set_index(["layer", "n"])
+    assert df.loc[("attention_math", 131072), "status"] == "oom"
+    assert "allocate" in df.loc[("attention_math", 131072), "error"]
+    assert (df.drop(("attention_math", 131072))["status"] == "ok").all()
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_with_every_point_exactly_once(tmp_path):
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "bench", "run", "--layers", "conv,rnn,lstm,attention,attention_math",
+            "--n", "8,16,24", "--d", "4,8,12", "--heads", "2", "--device", "cpu", "--out", str(out), *FAST]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    points = out / "points.csv"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # kill it once some, not all, points are stored
+        if points.exists() and points.read_text().count("\n") >= 6:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    stored_before = pd.read_csv(points)
+    assert 5 <= len(stored_before) < 45
+    assert json.loads((out / "meta.json").read_text())["status"] == "running"  # killed: no chance to say so
+    resumed = subprocess.run([sys.executable, "-m", "bench", "run", "--resume", str(out), "--no-progress"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    df = pd.read_csv(points)
+    plan = [PointSpec(**s) for s in json.loads((out / "plan.json").read_text())["specs"]]
+    assert len(plan) == 45
+    assert sorted(df["point_id"]) == sorted(point_id(s) for s in plan)  # each point exactly once
+    assert json.loads((out / "meta.json").read_text())["status"] == "finished"
+    # nothing measured twice: the rows stored before the kill are unchanged
+    pd.testing.assert_frame_equal(df.head(len(stored_before)), stored_before, check_dtype=False)
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_the_run_as_interrupted(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--layers", "conv,lstm", "--n",
+                             "8,16,32,64,128,256,512", "--d", "4,8,16,32", "--device", "cpu", "--out", str(out),
+                             *FAST], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not ((out / "points.csv").exists()
+                                               and (out / "points.csv").read_text().count("\n") >= 3):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "--resume" in err and "Traceback" not in err
+    assert json.loads((out / "meta.json").read_text())["status"] == "interrupted"
+    assert (out / "points.csv").read_text().endswith("\n")
