@@ -1,7 +1,7 @@
 """The textbook claims about attention and positional encodings, checked by measurement.
 
-Each claim is one function `_claim_<id>(seed)` that measures, then applies a verdict rule stated in code as
-a named constant (a tolerance or a threshold), and returns a `ClaimResult`:
+Each claim is one function in `CLAIMS` (`_claim_...(seed)`) that measures, then applies a verdict rule
+stated in code as a named constant (a tolerance or a threshold), and returns a `ClaimResult`:
   - `measured`: the one number (or, where the outcome is an exception, the short text) the verdict rests
     on; `expected` says what that number is and which value or bound the claim predicts.
   - `verdict`: "holds", "fails" or "partly" (the claim holds under some of the measured conditions only).
@@ -113,7 +113,8 @@ def _generator(seed: int, offset: int) -> torch.Generator:
 
 
 def interleaved_times_s(fns: dict[str, Callable[[], object]], rounds: int = TIME_ROUNDS,
-                        block_s: float = TIME_BLOCK_S, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+                        block_s: float = TIME_BLOCK_S,
+                        clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """Median seconds per call of each callable, measured interleaved (see TIME_ROUNDS above) on
     TIME_THREADS threads, after one untimed warm-up call (parts of PyTorch initialise lazily) whose
     successor, timed, sets how many calls make a block. `clock` is the seam for tests."""
@@ -159,20 +160,21 @@ _VARIANCE_CHUNK = 10_000
 
 def dot_product_variances(q: torch.Tensor, k: torch.Tensor) -> tuple[float, float]:
     """(var(q·k), var(q·k/√d_k)) over the rows of q and k, (N, d_k) each; population variance."""
-    dots = (q.double() * k.double()).sum(-1)  # (N,)
-    d_k = q.shape[-1]
+    return _variances((q.double() * k.double()).sum(-1), q.shape[-1])
+
+
+def _variances(dots: torch.Tensor, d_k: int) -> tuple[float, float]:
     return float(dots.var(correction=0)), float((dots / math.sqrt(d_k)).var(correction=0))
 
 
 def _sampled_dot_variances(d_k: int, samples: int, gen: torch.Generator) -> tuple[float, float]:
     dots = []
-    for start in range(0, samples, _VARIANCE_CHUNK):  # chunks: 10⁵ × 1024 floats at once would be 400 MB
+    for start in range(0, samples, _VARIANCE_CHUNK):  # chunks: all of q and k at d_k = 1024 would be 400 MB
         m = min(_VARIANCE_CHUNK, samples - start)
         q = torch.randn(m, d_k, generator=gen)
         k = torch.randn(m, d_k, generator=gen)
-        dots.append((q * k).sum(-1).double())
-    dots = torch.cat(dots)
-    return float(dots.var(correction=0)), float((dots / math.sqrt(d_k)).var(correction=0))
+        dots.append((q * k).sum(-1).double())  # (m,)
+    return _variances(torch.cat(dots), d_k)
 
 
 def _claim_dot_product_variance(seed: int) -> ClaimResult:
@@ -255,7 +257,8 @@ def _claim_softmax_saturation(seed: int) -> ClaimResult:
             "numbers": _numbers(
                 median_ratio=(median_ratio, "1", f"median Jacobian norm, unscaled / scaled, d_k = {D_KS[-1]}"),
                 max_weight_unscaled=(top_unscaled, "1", f"mean largest weight, unscaled, d_k = {D_KS[-1]}"),
-                max_weight_scaled=(rows["max_weight_scaled"][-1], "1", f"mean largest weight, scaled, d_k = {D_KS[-1]}"),
+                max_weight_scaled=(rows["max_weight_scaled"][-1], "1",
+                                   f"mean largest weight, scaled, d_k = {D_KS[-1]}"),
             ),
         },
     )
@@ -291,12 +294,14 @@ def _claim_multihead_cost(seed: int) -> ClaimResult:
         statement="Multi-head attention with d_k = d_v = d/h costs about the same as single-head attention "
                   "of full width d.",
         measured=_num(ratio, 3),
-        expected=f"counted FLOPs equal for h in {list(MULTIHEAD_HEADS)} (b = {b}, n = {n}, d = {d}, both layers); slowest / "
+        expected=f"counted FLOPs equal for h in {list(MULTIHEAD_HEADS)} (b = {b}, n = {n}, d = {d}, both layers); "
+                 f"slowest / "
                  f"fastest time of attention_math over h ≤ {TIME_SIMILAR_RATIO} (and of fused attention)",
         verdict=verdict,
         source=f"{PAPER}, §3.2.2",
         details={
-            "heads": list(MULTIHEAD_HEADS), **MULTIHEAD_SIZE, "flops_counted": flops, "flops_counted_attention": flops_fused,
+            "heads": list(MULTIHEAD_HEADS), **MULTIHEAD_SIZE,
+            "flops_counted": flops, "flops_counted_attention": flops_fused,
             "time_median_s_attention_math": times_math, "time_median_s_attention": times_fused,
             "time_threads": TIME_THREADS,
             "numbers": _numbers(
@@ -370,7 +375,8 @@ def _claim_dot_vs_additive(seed: int) -> ClaimResult:
         verdict="holds" if min(ratios) >= DOT_FASTER_RATIO else "fails",
         source=f"{PAPER}, §3.2.1; additive attention: Bahdanau et al. 2015; d2l.ai §11.3 Attention Scoring Functions",
         details={
-            "n": list(ADDITIVE_NS), "d": ADDITIVE_D, **rows, "time_threads": TIME_THREADS, "time_ratio": ratios, "flops_ratio": flop_ratios,
+            "n": list(ADDITIVE_NS), "d": ADDITIVE_D, **rows, "time_threads": TIME_THREADS,
+            "time_ratio": ratios, "flops_ratio": flop_ratios,
             "numbers": _numbers(
                 time_ratio_largest_n=(ratios[-1], "1", f"additive / dot time at n = {ADDITIVE_NS[-1]}"),
                 flops_ratio_largest_n=(flop_ratios[-1], "1", f"additive / dot counted FLOPs at n = {ADDITIVE_NS[-1]}"),
@@ -402,7 +408,8 @@ def _claim_permutation_equivariance(seed: int) -> ClaimResult:
     errors, errors_pe = {}, {}
     for name in ("attention", "attention_math"):
         layer = models.build(name, LayerConfig(d=s["d"], heads=s["heads"]), seed=seed)
-        errors[name], errors_pe[name] = _num(permutation_error(layer, x, perm)), _num(permutation_error(layer, x, perm, pe))
+        errors[name] = _num(permutation_error(layer, x, perm))
+        errors_pe[name] = _num(permutation_error(layer, x, perm, pe))
     worst, least_broken = max(errors.values()), min(errors_pe.values())
     ok = worst <= EQUIVARIANT_ATOL and least_broken >= BROKEN_MIN
     return ClaimResult(
@@ -443,7 +450,7 @@ def sinusoidal_encoding(positions: int | torch.Tensor, d: int, dtype: torch.dtyp
 # ------------------------------------------------------------------------ 6. relative positions are rotations
 ROTATION_POSITIONS = 2048
 ROTATION_OFFSETS = (1, 2, 3, 5, 10, 25, 50, 100, 250, 500, 1000)
-ROTATION_ATOL_FLOAT32 = 1e-3  # float32 rounding of pos·ω (ulp(2048) ≈ 2.4e-4) bounds the error near this
+ROTATION_ATOL_FLOAT32 = 1e-3  # float32 rounding of the angles pos·ω (half an ulp at 2048: 1.2e-4) sets the scale
 ROTATION_ATOL_FLOAT64 = 1e-9
 
 
@@ -485,7 +492,8 @@ def _claim_pe_rotation(seed: int) -> ClaimResult:
                   "for every pos.",
         measured=worst32,
         expected=f"max |PE(pos+k) − M_k PE(pos)| over pos < {ROTATION_POSITIONS}, k in {list(ROTATION_OFFSETS)}, "
-                 f"d = {D_MODEL}, float32 table: ≤ {ROTATION_ATOL_FLOAT32} (float64 table: ≤ {ROTATION_ATOL_FLOAT64})",
+                 f"d = {D_MODEL}, float32 table: ≤ {ROTATION_ATOL_FLOAT32} "
+                 f"(float64 table: ≤ {ROTATION_ATOL_FLOAT64})",
         verdict="holds" if ok else "fails",
         source=f"{PAPER}, §3.5; {D2L_SELF_ATTENTION} (relative positional information)",
         details={
@@ -509,7 +517,7 @@ _DISTANCE_CHUNK = 2048
 
 def min_pairwise_distance(points: torch.Tensor, chunk: int = _DISTANCE_CHUNK) -> tuple[float, int, int]:
     """(smallest Euclidean distance between two distinct rows, i, j). The n×n squared distances
-    |a|² + |b|² − 2a·b are formed in float32 (fast; for |a|² ≈ 256 they are off by about 1e-4 at most) in row
+    |a|² + |b|² − 2a·b are formed in float32 (fast; at d = 512, |a|² = 256, they are off by ~1e-4) in row
     chunks against the rows after them, so memory stays chunk × n; the closest pair's distance is then
     recomputed directly in float64."""
     x = points.float()
@@ -610,7 +618,8 @@ def _claim_pe_wavelengths(seed: int) -> ClaimResult:
     lam0, ratio, residual = geometric_fit(lam)
     end = lam0 * ratio ** (D_MODEL // 2)  # the progression continued to i = d/2, where 10000^(2i/d) = 10000
     span = end / lam0
-    ok = (abs(lam0 / (2 * math.pi) - 1) <= WAVELENGTH_REL_TOL and abs(end / (PE_BASE * 2 * math.pi) - 1) <= WAVELENGTH_REL_TOL
+    ok = (abs(lam0 / (2 * math.pi) - 1) <= WAVELENGTH_REL_TOL
+          and abs(end / (PE_BASE * 2 * math.pi) - 1) <= WAVELENGTH_REL_TOL
           and residual <= GEOMETRIC_TOL)
     return ClaimResult(
         claim_id="pe_wavelengths",
@@ -647,7 +656,8 @@ def encoding_variances(pe: torch.Tensor) -> tuple[torch.Tensor, float, float]:
 
 
 def _claim_pe_variance(seed: int) -> ClaimResult:
-    per_dim, overall, second_moment = encoding_variances(sinusoidal_encoding(PE_VARIANCE_POSITIONS, D_MODEL, torch.float64))
+    pe = sinusoidal_encoding(PE_VARIANCE_POSITIONS, D_MODEL, torch.float64)
+    per_dim, overall, second_moment = encoding_variances(pe)
     near = float(((per_dim - 1 / 3).abs() <= ONE_THIRD_REL_TOL / 3).double().mean())
     return ClaimResult(
         claim_id="pe_variance_one_third",
@@ -700,7 +710,8 @@ def _claim_embedding_scale(seed: int) -> ClaimResult:
         statement="Multiplying the embeddings by √d_model makes the embedding's scale dominate the positional "
                   "encoding's.",
         measured=_num(ratios["N(0,1)"], 4),
-        expected=f"var(√d · embedding) / var(PE), d = {D_MODEL}, PyTorch's default N(0,1) init: ≥ {DOMINATES_RATIO:g}; "
+        expected=f"var(√d · embedding) / var(PE), d = {D_MODEL}, PyTorch's default N(0,1) init: "
+                 f"≥ {DOMINATES_RATIO:g}; "
                  f"likewise for an N(0,1/d) init",
         verdict={2: "holds", 1: "partly", 0: "fails"}[dominating],
         source=f"{PAPER}, §3.4 (Embeddings and Softmax)",

@@ -168,14 +168,15 @@ def fit_table(points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def two_term_fit(points: pd.DataFrame) -> tuple[float, float, float]:
-    """time ≈ a·n·d² + b·n²·d for attention points (non-negative least squares, relative residuals):
-    both terms matter near n ~ d. Returns (a, b, rms relative error)."""
+def two_term_fit(points: pd.DataFrame) -> tuple[float, float, float, float]:
+    """time ≈ c + a·n·d² + b·n²·d for attention points (non-negative least squares on relative error):
+    a fixed per-call cost c, the projections' term and the scores' term; both terms matter near n ~ d.
+    Returns (c, a, b, rms relative error)."""
     n, d, t = (points[c].to_numpy(float) for c in ("n", "d", "time_median_s"))
-    basis = np.column_stack([n * d**2, n**2 * d]) / t[:, None]  # rows scaled by 1/t: relative error
+    basis = np.column_stack([np.ones_like(n), n * d**2, n**2 * d]) / t[:, None]  # rows scaled by 1/t
     coef, _ = optimize.nnls(basis, np.ones_like(t))
     rel = basis @ coef - 1
-    return float(coef[0]), float(coef[1]), float(np.sqrt(np.mean(rel**2)))
+    return float(coef[0]), float(coef[1]), float(coef[2]), float(np.sqrt(np.mean(rel**2)))
 
 
 def crossover_n(ns, time_a, time_b) -> float | None:

@@ -29,7 +29,7 @@ from pytest_benchmark.fixture import BenchmarkFixture
 from pytest_benchmark.utils import NameWrapper
 
 NOISY_IQR_RATIO = 0.10  # IQR / median above 10 % flags a point as noisy
-WARMUP_ROUNDS = 2
+WARMUP_ROUNDS = 1  # after the untimed first call and the calibration call, which warm up too
 
 
 @dataclass(frozen=True)

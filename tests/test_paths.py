@@ -248,7 +248,19 @@ def test_table_shape(quick_table):
         else:  # one row per n, k empty
             assert sorted(rows.n) == NS and rows.k.isna().all()
     assert (quick_table.error == "").all()
-    assert torch.get_num_threads() >= 1  # the probe's thread setting was restored (no exception left it)
+
+
+def test_probe_threads_are_restored_even_when_the_stack_never_crosses():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert layers_to_cross("conv", 8, 3) == 7
+        assert torch.get_num_threads() == 2
+        with pytest.raises(NeverCrosses):
+            layers_to_cross("conv", 8, 1)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("n", NS)

@@ -37,10 +37,10 @@ def test_policy_plan_tiny_call_hits_max_rounds():
 
 def test_median_and_iqr_come_from_the_rounds_on_a_fake_clock():
     # Call durations: warm-up and calibration take whatever; then the timed rounds cycle 1..5 ms.
-    clock = FakeClock([0.002, 0.002, 0.002, 0.002, 0.001, 0.002, 0.003, 0.004, 0.005])
+    clock = FakeClock([0.002, 0.002, 0.002, 0.001, 0.002, 0.003, 0.004, 0.005])
     policy = TimingPolicy(min_rounds=5, max_rounds=5, target_s=0.0, min_round_s=0.0)
     timing = time_call(clock.work, clock=clock, policy=policy)
-    # calls: first (untimed) + calibration + 2 warm-up rounds = 4 calls of 2 ms, then 1..5 ms
+    # calls: first (untimed) + calibration + 1 warm-up round = 3 calls of 2 ms, then 1..5 ms
     assert timing.rounds == 5 and timing.iterations == 1
     assert timing.times_s == pytest.approx((0.001, 0.002, 0.003, 0.004, 0.005))
     assert timing.median_s == pytest.approx(0.003)
@@ -55,7 +55,7 @@ def test_noisy_flag_uses_the_named_threshold():
     policy = TimingPolicy(min_rounds=5, max_rounds=5, target_s=0.0, min_round_s=0.0)
     assert not time_call(steady.work, clock=steady, policy=policy).noisy
     spread = 1 + 4 * NOISY_IQR_RATIO
-    noisy = FakeClock([0.01] * 4 + [0.01, 0.01 * spread, 0.01, 0.01 * spread, 0.01 * spread])
+    noisy = FakeClock([0.01] * 3 + [0.01, 0.01 * spread, 0.01, 0.01 * spread, 0.01 * spread])
     assert time_call(noisy.work, clock=noisy, policy=policy).noisy
 
 
@@ -64,8 +64,8 @@ def test_sync_runs_inside_every_timed_call():
     syncs = []
     policy = TimingPolicy(min_rounds=4, max_rounds=4, target_s=0.0, min_round_s=0.0)
     timing = time_call(clock.work, sync=lambda: syncs.append(clock.now), clock=clock, policy=policy)
-    # first + calibration + 2 warm-up + 4 rounds = 8 calls, each followed by its sync
-    assert len(syncs) == 8 and timing.rounds == 4
+    # first + calibration + 1 warm-up + 4 rounds = 7 calls, each followed by its sync
+    assert len(syncs) == 7 and timing.rounds == 4
 
 
 def test_harness_median_agrees_with_torch_utils_benchmark():

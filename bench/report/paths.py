@@ -48,7 +48,9 @@ def _key(row, what: str) -> str:
 
 
 def _cite(ctx: ReportContext, row, column: str, unit: str) -> str:
-    value = _int(row.get(column))
+    if column not in row.index:  # a paths.csv from before the column existed
+        return "–"
+    value = _int(row[column])
     return "never" if value is None else ctx.cite(_key(row, column), value, unit, row.run_id)
 
 
@@ -154,13 +156,14 @@ def _figure(ctx: ReportContext, rows: pd.DataFrame) -> str:
     for name, group in data.groupby("series"):
         formula = group.dropna(subset=["layers_to_cross_formula"]).sort_values("n")
         ax.plot(formula["n"], formula["layers_to_cross_formula"].astype(float), linestyle="--", linewidth=1,
-                color=palette[name])
+                marker="x", markersize=9, color=palette[name])
     ax.set(xscale="log", yscale="log", xlabel="n (positions)", ylabel="layers for position 0 to reach n−1")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, title="measured (dashed: closed form)", title_fontsize=7)
+    ax.legend(fontsize=7, title="measured (×, dashed: closed form)", title_fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))
     return ctx.figure(fig, "paths_layers_to_cross",
-                      "Layers stacked until output n−1 depends on input 0, measured on the real layers (solid) "
-                      "against the closed form (dashed), log-log.")
+                      "Layers stacked until output n−1 depends on input 0, measured on the real layers (solid, dots) "
+                      "against the closed form (dashed, crosses), log-log.")
 
 
 def paths_section(ctx: ReportContext) -> str:

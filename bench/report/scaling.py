@@ -72,7 +72,7 @@ def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, str]:
                 ctx.cite(base, round(row.exponent, 3), "1", row.run_id,
                          interval=None if math.isnan(row.ci_low) else (round(row.ci_low, 3), round(row.ci_high, 3)),
                          note=note)
-                texts[(source, layer, metric, variable)] = text
+                texts[(source, layer, metric, variable)] = (text, row.verdict)
     return texts
 
 
@@ -88,7 +88,7 @@ def fits_markdown(fit_rows: pd.DataFrame, metric: str, texts: dict) -> str:
         if key in seen or key not in texts:
             continue
         seen.add(key)
-        lines.append(f"| {row.source} | {row.layer} | {row.variable} | {texts[key]} | {row.predicted:.2f} | "
+        lines.append(f"| {row.source} | {row.layer} | {row.variable} | {texts[key][0]} | {row.predicted:.2f} | "
                      f"{row.verdict} | {row.variable} {int(row.x_min)}–{int(row.x_max)}, {row.fixed} |")
     return "\n".join(lines) + "\n"
 
@@ -139,21 +139,23 @@ def two_term_section(ctx: ReportContext) -> str:
     ok = ctx.points[(ctx.points["status"] == "ok")]
     out = []
     for (source, layer), group in ok[ok["layer"].isin(["attention", "attention_math"])].groupby(["source", "layer"]):
-        if group["d"].nunique() < 2 and group["n"].nunique() < 3:
+        if len(group) < 4:
             continue
-        a, b, rms = fits.two_term_fit(group)
+        c, a, b, rms = fits.two_term_fit(group)
         run_id = group["run_id"].iloc[-1]
         key = f"{source}.{layer}.time.two_term"
-        out.append(f"| {source} | {layer} | {ctx.cite(key + '.a', float(f'{a:.4g}'), 's', run_id)} | "
-                   f"{ctx.cite(key + '.b', float(f'{b:.4g}'), 's', run_id)} | "
-                   f"{ctx.cite(key + '.n_equal_over_d', round(a / b, 2) if b > 0 else math.inf, '1', run_id)} | "
+        ratio = ctx.cite(key + ".n_equal_over_d", round(a / b, 2), "1", run_id) if b > 0 else "–"
+        out.append(f"| {source} | {layer} | {ctx.cite(key + '.c', float(f'{c:.3g}'), 's', run_id)} | "
+                   f"{ctx.cite(key + '.a', float(f'{a:.3g}'), 's', run_id)} | "
+                   f"{ctx.cite(key + '.b', float(f'{b:.3g}'), 's', run_id)} | {ratio} | "
                    f"{ctx.cite(key + '.rms_relative_error', round(100 * rms, 1), '%', run_id)} | {len(group)} |")
     if not out:
         return ""
-    return ("Two-term fit of attention's time, t ≈ a·n·d² + b·n²·d (non-negative least squares on relative "
-            "error, all sizes): the projections' term and the scores' term. The n²·d term takes over at "
-            "n/d = a/b.\n\n| source | layer | a (s per n·d²) | b (s per n²·d) | a/b | rms error | points |\n"
-            "| --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(out) + "\n")
+    return ("Two-term fit of attention's time over all its sizes, t ≈ c + a·n·d² + b·n²·d (non-negative least "
+            "squares on relative error): a fixed per-call cost, the projections' term and the scores' term. "
+            "The n²·d term is the larger one from n/d = a/b on.\n\n"
+            "| source | layer | c (s) | a (s per n·d²) | b (s per n²·d) | a/b | rms error | points |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(out) + "\n")
 
 
 def crossover_section(ctx: ReportContext) -> str:

@@ -18,15 +18,13 @@ PATH = {
 }
 
 
-def _exp(texts: dict, source: str, layer: str, metric: str, variable: str, fit_rows: pd.DataFrame) -> str:
+def _exp(texts: dict, source: str, layer: str, metric: str, variable: str) -> str:
+    """The primary fit's exponent with its verdict mark (see scaling.cite_fits for which fit that is)."""
     key = (source, layer, metric, variable)
     if key not in texts:
         return "–"
-    rows = fit_rows[(fit_rows.source == source) & (fit_rows.layer == layer) & (fit_rows.metric == metric)
-                    & (fit_rows.variable == variable) & (fit_rows.verdict != "too few points")]
-    mark = "✓" if (rows["verdict"] == "consistent").all() else "✗"
-    value = texts[key].split(" [")[0]
-    return f"{value} {mark}"
+    value, verdict = texts[key]
+    return f"{value.split(' [')[0]} {'✓' if verdict == 'consistent' else '✗'}"
 
 
 def _paths_cells(ctx: ReportContext, layer: str) -> tuple[str, str]:
@@ -43,15 +41,18 @@ def _paths_cells(ctx: ReportContext, layer: str) -> tuple[str, str]:
     run_id = hi["run_id"]
     depth = (f"{ctx.cite(f'paths.{layer}.seq_depth.n{int(lo.n)}', int(lo.seq_depth), 'ops', run_id)} → "
              f"{ctx.cite(f'paths.{layer}.seq_depth.n{int(hi.n)}', int(hi.seq_depth), 'ops', run_id)}")
-    cross = (f"{ctx.cite(f'paths.{layer}.layers_to_cross.n{int(lo.n)}', int(lo.layers_to_cross), 'layers', run_id)} → "
-             f"{ctx.cite(f'paths.{layer}.layers_to_cross.n{int(hi.n)}', int(hi.layers_to_cross), 'layers', run_id)}")
+    def crossing(row) -> str:
+        if pd.isna(row.layers_to_cross):  # a stack that never crossed within the probe's cap
+            return "never"
+        return ctx.cite(f"paths.{layer}.layers_to_cross.n{int(row.n)}", int(row.layers_to_cross), "layers", run_id)
+    cross = f"{crossing(lo)} → {crossing(hi)}"
     return depth, cross
 
 
 def summary_rows(ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict) -> pd.DataFrame:
     rows = []
     ns = sorted(ctx.paths["n"].unique()) if ctx.paths is not None else []
-    span = f"n={int(ns[0])}→{int(ns[-1])}" if ns else ""
+    span = f", n={int(ns[0])}→{int(ns[-1])}" if ns else ""
     for source in sorted(ctx.points["source"].unique()):
         present = set(ctx.points.loc[ctx.points["source"] == source, "layer"])
         for layer in [l for l in models.LAYERS if l in present]:
@@ -59,15 +60,15 @@ def summary_rows(ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict) -> pd.
             rows.append({
                 "source": source, "layer": layer,
                 "compute (Table 1)": fits.TABLE1_TEXT[layer],
-                "FLOPs ∝ n^": _exp(texts, source, layer, "flops", "n", fit_rows),
-                "time ∝ n^": _exp(texts, source, layer, "time", "n", fit_rows),
-                "time ∝ d^": _exp(texts, source, layer, "time", "d", fit_rows),
-                "time ∝ k^": _exp(texts, source, layer, "time", "k", fit_rows),
-                "memory ∝ n^": _exp(texts, source, layer, "memory", "n", fit_rows),
+                "FLOPs ∝ n^": _exp(texts, source, layer, "flops", "n"),
+                "time ∝ n^": _exp(texts, source, layer, "time", "n"),
+                "time ∝ d^": _exp(texts, source, layer, "time", "d"),
+                "time ∝ k^": _exp(texts, source, layer, "time", "k"),
+                "memory ∝ n^": _exp(texts, source, layer, "memory", "n"),
                 "sequential ops (Table 1)": SEQUENTIAL[layer],
-                f"measured depth, {span}": depth,
+                f"measured depth{span}": depth,
                 "max path (Table 1)": PATH[layer],
-                f"layers to cross, {span}": cross,
+                f"layers to cross{span}": cross,
             })
     return pd.DataFrame(rows)
 
