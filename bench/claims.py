@@ -39,6 +39,7 @@ from torch import nn
 
 import models
 from bench.flops import count_flops
+from bench.threads import pinned_threads
 from models import LayerConfig
 
 VERDICTS = ("holds", "fails", "partly")
@@ -124,20 +125,15 @@ def interleaved_times_s(fns: dict[str, Callable[[], object]], rounds: int = TIME
             fn()
         return (clock() - start) / calls
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(TIME_THREADS)
-    try:
-        with torch.inference_mode():
-            calls = {}
+    with pinned_threads(TIME_THREADS), torch.inference_mode():
+        calls = {}
+        for name, fn in fns.items():
+            fn()  # warm-up
+            calls[name] = max(1, math.ceil(block_s / max(block(fn, 1), 1e-9)))
+        per_call: dict[str, list[float]] = {name: [] for name in fns}
+        for _ in range(rounds):
             for name, fn in fns.items():
-                fn()  # warm-up
-                calls[name] = max(1, math.ceil(block_s / max(block(fn, 1), 1e-9)))
-            per_call: dict[str, list[float]] = {name: [] for name in fns}
-            for _ in range(rounds):
-                for name, fn in fns.items():
-                    per_call[name].append(block(fn, calls[name]))
-    finally:
-        torch.set_num_threads(threads)
+                per_call[name].append(block(fn, calls[name]))
     return {name: statistics.median(times) for name, times in per_call.items()}
 
 
@@ -838,9 +834,5 @@ def measure_claims(seed: int = 0) -> list[ClaimResult]:
     machine shared with other processes, intra-op threads spinning at every operation's barrier made them
     three times slower (27 s against 9 s on a loaded 2-core machine), while one thread loses little on the
     few large ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(CLAIMS_THREADS)
-    try:
+    with pinned_threads(CLAIMS_THREADS):
         return [claim(seed) for claim in CLAIMS]
-    finally:
-        torch.set_num_threads(threads)

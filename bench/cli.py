@@ -175,7 +175,8 @@ def _resume(args) -> int:
 
 def _sweep(run_dir, meta, specs, policy, threads, args, done=frozenset(), oom_specs=()) -> int:
     from .peak import matmul_peak  # noqa: PLC0415
-    from .runner import RunOptions, pinned_threads, run_sweep  # noqa: PLC0415
+    from .runner import RunOptions, run_sweep  # noqa: PLC0415
+    from .threads import pinned_threads  # noqa: PLC0415
 
     started = time.monotonic()
     options = RunOptions(threads=threads, policy=policy, seed=args.seed, progress=not args.no_progress)

@@ -5,10 +5,10 @@ Method: for one layer, device, dtype and metric (time, FLOPs, memory), take each
 log y = a + e·log x by ordinary least squares (scipy.stats.linregress). The 95 % interval of e is the
 regression's own: e ± t(0.975, m-2)·stderr, m points. With m = 2 there is no interval.
 
-ASYMPTOTIC RULE: the upper half of the sweep (x at or above the median x of the sweep; at least
-MIN_FIT_POINTS points, taking the largest ones if the upper half has fewer); for attention and
-attention_math only points with n >= ATTENTION_N_OVER_D · d, where the table's n²·d term dominates the
-projections' n·d².
+ASYMPTOTIC RULE: for attention and attention_math, every point with n >= ATTENTION_N_OVER_D · d, where
+the table's n²·d term carries at least 80 % of the FLOPs (4·n²·d >= 4 × 8·n·d²); for every other layer, the
+upper half of the sweep (x at or above the median x; at least MIN_FIT_POINTS points, taking the largest
+ones if the upper half has fewer).
 
 PREDICTED: for FLOPs and time, the slope of the layer's row of Table 1 (Vaswani et al. 2017) over the
 same x values (an integer for a one-term row, e.g. 2 for n in n²·d; the local slope for the two-term
@@ -29,13 +29,13 @@ import models
 
 CONFIDENCE = 0.95
 MIN_FIT_POINTS = 3
-ATTENTION_N_OVER_D = 4
+ATTENTION_N_OVER_D = 8  # from n = 8d on, 4·n²·d is at least 4x the projections' 8·n·d²: 80 % of the FLOPs
 TOLERANCE = {"flops": 0.15, "time": 0.35, "memory": 0.35}
 METRIC_COLUMN = {"flops": "flops_counted", "time": "time_median_s", "memory": "mem_peak_bytes"}
 VARIABLES = ("n", "d", "k")
 SOURCE = "Vaswani et al. 2017, Table 1"
-ASYMPTOTIC_RULE_TEXT = (f"least squares on log-log data over the upper half of each sweep, at least {MIN_FIT_POINTS} points; "
-                        f"attention only where n >= {ATTENTION_N_OVER_D}·d; 95 % intervals from the regression")
+ASYMPTOTIC_RULE_TEXT = (f"least squares on log-log data over the upper half of each sweep, at least {MIN_FIT_POINTS} points, "
+                        f"and for attention every point with n >= {ATTENTION_N_OVER_D}·d; 95 % intervals from the regression")
 
 
 def table1_cost(layer: str, n, d, k, window) -> np.ndarray:
@@ -90,9 +90,7 @@ def asymptotic_range(sweep: pd.DataFrame, variable: str, layer: str) -> pd.DataF
     """The points of one sweep that the ASYMPTOTIC RULE keeps (sorted by the variable)."""
     sweep = sweep.sort_values(variable)
     if layer in ("attention", "attention_math"):
-        sweep = sweep[sweep["n"] >= ATTENTION_N_OVER_D * sweep["d"]]
-    if sweep.empty:
-        return sweep
+        return sweep[sweep["n"] >= ATTENTION_N_OVER_D * sweep["d"]]
     upper = sweep[sweep[variable] >= sweep[variable].median()]
     if len(upper) < MIN_FIT_POINTS:
         upper = sweep.tail(MIN_FIT_POINTS)
@@ -180,11 +178,14 @@ def two_term_fit(points: pd.DataFrame) -> tuple[float, float, float, float]:
 
 
 def crossover_n(ns, time_a, time_b) -> float | None:
-    """The n where series a (e.g. attention) overtakes series b, by log-log interpolation between the
-    two measured points around the sign change of log(a/b); None if it does not cross in range."""
+    """The n where series a (e.g. attention) overtakes series b: the first measured n where a >= b, by
+    log-log interpolation from the point before it; exactly the first n if they are equal there; None if
+    a is below b everywhere, or above it from the first point on."""
     ns, ratio = np.asarray(ns, float), np.log(np.asarray(time_a, float) / np.asarray(time_b, float))
-    for i in range(len(ns) - 1):
-        if ratio[i] < 0 <= ratio[i + 1]:
-            frac = -ratio[i] / (ratio[i + 1] - ratio[i])
-            return float(np.exp(np.log(ns[i]) + frac * (np.log(ns[i + 1]) - np.log(ns[i]))))
+    for i in range(len(ns)):
+        if ratio[i] >= 0:
+            if i == 0:
+                return float(ns[0]) if ratio[0] == 0 else None
+            frac = -ratio[i - 1] / (ratio[i] - ratio[i - 1])
+            return float(np.exp(np.log(ns[i - 1]) + frac * (np.log(ns[i]) - np.log(ns[i - 1]))))
     return None

@@ -55,7 +55,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 
 import pandas as pd
 import torch
@@ -67,6 +66,8 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakTensorKeyDictionary
 
 import models
+
+from .threads import pinned_threads
 
 PROBE_DTYPE = torch.float32  # the dtype the sweep times; NaN propagation is exact in any dtype
 PROBE_BATCH = 1
@@ -159,19 +160,7 @@ def probe_input(length: int, d: int, seed: int = 0, dtype: torch.dtype = PROBE_D
     return torch.randn(PROBE_BATCH, length, d, generator=gen, dtype=torch.float64).to(dtype)  # (1, length, d)
 
 
-@contextmanager
-def probe_threads(threads: int = PROBE_THREADS):
-    """torch's intra-op thread count set for the probes and restored after, whatever happens (a context
-    manager, or a decorator)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-@probe_threads()
+@pinned_threads(PROBE_THREADS)
 def layers_to_cross(
     name: str, n: int, k: int = 3, window: int = DEFAULT_WINDOW, d: int = DEFAULT_D, *,
     margin: int | None = None, max_layers: int | None = None, probe: Probe = reached_by_poison, seed: int = 0,
@@ -415,7 +404,7 @@ def paths_table(layers: Sequence[str], ns: Sequence[int], ks: Sequence[int], win
     one per (layer, n) with k empty for the others. Pure: returns the table, writes nothing."""
     for name in layers:
         _check(name, 2)
-    with probe_threads():
+    with pinned_threads():
         rows = [paths_row(name, n, k, window, d)
                 for name in layers
                 for k in (ks if _uses_k(name) else [None])

@@ -20,6 +20,7 @@ from . import storage
 from .flops import count_flops
 from .memory import measure_memory
 from .spec import PointSpec
+from .threads import pinned_threads
 from .timing import TimingPolicy, time_call
 
 
@@ -33,16 +34,6 @@ class RunOptions:
 
 def point_id(spec: PointSpec) -> str:
     return hashlib.sha1(spec.key.encode()).hexdigest()[:12]
-
-
-@contextmanager
-def pinned_threads(threads: int):
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -45,7 +45,9 @@ def test_asymptotic_rule_keeps_upper_half_and_n_over_4d_for_attention():
     ns = [64, 128, 256, 512, 1024, 2048]
     df = _sweep("attention", ns, 128, [1.0] * 6)
     kept = fits.asymptotic_range(df, "n", "attention")
-    assert list(kept["n"]) == [512, 1024, 2048]  # n >= 4·128 = 512, and at least 3 points
+    assert list(kept["n"]) == [1024, 2048]  # n >= 8·128 = 1024
+    kept = fits.asymptotic_range(_sweep("attention", ns, 32, [1.0] * 6), "n", "attention")
+    assert list(kept["n"]) == [256, 512, 1024, 2048]  # n >= 8·32, no further halving
     kept = fits.asymptotic_range(_sweep("lstm", ns, 128, [1.0] * 6), "n", "lstm")
     assert list(kept["n"]) == [512, 1024, 2048]  # n at or above the median, (256 + 512) / 2 = 384
 
@@ -70,6 +72,12 @@ def test_crossover_interpolates_log_log():
     b = [64 * n for n in ns]
     assert fits.crossover_n(ns, a, b) == pytest.approx(64)
     assert fits.crossover_n(ns, b, a) is None  # b never overtakes a from below
+    # equal at the first measured n (attention 8nd² + 4n²d against lstm 16nd² at n = 2d): that n itself
+    d = 32
+    ns = [64, 128, 256]
+    att = [8 * n * d**2 + 4 * n**2 * d for n in ns]
+    lstm = [16 * n * d**2 for n in ns]
+    assert fits.crossover_n(ns, att, lstm) == 64
 
 
 def test_two_term_fit_recovers_both_terms():

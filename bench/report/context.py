@@ -71,7 +71,7 @@ class ReportContext:
     def cite(self, key: str, value, unit: str, run_id: str, interval=None, note: str = "", digits: int = 3) -> str:
         """Register one number under `key` (stable, dotted: `cpu.attention.time.exponent_n`) and return
         its text for the report. A key cited twice must carry the same value."""
-        if isinstance(value, float) and value.is_integer() and unit in ("FLOP", "B", "layers", "steps", "ops"):
+        if isinstance(value, float) and value.is_integer() and unit in ("FLOP", "B", "layers", "steps", "ops", "positions", "points"):
             value = int(value)
         number = Number(key, value, unit, run_id, self.machine_of(run_id),
                         None if interval is None else (float(interval[0]), float(interval[1])), note)

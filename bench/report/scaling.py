@@ -174,14 +174,14 @@ def crossover_section(ctx: ReportContext) -> str:
             counted = fits.crossover_n(common, att.loc[common, "flops_counted"], oth.loc[common, "flops_counted"])
             # The exact ratio of our closed forms: attention 8nd² + 4n²d against lstm 16nd² (n* = 2d) and
             # conv 2knd² (n* = (2k - 8)d/4, none for k <= 4: attention's projections alone cost more).
-            predicted = 2 * d if other == "lstm" else ((2 * 3 - 8) * d / 4 if (2 * 3 - 8) > 0 else None)
+            predicted = int(2 * d) if other == "lstm" else None  # conv k = 3: 6nd² < 8nd², never
             base = f"{source}.crossover.attention_vs_{other}.d{int(d)}"
             def fmt(value, what):
                 if value is None:
                     below = att.loc[common[0], "time_median_s" if what == "time" else "flops_counted"] >= \
                         oth.loc[common[0], "time_median_s" if what == "time" else "flops_counted"]
                     return f"none in n = {common[0]}..{common[-1]} (attention {'costlier' if below else 'cheaper'} throughout)"
-                return ctx.cite(f"{base}.{what}_n", round(value, 1), "positions", run_id)
+                return ctx.cite(f"{base}.{what}_n", int(round(value)), "positions", run_id)
             lines.append(f"| {source} | {int(d)} | {other} | {fmt(measured, 'time')} | {fmt(counted, 'flops')} | "
                          f"{'n < d (paper)' if other == 'lstm' else '-'} | "
                          f"{ctx.cite(base + '.predicted_n', predicted, 'positions', run_id) if predicted else 'none: attention always costs more FLOPs'} |")
@@ -283,5 +283,6 @@ def rss_table(ctx: ReportContext) -> str:
         lines.append(f"| {row.source} | {row.layer} | n={int(row.n)}, d={int(row.d)} | {format_value(float(row.mem_peak_bytes), 'B')} | "
                      f"{format_value(float(growth), 'B')} |")
     return ("The allocator's figure against what the operating system saw (resident set, VmHWM): the allocator "
-            "reuses freed blocks and the OS counts pages touched, so they differ; largest point per layer:\n\n"
+            "reuses freed blocks and the OS counts pages touched, so they differ (an RSS growth of 0 B means the "
+            "allocation was served from memory the process already held); largest point per layer:\n\n"
             + "\n".join(lines) + "\n")
