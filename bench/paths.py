@@ -404,7 +404,7 @@ def paths_table(layers: Sequence[str], ns: Sequence[int], ks: Sequence[int], win
     one per (layer, n) with k empty for the others. Pure: returns the table, writes nothing."""
     for name in layers:
         _check(name, 2)
-    with pinned_threads():
+    with pinned_threads(PROBE_THREADS):
         rows = [paths_row(name, n, k, window, d)
                 for name in layers
                 for k in (ks if _uses_k(name) else [None])

@@ -79,3 +79,14 @@ def test_harness_median_agrees_with_torch_utils_benchmark():
             ours.append(time_call(lambda: layer(x), policy=TimingPolicy(min_rounds=15, target_s=0.2)).median_s)
             theirs.append(timer.blocked_autorange(min_run_time=0.2).median)
     assert abs(min(ours) - min(theirs)) / min(theirs) < 0.25, (ours, theirs)
+
+
+def test_pinned_threads_restores_the_count_even_on_error():
+    from bench.threads import pinned_threads
+
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError):
+        with pinned_threads(1):
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("boom")
+    assert torch.get_num_threads() == before
