@@ -18,7 +18,7 @@ from .context import ReportContext, format_value
 from .load import load_runs
 from .numbers import numbers_document
 from .scaling import (cite_fits, crossover_section, flops_check, memory_pair_plot, peak_section, rss_table,
-                      scaling_section, two_term_section)
+                      scaling_section, sequential_time_section, two_term_section)
 from .summary import summary_latex, summary_markdown, summary_rows
 
 
@@ -123,6 +123,8 @@ def build_report(results: list[Path], out_dir: Path, skip_bad: bool = False) -> 
         table.to_csv(out_dir / "table.csv", index=False)
         (out_dir / "table.tex").write_text(summary_latex(table))
     parts.append(_optional_section("paths", ctx))
+    if len(points):
+        parts.append(sequential_time_section(ctx))
     parts.append(_optional_section("claims", ctx))
     parts.append(provenance_section(ctx))
 

@@ -47,6 +47,8 @@ def format_value(value, unit: str = "", digits: int = 3) -> str:
         text = str(value)
     else:
         text = f"{value:.{digits}g}"
+    if unit == "x":
+        return f"{text}x"
     return f"{text} {unit}".strip() if unit and unit != "1" else text
 
 

@@ -12,7 +12,7 @@ import seaborn as sns
 import models
 
 from .. import fits
-from .context import ReportContext, format_value
+from .context import ReportContext
 
 METRIC_LABEL = {"time": "time per forward pass (s)", "flops": "FLOPs (counted)", "memory": "peak allocated bytes"}
 LAYER_ORDER = list(models.LAYERS)
@@ -54,7 +54,8 @@ def _fit_key(source: str, layer: str, metric: str, variable: str) -> str:
 
 def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, str]:
     """Register every fitted exponent; the key without suffix is the widest sweep of that variable.
-    Returns {(source, layer, metric, variable): text} for the primary fits."""
+    Returns {(source, layer, metric, variable): (text, verdict)} for the primary fits and
+    {(source, layer, metric, variable, fixed): (text, verdict, is_primary)} for every fit."""
     texts = {}
     ok = fit_rows[fit_rows["verdict"] != "too few points"]
     for (source, layer, metric, variable), group in ok.groupby(["source", "layer", "metric", "variable"]):
@@ -68,6 +69,7 @@ def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, str]:
             text = ctx.cite(f"{base}.{tag}", round(row.exponent, 3), "1", row.run_id,
                             interval=None if math.isnan(row.ci_low) else (round(row.ci_low, 3), round(row.ci_high, 3)),
                             note=note)
+            texts[(source, layer, metric, variable, row.fixed)] = (text, row.verdict, i == 0)
             if i == 0:
                 ctx.cite(base, round(row.exponent, 3), "1", row.run_id,
                          interval=None if math.isnan(row.ci_low) else (round(row.ci_low, 3), round(row.ci_high, 3)),
@@ -76,21 +78,22 @@ def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, str]:
     return texts
 
 
-def fits_markdown(fit_rows: pd.DataFrame, metric: str, texts: dict) -> str:
+def fits_markdown(ctx: ReportContext, fit_rows: pd.DataFrame, metric: str, texts: dict) -> str:
+    """Every fitted sweep of `metric`; the primary one of each layer and variable (the one in the summary
+    table) marked with *."""
     rows = fit_rows[(fit_rows["metric"] == metric) & (fit_rows["verdict"] != "too few points")]
     if rows.empty:
         return "_No sweep with enough points to fit._\n"
     lines = ["| source | layer | variable | measured exponent [95 % CI] | predicted | verdict | range |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    seen = set()
-    for row in rows.sort_values(["source", "variable", "layer"]).itertuples():
-        key = (row.source, row.layer, metric, row.variable)
-        if key in seen or key not in texts:
-            continue
-        seen.add(key)
-        lines.append(f"| {row.source} | {row.layer} | {row.variable} | {texts[key][0]} | {row.predicted:.2f} | "
-                     f"{row.verdict} | {row.variable} {int(row.x_min)}–{int(row.x_max)}, {row.fixed} |")
-    return "\n".join(lines) + "\n"
+    for row in rows.sort_values(["source", "variable", "layer", "fixed"]).itertuples():
+        text, verdict, primary = texts[(row.source, row.layer, metric, row.variable, row.fixed)]
+        tag = row.fixed.replace(", ", ".").replace("=", "")
+        predicted = ctx.cite(f"{_fit_key(row.source, row.layer, metric, row.variable)}.{tag}.predicted",
+                             round(row.predicted, 2), "1", row.run_id, digits=3)
+        lines.append(f"| {row.source} | {row.layer}{' *' if primary else ''} | {row.variable} | {text} | {predicted} | "
+                     f"{verdict} | {row.variable} {int(row.x_min)}–{int(row.x_max)}, {row.fixed} |")
+    return "\n".join(lines) + "\n\n\\* the sweep shown in the summary table (the widest one).\n"
 
 
 def scaling_section(ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict, metric: str, title: str,
@@ -106,7 +109,7 @@ def scaling_section(ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict, met
                                   f"{METRIC_LABEL[metric].capitalize()} against {variable}, log-log, per layer "
                                   f"({', '.join(sorted(set(data['sweep'])))})"))
     parts.append(f"Fitted exponents ({fits.ASYMPTOTIC_RULE_TEXT}):\n")
-    parts.append(fits_markdown(fit_rows, metric, texts))
+    parts.append(fits_markdown(ctx, fit_rows, metric, texts))
     return "\n".join(parts)
 
 
@@ -117,7 +120,7 @@ def flops_check(ctx: ReportContext) -> str:
         return "_No counted FLOPs stored._\n"
     both = ok[ok["flops_counted"].notna()]
     equal = int((both["flops_counted"] == both["flops_analytic"]).sum())
-    uncounted = both["flops_uncounted_ops"].fillna("").astype(str)
+    uncounted = both["flops_uncounted_ops"].astype(object).fillna("").astype(str)
     with_uncounted = int((uncounted != "").sum())
     run_id = both["run_id"].iloc[-1]
     text = (f"Counted FLOPs equal the closed form at {ctx.cite('all.flops.points_equal', equal, 'points', run_id)} "
@@ -162,7 +165,7 @@ def crossover_section(ctx: ReportContext) -> str:
     """Where attention's time and FLOPs overtake the LSTM's and the convolution's, for each d."""
     ok = ctx.points[ctx.points["status"] == "ok"]
     rows, lines = [], []
-    for (source, d), group in ok.groupby(["source", "d"]):
+    for (source, d, batch), group in ok.groupby(["source", "d", "batch"]):
         att = group[group["layer"] == "attention"].set_index("n")
         for other in ("lstm", "conv"):
             oth = group[(group["layer"] == other) & ((group["k"] == 3) | group["k"].isna())].set_index("n")
@@ -175,28 +178,30 @@ def crossover_section(ctx: ReportContext) -> str:
             # The exact ratio of our closed forms: attention 8nd² + 4n²d against lstm 16nd² (n* = 2d) and
             # conv 2knd² (n* = (2k - 8)d/4, none for k <= 4: attention's projections alone cost more).
             predicted = int(2 * d) if other == "lstm" else None  # conv k = 3: 6nd² < 8nd², never
-            base = f"{source}.crossover.attention_vs_{other}.d{int(d)}"
+            base = f"{source}.crossover.attention_vs_{other}.d{int(d)}.batch{int(batch)}"
             def fmt(value, what):
                 if value is None:
                     below = att.loc[common[0], "time_median_s" if what == "time" else "flops_counted"] >= \
                         oth.loc[common[0], "time_median_s" if what == "time" else "flops_counted"]
                     return f"none in n = {common[0]}..{common[-1]} (attention {'costlier' if below else 'cheaper'} throughout)"
                 return ctx.cite(f"{base}.{what}_n", int(round(value)), "positions", run_id)
-            lines.append(f"| {source} | {int(d)} | {other} | {fmt(measured, 'time')} | {fmt(counted, 'flops')} | "
+            lines.append(f"| {source} | {int(d)} | {int(batch)} | {other} | {fmt(measured, 'time')} | {fmt(counted, 'flops')} | "
                          f"{'n < d (paper)' if other == 'lstm' else '-'} | "
                          f"{ctx.cite(base + '.predicted_n', predicted, 'positions', run_id) if predicted else 'none: attention always costs more FLOPs'} |")
             if measured is not None:
-                rows.append({"source": source, "d": d, "vs": other, "n*": measured, "kind": "time, measured"})
+                rows.append({"source": source, "d": d, "vs": f"{other}, batch {int(batch)}", "n*": measured,
+                             "kind": "time, measured"})
             if counted is not None:
-                rows.append({"source": source, "d": d, "vs": other, "n*": counted, "kind": "FLOPs, counted"})
+                rows.append({"source": source, "d": d, "vs": f"{other}, batch {int(batch)}", "n*": counted,
+                             "kind": "FLOPs, counted"})
     if not lines:
         return "_No n-sweep with attention beside lstm or conv at the same d._\n"
     text = ("Sequence length n* where attention becomes costlier than the other layer (log-log interpolation "
             "between measured points). The paper's rule of thumb: self-attention is cheaper than a recurrent "
             "layer when n < d (it compares only n²·d with n·d²); our counts include attention's four "
             "projections, 8·n·d² + 4·n²·d against the LSTM's 16·n·d², so FLOPs cross at n* = 2d.\n\n"
-            "| source | d | against | n* by time | n* by counted FLOPs | paper | n* by closed form |\n"
-            "| --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(lines) + "\n")
+            "| source | d | batch | against | n* by time | n* by counted FLOPs | paper | n* by closed form |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(lines) + "\n")
     if rows:
         data = pd.DataFrame(rows)
         fig, ax = plt.subplots(figsize=(6.2, 4.4))
@@ -279,10 +284,59 @@ def rss_table(ctx: ReportContext) -> str:
     top = ok.sort_values("mem_peak_bytes").groupby(["source", "layer"]).tail(1)
     lines = ["| source | layer | point | allocator peak | RSS growth (peak − before) |", "| --- | --- | --- | --- | --- |"]
     for row in top.itertuples():
-        growth = row.mem_rss_peak_bytes - row.mem_rss_base_bytes if not pd.isna(row.mem_rss_base_bytes) else math.nan
-        lines.append(f"| {row.source} | {row.layer} | n={int(row.n)}, d={int(row.d)} | {format_value(float(row.mem_peak_bytes), 'B')} | "
-                     f"{format_value(float(growth), 'B')} |")
+        key = f"{row.source}.{row.layer}.memory.largest_n{int(row.n)}_d{int(row.d)}_b{int(row.batch)}"
+        growth = ("–" if pd.isna(row.mem_rss_base_bytes) else
+                  ctx.cite(key + ".rss_growth_bytes", int(row.mem_rss_peak_bytes - row.mem_rss_base_bytes), "B", row.run_id))
+        lines.append(f"| {row.source} | {row.layer} | n={int(row.n)}, d={int(row.d)}, batch={int(row.batch)} | "
+                     f"{ctx.cite(key + '.peak_bytes', int(row.mem_peak_bytes), 'B', row.run_id)} | {growth} |")
     return ("The allocator's figure against what the operating system saw (resident set, VmHWM): the allocator "
             "reuses freed blocks and the OS counts pages touched, so they differ (an RSS growth of 0 B means the "
             "allocation was served from memory the process already held); largest point per layer:\n\n"
             + "\n".join(lines) + "\n")
+
+
+def sequential_time_section(ctx: ReportContext) -> str:
+    """Parallelism seen in time: at the smallest batch and d with an n-sweep, the recurrent layers' n
+    dependent steps against attention's and convolution's one parallel pass. On a GPU, attention and
+    convolution stay nearly flat until the device fills while the recurrence grows ~linearly in n."""
+    ok = ctx.points[ctx.points["status"] == "ok"]
+    wanted = ["rnn", "gru", "lstm", "conv", "attention"]
+    parts, frames = [], []
+    for source, part in ok.groupby("source"):
+        part = part[part["layer"].isin(wanted) & ((part["k"] == 3) | part["k"].isna())]
+        sizes = part.groupby(["batch", "d"]).filter(lambda g: g.groupby("layer")["n"].nunique().ge(3).sum() >= 2)
+        if sizes.empty:
+            continue
+        batch, d = sizes.sort_values(["batch", "d"]).iloc[0][["batch", "d"]]
+        sweep = sizes[(sizes["batch"] == batch) & (sizes["d"] == d)]
+        frames.append(sweep.assign(panel=f"{source}, batch {int(batch)}, d={int(d)}"))
+        growth = []
+        for layer, g in sweep.groupby("layer"):
+            g = g.sort_values("n")
+            if len(g) < 3:
+                continue
+            n_lo, n_hi = int(g.n.iloc[0]), int(g.n.iloc[-1])
+            factor = g["time_median_s"].iloc[-1] / g["time_median_s"].iloc[0]
+            key = f"{source}.{layer}.time.growth_n{n_lo}_to_n{n_hi}_b{int(batch)}_d{int(d)}"
+            growth.append(f"{layer} {ctx.cite(key, round(factor, 2), 'x', g.run_id.iloc[-1])} "
+                          f"(n = {n_lo} to {n_hi}, {n_hi // n_lo}x longer)")
+        parts.append(f"- {source} (batch {int(batch)}, d = {int(d)}), time grows by: " + "; ".join(growth) + ".")
+    if not frames:
+        return ""
+    data = pd.concat(frames, ignore_index=True)
+    panels = sorted(data["panel"].unique())
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.4), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        sub = data[data["panel"] == panel]
+        sns.lineplot(data=sub, x="n", y="time_median_s", hue="layer", style="layer", markers=True, dashes=False,
+                     hue_order=[l for l in wanted if l in set(sub["layer"])], ax=ax)
+        ax.set(xscale="log", yscale="log", xlabel="n", ylabel="time per forward pass (s)", title=panel)
+        ax.grid(True, which="both", alpha=0.3)
+    return ("### Sequential operations seen in time\n\nA recurrent layer must take its n steps one after "
+            "another; attention and convolution process all positions at once. Where the device has "
+            "parallel capacity to spare (a GPU at small batch and width), attention's and convolution's time "
+            "stays nearly flat in n until the device fills, while the recurrence's grows about linearly; "
+            "a CPU with few cores is already full, so there every layer's time grows with its work.\n\n"
+            + "\n".join(parts) + "\n\n"
+            + ctx.figure(fig, "time_sequential", "Time against n at the smallest batch and width swept: the "
+                         "recurrent layers' sequential steps against attention's and convolution's parallel pass."))
