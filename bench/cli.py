@@ -181,11 +181,13 @@ def _sweep(run_dir, meta, specs, policy, threads, args, done=frozenset(), oom_sp
     started = time.monotonic()
     options = RunOptions(threads=threads, policy=policy, seed=args.seed, progress=not args.no_progress)
     try:
+        # One peak per device and dtype, keyed `cpu`, `cuda`, `cuda-bfloat16`... (the report's source labels)
         peaks = meta.setdefault("matmul_peak", {})
         with pinned_threads(threads):
-            for device in sorted({s.device for s in specs}):
-                if device not in peaks:
-                    peaks[device] = matmul_peak(device)
+            for device, dtype in sorted({(s.device, s.dtype) for s in specs}):
+                key = device if dtype == "float32" else f"{device}-{dtype}"
+                if key not in peaks:
+                    peaks[key] = matmul_peak(device, models.DTYPES[dtype])
         storage.write_json(run_dir / "meta.json", meta)
         counts = run_sweep(specs, run_dir, options, done=done, oom_points=oom_specs)
     except KeyboardInterrupt:

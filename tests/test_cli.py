@@ -16,6 +16,7 @@ from bench import storage
 from bench.cli import main
 from bench.runner import point_id
 from bench.spec import PointSpec
+from conftest import cuda
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--rounds", "3", "--target-time", "0.01", "--no-progress"]
@@ -155,3 +156,25 @@ def test_ctrl_c_ends_the_run_as_interrupted(tmp_path):
     assert proc.returncode == 1 and "--resume" in err and "Traceback" not in err
     assert json.loads((out / "meta.json").read_text())["status"] == "interrupted"
     assert (out / "points.csv").read_text().endswith("\n")
+
+
+@cuda
+@pytest.mark.slow
+def test_a_gpu_run_counts_the_same_flops_as_the_cpu(tmp_path):
+    """On a GPU: timing synchronized, memory from the CUDA allocator, cuDNN and fused attention counted,
+    and each point's count equal to the CPU's for the same point."""
+    grid = ["--layers", "conv,lstm,gru,rnn,attention,attention_math,attention_local", "--n", "64,129",
+            "--d", "30", "--heads", "3", "--window", "16", "--batch", "2", *FAST]
+    assert main(["run", *grid, "--device", "cuda", "--dtype", "bfloat16", "--out", str(tmp_path / "gpu16")]) == 0
+    assert main(["run", *grid, "--device", "cuda", "--out", str(tmp_path / "gpu")]) == 0
+    assert main(["run", *grid, "--device", "cpu", "--out", str(tmp_path / "cpu")]) == 0
+    frames = {name: pd.read_csv(tmp_path / name / "points.csv") for name in ("gpu", "gpu16", "cpu")}
+    for name, df in frames.items():
+        assert (df["status"] == "ok").all(), df[df["status"] != "ok"][["layer", "error"]]
+        assert (df["flops_counted"] == df["flops_analytic"]).all(), name
+        assert (df["mem_peak_bytes"] > 0).all()
+    key = ["layer", "n"]
+    merged = frames["gpu"].merge(frames["cpu"], on=key, suffixes=("_gpu", "_cpu"))
+    assert (merged["flops_counted_gpu"] == merged["flops_counted_cpu"]).all()
+    meta = json.loads((tmp_path / "gpu16" / "meta.json").read_text())
+    assert "cuda-bfloat16" in meta["matmul_peak"] and any(d["device"].startswith("cuda") for d in meta["devices"])

@@ -224,13 +224,16 @@ def peak_section(ctx: ReportContext) -> str:
             peaks[(run_id, device)] = peak
     if ok.empty or not peaks:
         return "_No matmul peak stored with the runs._\n"
-    ok["peak"] = [peaks.get((r, d), {}).get("flops_per_s", math.nan) for r, d in zip(ok["run_id"], ok["device"])]
+    # meta.json keys each peak by the device, with `-<dtype>` for dtypes other than float32
+    keys = ok["device"] + ok["dtype"].map(lambda t: "" if t == "float32" else f"-{t}")
+    ok["peak"] = [peaks.get((r, k), {}).get("flops_per_s", math.nan) for r, k in zip(ok["run_id"], keys)]
+    ok["peak_key"] = keys
     ok = ok[ok["peak"].notna()]
     ok["achieved"] = ok["flops_counted"] / ok["time_median_s"]
     ok["fraction"] = ok["achieved"] / ok["peak"]
     lines = []
-    for (run_id, device), peak in sorted(peaks.items()):
-        source = ok.loc[(ok["run_id"] == run_id) & (ok["device"] == device), "source"]
+    for (run_id, key), peak in sorted(peaks.items()):
+        source = ok.loc[(ok["run_id"] == run_id) & (ok["peak_key"] == key), "source"]
         if source.empty:
             continue
         source = source.iloc[0]
