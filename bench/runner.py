@@ -36,15 +36,15 @@ def point_id(spec: PointSpec) -> str:
     return hashlib.sha1(spec.key.encode()).hexdigest()[:12]
 
 
+OOM_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
 def is_oom(exc: BaseException) -> bool:
-    """CPU allocators raise RuntimeError (or torch.OutOfMemoryError in recent releases); CUDA raises
-    torch.OutOfMemoryError."""
-    if isinstance(exc, torch.OutOfMemoryError):
+    """CUDA raises torch.OutOfMemoryError; the CPU allocator raises it in recent releases and a
+    RuntimeError ("DefaultCPUAllocator: can't allocate memory") in others."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
         return True
-    text = str(exc).lower()
-    return isinstance(exc, (RuntimeError, MemoryError)) and (
-        "out of memory" in text or "can't allocate memory" in text or "cannot allocate memory" in text
-        or isinstance(exc, MemoryError))
+    return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MESSAGES)
 
 
 def _free(device: str) -> None:
@@ -57,12 +57,7 @@ def measure_point(spec: PointSpec, options: RunOptions) -> tuple[dict, dict | No
     """The points.csv row of one point and pytest-benchmark's timing record (None if not timed).
     Pure: returns values; the caller stores them."""
     cfg = spec.config()
-    row = spec.as_row()
-    row.update(
-        point_id=point_id(spec), threads=torch.get_num_threads(),
-        flops_analytic=models.analytic_flops(spec.layer, spec.batch, spec.n, cfg),
-        mem_analytic_bytes=models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg),
-    )
+    row = _base_row(spec)
     record = None
     failure: tuple[str, str] | None = None
     try:
@@ -107,14 +102,18 @@ def _larger(spec: PointSpec, than: PointSpec) -> bool:
     return same and spec.n >= than.n and spec.d >= than.d and spec.batch >= than.batch and spec != than
 
 
-def _skipped_row(spec: PointSpec, reason: str) -> dict:
+def _base_row(spec: PointSpec) -> dict:
+    """The columns every row has, measured or not: the spec, its id, the threads, the closed forms."""
     cfg = spec.config()
     row = spec.as_row()
-    row.update(point_id=point_id(spec), threads=torch.get_num_threads(), status="skipped", error=reason,
+    row.update(point_id=point_id(spec), threads=torch.get_num_threads(),
                flops_analytic=models.analytic_flops(spec.layer, spec.batch, spec.n, cfg),
-               mem_analytic_bytes=models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg),
-               finished_utc=storage.utc_now())
+               mem_analytic_bytes=models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg))
     return row
+
+
+def _skipped_row(spec: PointSpec, reason: str) -> dict:
+    return dict(_base_row(spec), status="skipped", error=reason, finished_utc=storage.utc_now())
 
 
 @contextmanager

@@ -104,12 +104,15 @@ def test_run_writes_the_interface_files(tmp_path, capsys):
 def test_oom_is_recorded_and_the_sweep_goes_on(tmp_path):
     """attention_math at n = 131072 needs a 64 GiB score matrix: more than any CI machine has."""
     out = tmp_path / "run"
-    assert main(["run", "--layers", "attention_math,conv", "--n", "128,131072", "--d", "16", "--heads", "1",
+    assert main(["run", "--layers", "attention_math,conv", "--n", "128,131072,262144", "--d", "16", "--heads", "1",
                  "--device", "cpu", "--out", str(out), *FAST]) == 0
     df = pd.read_csv(out / "points.csv").set_index(["layer", "n"])
     assert df.loc[("attention_math", 131072), "status"] == "oom"
     assert "allocate" in df.loc[("attention_math", 131072), "error"]
-    assert (df.drop(("attention_math", 131072))["status"] == "ok").all()
+    # a larger point of the same layer is not tried, and says why
+    assert df.loc[("attention_math", 262144), "status"] == "skipped"
+    assert "n=131072" in df.loc[("attention_math", 262144), "error"]
+    assert (df.drop([("attention_math", 131072), ("attention_math", 262144)])["status"] == "ok").all()
 
 
 @pytest.mark.slow
