@@ -58,7 +58,10 @@ def problems_section(ctx: ReportContext) -> str:
     text = (f"Points not measured: {ctx.cite('all.points.not_ok', len(bad), 'points', run_id)}; points whose "
             f"timing is noisy (IQR above 10 % of the median; kept, flagged): "
             f"{ctx.cite('all.points.noisy', len(noisy), 'points', run_id)} of "
-            f"{ctx.cite('all.points.ok', int((ctx.points['status'] == 'ok').sum()), 'points', run_id)}.\n")
+            f"{ctx.cite('all.points.ok', int((ctx.points['status'] == 'ok').sum()), 'points', run_id)}. "
+            "On a shared or virtual machine the speed drifts in phases of tens of milliseconds, so many "
+            "sub-millisecond points exceed 10 %; their medians come from rounds spread over about 0.3 s and "
+            "stay usable, and each point's spread is in points.csv (`time_iqr_s`).\n")
     if len(bad):
         text += "\n" + bad[["source", "layer", "n", "d", "k", "heads", "window", "status", "error"]] \
             .to_markdown(index=False) + "\n"
