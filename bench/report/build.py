@@ -104,7 +104,7 @@ def build_report(results: list[Path], out_dir: Path, skip_bad: bool = False) -> 
         table = summary_rows(ctx, fit_rows, texts)
         parts += ["## The table, measured\n",
                   "Predicted (Table 1) beside measured: exponents of power-law fits (✓ consistent with the "
-                  f"prediction within the stated tolerance, ✗ not; tolerances {fits.TOLERANCE}), sequential "
+                  "prediction within ± " + ", ± ".join(f"{v} for {k}" for k, v in fits.TOLERANCE.items()) + ", ✗ not), sequential "
                   "depth measured at the operator level, layers needed for position 0 to reach position n−1. "
                   "Details and intervals in the sections below.\n", summary_markdown(table), problems_section(ctx)]
         parts.append(scaling_section(ctx, fit_rows, texts, "flops", "Compute: FLOPs",

@@ -123,8 +123,8 @@ def flops_check(ctx: ReportContext) -> str:
     uncounted = both["flops_uncounted_ops"].astype(object).fillna("").astype(str)
     with_uncounted = int((uncounted != "").sum())
     run_id = both["run_id"].iloc[-1]
-    text = (f"Counted FLOPs equal the closed form at {ctx.cite('all.flops.points_equal', equal, 'points', run_id)} "
-            f"of {ctx.cite('all.flops.points_counted', len(both), 'points', run_id)} measured points; "
+    text = (f"Counted FLOPs equal the closed form at {ctx.cite('all.flops.points_equal', equal, 'points', run_id)}, "
+            f"out of {ctx.cite('all.flops.points_counted', len(both), 'points', run_id)} measured; "
             f"points with operators that ran uncounted: {ctx.cite('all.flops.points_with_uncounted_ops', with_uncounted, 'points', run_id)}.")
     bad = both[both["flops_counted"] != both["flops_analytic"]]
     if len(bad):
