@@ -107,8 +107,8 @@ def _grid_specs(args) -> list[PointSpec]:
     if missing:
         raise BadInput(f"run: give --preset NAME or a grid; missing {' '.join(missing)}")
     return expand_grid(
-        layers=args.layers, n=args.n, d=args.d, k=args.k or [3], heads=[args.heads], window=[args.window],
-        batch=[args.batch], devices=resolve_devices(args.device), dtypes=[args.dtype or "float32"],
+        layers=args.layers, n=args.n, d=args.d, k=args.k or [3], heads=[args.heads or 1], window=[args.window],
+        batch=[args.batch or 1], devices=resolve_devices(args.device), dtypes=[args.dtype or "float32"],
     )
 
 
@@ -116,7 +116,16 @@ def _device_tag(specs: list[PointSpec]) -> str:
     return "-".join(sorted({s.device for s in specs}))
 
 
+GRID_OPTIONS = ("layers", "n", "d", "k", "heads", "batch", "window")
+
+
 def cmd_run(args, argv) -> int:
+    grid_given = [f"--{name}" for name in GRID_OPTIONS if getattr(args, name) is not None]
+    if args.resume is not None and (args.preset is not None or grid_given):
+        raise BadInput(f"--resume {args.resume}: finishes the run as planned; drop "
+                       f"{' '.join((['--preset'] if args.preset else []) + grid_given)}")
+    if args.preset is not None and grid_given:
+        raise BadInput(f"--preset {args.preset} and {' '.join(grid_given)}: give a preset or a grid, not both")
     if args.resume is not None:
         return _resume(args)
     if args.preset is not None:
@@ -318,10 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--n", type=_int_list("n"), help="sequence lengths, e.g. 64,128,256")
     run.add_argument("--d", type=_int_list("d"), help="widths")
     run.add_argument("--k", type=_int_list("k"), help="odd kernel sizes of the convolutions (default 3)")
-    run.add_argument("--heads", type=_positive_int("heads"), default=1, help="attention heads (default 1)")
-    run.add_argument("--batch", type=_positive_int("batch"), default=1, help="batch size (default 1)")
+    run.add_argument("--heads", type=_positive_int("heads"), default=None, help="attention heads (default 1)")
+    run.add_argument("--batch", type=_positive_int("batch"), default=None, help="batch size (default 1)")
     run.add_argument("--window", type=_positive_int("window"), default=None,
-                     help="r, the window of attention_local (default: n/8 is not guessed; required for it)")
+                     help="r, the window of attention_local (required for it)")
     run.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto",
                      help="cpu, cuda, or auto: every device present (default)")
     run.add_argument("--dtype", choices=list(models.DTYPES), default=None, help="default float32")

@@ -44,6 +44,9 @@ def _bad(capsys, argv):
     (["report", "--results", "/nonexistent/results"], "/nonexistent/results"),
     (["paths", "--layers", "conv", "--n", "64", "--k", "4"], "4"),
     (["run", "--layers", "conv", "--d", "8"], "--n"),
+    (["run", "--preset", "quick", "--n", "64"], "not both"),
+    (["run", "--preset", "quick", "--batch", "8"], "--batch"),
+    (["run", "--resume", "/tmp/x", "--layers", "conv"], "--layers"),
 ])
 def test_bad_input_exits_2_with_one_line_naming_it(capsys, argv, named):
     code, err = _bad(capsys, argv)
