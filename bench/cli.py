@@ -172,7 +172,6 @@ def _resume(args) -> int:
             done = set(df["point_id"])
             by_id = {point_id(s): s for s in specs}
             oom_specs = [by_id[p] for p in df.loc[df["status"] == "oom", "point_id"] if p in by_id]
-    storage.repair_tail(run_dir / "timings.jsonl")
     meta.setdefault("resumed_utc", []).append(storage.utc_now())
     meta.update(status="running", finished_utc=None)
     storage.write_json(run_dir / "meta.json", meta)
@@ -198,7 +197,7 @@ def _sweep(run_dir, meta, specs, policy, threads, args, done=frozenset(), oom_sp
                 if key not in peaks:
                     peaks[key] = matmul_peak(device, models.DTYPES[dtype])
         storage.write_json(run_dir / "meta.json", meta)
-        counts = run_sweep(specs, run_dir, options, done=done, oom_points=oom_specs)
+        run_sweep(specs, run_dir, options, done=done, oom_points=oom_specs)
     except KeyboardInterrupt:
         meta.update(status="interrupted", finished_utc=storage.utc_now())
         storage.write_json(run_dir / "meta.json", meta)

@@ -2,14 +2,11 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 
 import models
 
 from .errors import BadInput
-
-DEVICES = ("cpu", "cuda", "auto")
-
 
 @dataclass(frozen=True, order=True)
 class PointSpec:
@@ -111,6 +108,3 @@ def expand_grid(
             specs.append(spec)
     return [validate(s) for s in specs]
 
-
-def on_device(specs: list[PointSpec], device: str) -> list[PointSpec]:
-    return [replace(s, device=device) for s in specs]

@@ -103,11 +103,12 @@ def repair_tail(path: Path) -> None:
     """Drop a partial last line (a write cut off by a kill) so appends start on a fresh line."""
     if not path.exists() or path.stat().st_size == 0:
         return
-    data = path.read_bytes()
-    if data.endswith(b"\n"):
-        return
     with open(path, "r+b") as f:
-        f.truncate(data.rfind(b"\n") + 1)
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":  # the usual case, checked on every append: read one byte, not the file
+            return
+        f.seek(0)
+        f.truncate(f.read().rfind(b"\n") + 1)
 
 
 def _csv_line(values: list) -> str:
