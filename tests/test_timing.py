@@ -75,9 +75,12 @@ def test_harness_median_agrees_with_torch_utils_benchmark():
     timer = tb.Timer("layer(x)", globals={"layer": layer, "x": x}, num_threads=torch.get_num_threads())
     ours, theirs = [], []
     with torch.inference_mode():
-        for _ in range(3):  # interleaved, best of three each: a burst of load on a shared machine hits both
-            ours.append(time_call(lambda: layer(x), policy=TimingPolicy(min_rounds=15, target_s=0.2)).median_s)
-            theirs.append(timer.blocked_autorange(min_run_time=0.2).median)
+        # Interleaved, best of eight short measurements each: a shared machine drifts between fast and slow
+        # phases of tens of ms; with three 0.2 s measurements one side sometimes saw only slow phases
+        # (ratio up to 1.06 in 25 trials here), with eight of 0.075 s the worst of 40 trials was 0.16.
+        for _ in range(8):
+            ours.append(time_call(lambda: layer(x), policy=TimingPolicy(min_rounds=15, target_s=0.075)).median_s)
+            theirs.append(timer.blocked_autorange(min_run_time=0.075).median)
     assert abs(min(ours) - min(theirs)) / min(theirs) < 0.25, (ours, theirs)
 
 
