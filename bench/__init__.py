@@ -1,6 +1,7 @@
 """seqlayer-bench: measures the complexity table of sequence layers (Vaswani et al. 2017, Table 1).
 
-One sweep point travels: cli.py (parse, validate) -> spec.py (frozen PointSpec) -> runner.py (build the
-layer, then one pass each: timing.py, flops.py, memory.py) -> storage.py (a row of points.csv) ->
+One sweep point travels: cli.py (parse, validate) -> spec.py (frozen PointSpec) -> run.py (the run's
+life: interleaved passes, load, re-measurement) -> point.py (one pass: build the layer, timing.py; on the
+first pass flops.py and memory.py) -> storage.py (timings.jsonl per pass, a row of points.csv) ->
 report/ (fits.py, figures, verdicts) -> reports/.
 """

@@ -18,8 +18,9 @@ Sinusoidal encoding (Vaswani et al. 2017, §3.5): PE(pos, 2i) = sin(pos·ω_i), 
 ω_i = 10000^(-2i/d). `sinusoidal_encoding` computes it the way the common PyTorch recipe does (position
 times an exp-computed frequency, in the requested dtype), so float32 rounding is that of real models.
 
-Everything here is pure: values are returned; nothing is written or printed. Times are medians of
-interleaved blocks of calls on one thread (`interleaved_times_s`, method at TIME_ROUNDS); FLOPs from
+Everything here is pure: values are returned; nothing is written or printed. Times are medians from the
+sweep's own engine, interleaved passes over the variants on one thread (`interleaved_times_s`, method at
+TIME_POLICY); FLOPs from
 bench.flops.count_flops (the interface's convention: 2 FLOPs per multiply-accumulate of matrix products;
 softmax, tanh, additions not counted).
 """
@@ -27,10 +28,9 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Callable, Hashable
 
 import pandas as pd
 import torch
@@ -40,6 +40,7 @@ from torch import nn
 import models
 from bench.flops import count_flops
 from bench.threads import pinned_threads
+from bench.timing import TimingPolicy, interleaved
 from models import LayerConfig
 
 VERDICTS = ("holds", "fails", "partly")
@@ -53,15 +54,12 @@ D_KS = (16, 64, 256, 1024)  # key widths for the scaling claims (1, 2)
 D_MODEL = 512  # the paper's d_model, for the positional-encoding claims
 PE_BASE = 10000.0  # the paper's base: wavelengths 2π .. 10000·2π
 
-# Timing (claims 3 and 4 compare times of variants, so only ratios matter): each variant's per-call time is
-# the median of TIME_ROUNDS blocks of calls, each block at least TIME_BLOCK_S long; the blocks of all variants
-# are interleaved round by round, so a change of load (other processes on the machine) hits every variant
+# Timing (claims 3 and 4 compare times of variants, so only ratios matter): the sweep's engine,
+# bench.timing.interleaved, with TIME_POLICY: every variant's rounds are split over passes that visit the
+# variants in shuffled order, so a change of load (other processes on the machine) hits every variant
 # alike. One thread: oversubscribed OpenMP threads on a shared machine were seen to slow a call 50-fold at
-# random, which no median repairs; one thread per call keeps the ratios stable. (torch.utils.benchmark's
-# Timer.timeit runs two untimed warm-up calls before every block, which would triple the cost of the
-# interleaved rounds here, so the blocks are timed directly with time.perf_counter.)
-TIME_ROUNDS = 9
-TIME_BLOCK_S = 0.015
+# random, which no median repairs; one thread per call keeps the ratios stable.
+TIME_POLICY = TimingPolicy(min_rounds=9, max_rounds=9, target_s=0.1, min_round_s=0.015, passes=3)
 TIME_THREADS = 1
 CLAIMS_THREADS = 1  # measure_claims as a whole (see its docstring)
 
@@ -113,28 +111,13 @@ def _generator(seed: int, offset: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1000 + offset)
 
 
-def interleaved_times_s(fns: dict[str, Callable[[], object]], rounds: int = TIME_ROUNDS,
-                        block_s: float = TIME_BLOCK_S,
-                        clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
-    """Median seconds per call of each callable, measured interleaved (see TIME_ROUNDS above) on
-    TIME_THREADS threads, after one untimed warm-up call (parts of PyTorch initialise lazily) whose
-    successor, timed, sets how many calls make a block. `clock` is the seam for tests."""
-    def block(fn, calls: int) -> float:
-        start = clock()
-        for _ in range(calls):
-            fn()
-        return (clock() - start) / calls
-
+def interleaved_times_s(fns: dict[Hashable, Callable[[], object]], policy: TimingPolicy = TIME_POLICY,
+                        clock: Callable[[], float] = time.perf_counter) -> dict[Hashable, float]:
+    """Median seconds per call of each callable, by bench.timing.interleaved (see TIME_POLICY above) on
+    TIME_THREADS threads, in inference mode. `clock` is the seam for tests."""
     with pinned_threads(TIME_THREADS), torch.inference_mode():
-        calls = {}
-        for name, fn in fns.items():
-            fn()  # warm-up
-            calls[name] = max(1, math.ceil(block_s / max(block(fn, 1), 1e-9)))
-        per_call: dict[str, list[float]] = {name: [] for name in fns}
-        for _ in range(rounds):
-            for name, fn in fns.items():
-                per_call[name].append(block(fn, calls[name]))
-    return {name: statistics.median(times) for name, times in per_call.items()}
+        timings = interleaved(fns, policy, clock=clock)
+    return {name: t.median_s for name, t in timings.items()}
 
 
 def counted_flops(fn: Callable[[], object]) -> int:

@@ -5,9 +5,8 @@ naming the bad value and what is allowed, no traceback; 1 any other failure (a t
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, replace
+from dataclasses import replace
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import models
 from . import machine, storage
 from .errors import BadInput, RunFailed
 from .presets import get_preset, load_presets
-from .spec import PointSpec, expand_grid, validate
+from .spec import PointSpec, expand_grid
 from .timing import TimingPolicy
 
 
@@ -88,19 +87,6 @@ def resolve_devices(device: str) -> list[str]:
     return [device]
 
 
-def _run_meta(kind: str, command: list[str], preset: str | None, threads: int) -> dict:
-    return {
-        "run_id": None, "kind": kind, "started_utc": storage.utc_now(), "finished_utc": None,
-        "status": "running", "command": " ".join(command), "preset": preset, **machine.run_meta(threads),
-    }
-
-
-def _new_run_folder(out: Path | None, tag: str) -> Path:
-    if out is not None:
-        return storage.claim_out_dir(out)
-    return storage.new_run_dir(storage.RESULTS_ROOT, storage.make_run_id(tag))
-
-
 # ---------------------------------------------------------------------------------------------- run
 def _grid_specs(args) -> list[PointSpec]:
     missing = [f"--{name}" for name in ("layers", "n", "d") if getattr(args, name) is None]
@@ -112,117 +98,52 @@ def _grid_specs(args) -> list[PointSpec]:
     )
 
 
-def _device_tag(specs: list[PointSpec]) -> str:
-    return "-".join(sorted({s.device for s in specs}))
-
-
 GRID_OPTIONS = ("layers", "n", "d", "k", "heads", "batch", "window")
+POLICY_OPTIONS = ("rounds", "target_time", "passes", "threads")
+
+
+def _policy(args, policy: TimingPolicy) -> TimingPolicy:
+    """The preset's (or default) timing policy with --rounds, --target-time, --passes applied."""
+    if args.rounds is not None:
+        policy = replace(policy, min_rounds=args.rounds, max_rounds=max(args.rounds, policy.max_rounds))
+    if args.target_time is not None:
+        policy = replace(policy, target_s=args.target_time)
+    if args.passes is not None:
+        policy = replace(policy, passes=args.passes)
+    return policy
 
 
 def cmd_run(args, argv) -> int:
+    from .run import Run  # noqa: PLC0415 - keeps `--help` fast
+
     grid_given = [f"--{name}" for name in GRID_OPTIONS if getattr(args, name) is not None]
-    if args.resume is not None and (args.preset is not None or grid_given):
-        raise BadInput(f"--resume {args.resume}: finishes the run as planned; drop "
-                       f"{' '.join((['--preset'] if args.preset else []) + grid_given)}")
-    if args.preset is not None and grid_given:
-        raise BadInput(f"--preset {args.preset} and {' '.join(grid_given)}: give a preset or a grid, not both")
     if args.resume is not None:
-        return _resume(args)
-    if args.preset is not None:
-        preset = get_preset(args.preset)
-        specs = preset.specs(resolve_devices(args.device), dtype=args.dtype)
-        policy = preset.timing
+        given = (["--preset"] if args.preset else []) + grid_given + [
+            f"--{name.replace('_', '-')}" for name in POLICY_OPTIONS if getattr(args, name) is not None]
+        if given:
+            raise BadInput(f"--resume {args.resume}: finishes the run as planned; drop {' '.join(given)}")
+        run = Run.resume(args.resume)
     else:
-        specs = _grid_specs(args)
-        policy = TimingPolicy()
-    if args.rounds is not None or args.target_time is not None:
-        rounds = args.rounds or policy.min_rounds
-        policy = replace(policy, min_rounds=rounds, max_rounds=max(rounds, policy.max_rounds),
-                         target_s=policy.target_s if args.target_time is None else args.target_time)
-    threads = args.threads or torch.get_num_threads()
-    run_dir = _new_run_folder(args.out, _device_tag(specs))
-    meta = _run_meta("run", argv, args.preset, threads)
-    meta.update(run_id=run_dir.name, points_planned=len(specs),
-                timing_policy=asdict(policy))
-    storage.write_json(run_dir / "plan.json", {"specs": [s.as_row() for s in specs],
-                                               "timing_policy": meta["timing_policy"], "seed": args.seed})
-    storage.write_json(run_dir / "meta.json", meta)
-    return _sweep(run_dir, meta, specs, policy, threads, args)
-
-
-def _resume(args) -> int:
-    from .runner import point_id  # noqa: PLC0415 - keeps `--help` fast
-
-    run_dir = args.resume
-    if not run_dir.is_dir() or not storage.is_run_dir(run_dir):
-        raise BadInput(f"--resume {run_dir}: not a run folder (no meta.json there)")
-    meta = storage.read_json(run_dir / "meta.json")
-    plan = storage.read_json(run_dir / "plan.json")
-    specs = [validate(PointSpec(**row)) for row in plan["specs"]]
-    for device in {s.device for s in specs}:
-        resolve_devices(device)
-    policy = TimingPolicy(**plan["timing_policy"])
-    args.seed = plan.get("seed", 0)
-    done, oom_specs = set(), []
-    points_path = run_dir / "points.csv"
-    if points_path.exists():
-        storage.repair_tail(points_path)
-        if points_path.stat().st_size:
-            df = storage.read_points(run_dir)
-            done = set(df["point_id"])
-            by_id = {point_id(s): s for s in specs}
-            oom_specs = [by_id[p] for p in df.loc[df["status"] == "oom", "point_id"] if p in by_id]
-    meta.setdefault("resumed_utc", []).append(storage.utc_now())
-    meta.update(status="running", finished_utc=None)
-    storage.write_json(run_dir / "meta.json", meta)
-    print(f"resuming {run_dir}: {len(done)} of {len(specs)} points stored, "
-          f"{len([s for s in specs if point_id(s) not in done])} to measure", file=sys.stderr)
-    return _sweep(run_dir, meta, specs, policy, meta.get("threads") or torch.get_num_threads(), args,
-                  done=done, oom_specs=oom_specs)
-
-
-def _sweep(run_dir, meta, specs, policy, threads, args, done=frozenset(), oom_specs=()) -> int:
-    from .peak import matmul_peak  # noqa: PLC0415
-    from .runner import RunOptions, run_sweep  # noqa: PLC0415
-    from .threads import pinned_threads  # noqa: PLC0415
-
-    started = time.monotonic()
-    options = RunOptions(threads=threads, policy=policy, seed=args.seed, progress=not args.no_progress)
+        if args.preset is not None and grid_given:
+            raise BadInput(f"--preset {args.preset} and {' '.join(grid_given)}: give a preset or a grid, not both")
+        if args.preset is not None:
+            preset = get_preset(args.preset)
+            specs, policy = preset.specs(resolve_devices(args.device), dtype=args.dtype), preset.timing
+        else:
+            specs, policy = _grid_specs(args), TimingPolicy()
+        run = Run.create(specs, _policy(args, policy), out=args.out, command=argv, preset=args.preset,
+                         threads=args.threads, seed=args.seed)
     try:
-        # One peak per device and dtype, keyed `cpu`, `cuda`, `cuda-bfloat16`... (the report's source labels)
-        peaks = meta.setdefault("matmul_peak", {})
-        with pinned_threads(threads):
-            for device, dtype in sorted({(s.device, s.dtype) for s in specs}):
-                key = device if dtype == "float32" else f"{device}-{dtype}"
-                if key not in peaks:
-                    peaks[key] = matmul_peak(device, models.DTYPES[dtype])
-        storage.write_json(run_dir / "meta.json", meta)
-        run_sweep(specs, run_dir, options, done=done, oom_points=oom_specs)
+        meta = run.execute(progress=not args.no_progress)
     except KeyboardInterrupt:
-        meta.update(status="interrupted", finished_utc=storage.utc_now())
-        storage.write_json(run_dir / "meta.json", meta)
-        print(f"interrupted: the points finished so far are stored in {run_dir}; finish the run with "
-              f"`python -m bench run --resume {run_dir}`", file=sys.stderr)
+        print(f"interrupted: the passes finished so far are stored in {run.dir}; finish the run with "
+              f"`python -m bench run --resume {run.dir}`", file=sys.stderr)
         return 1
-    df = storage.read_points(run_dir)
-    meta.update(status="finished", finished_utc=storage.utc_now(),
-                points_stored=int(len(df)), status_counts={k: int(v) for k, v in df["status"].value_counts().items()})
-    storage.write_json(run_dir / "meta.json", meta)
-    storage.write_json(run_dir / "pytest-benchmark.json", {
-        "machine_info": meta["machine_info"], "commit_info": meta["commit_info"],
-        "benchmarks": storage.read_timing_records(run_dir), "datetime": meta["started_utc"],
-        "version": _pytest_benchmark_version(),
-    })
     summary = ", ".join(f"{v} {k}" for k, v in meta["status_counts"].items())
-    noisy = int(df.get("time_noisy", False).fillna(False).astype(bool).sum()) if "time_noisy" in df else 0
-    print(f"run {run_dir.name}: {len(df)} points ({summary}; {noisy} noisy) in "
-          f"{time.monotonic() - started:.0f} s -> {run_dir}")
+    print(f"run {run.dir.name}: {meta['points_stored']} points ({summary}; {meta['points_noisy']} noisy, "
+          f"{meta['points_remeasured']} measured again, {meta['points_unreliable']} unreliable) in "
+          f"{meta['measure_s']:.0f} s on {meta['threads']} thread(s) -> {run.dir}")
     return 0
-
-
-def _pytest_benchmark_version() -> str:
-    from importlib.metadata import version  # noqa: PLC0415
-    return version("pytest-benchmark")
 
 
 # -------------------------------------------------------------------------------------------- paths
@@ -255,8 +176,10 @@ def _write_side_table(args, argv, kind: str, table) -> int:
             raise BadInput(f"--out {out}: already has {filename}; run folders are never overwritten")
         run_dir = out
     else:
-        run_dir = _new_run_folder(out, kind)
-        meta = _run_meta(kind, argv, getattr(args, "preset", None), torch.get_num_threads())
+        from .run import new_run_folder, run_meta  # noqa: PLC0415
+
+        run_dir = new_run_folder(out, kind)
+        meta = run_meta(kind, argv, getattr(args, "preset", None), torch.get_num_threads())
         meta.update(run_id=run_dir.name, status="finished", finished_utc=storage.utc_now())
         storage.write_json(run_dir / "meta.json", meta)
     storage.write_table(run_dir / filename, table)
@@ -334,10 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="cpu, cuda, or auto: every device present (default)")
     run.add_argument("--dtype", choices=list(models.DTYPES), default=None, help="default float32")
     run.add_argument("--threads", type=_positive_int("threads"), default=None,
-                     help="torch intra-op threads, pinned for the run (default: torch's, the physical cores)")
+                     help="torch intra-op threads, pinned for the run (default: the physical cores other "
+                          "processes leave free, less one for the system; see bench/load.py)")
     run.add_argument("--rounds", type=_positive_int("rounds"), default=None, help="minimum timed rounds")
     run.add_argument("--target-time", type=_positive_float("target-time"), default=None,
-                     help="seconds of timed rounds per point, roughly (default: the preset's, else 0.3)")
+                     help="seconds of timed rounds per point, roughly (default: the preset's)")
+    run.add_argument("--passes", type=_positive_int("passes"), default=None,
+                     help="interleaved passes over the plan (default: the preset's)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--out", type=Path, help="a new or empty folder for the run (default results/<run-id>)")
     run.add_argument("--resume", type=Path, help="finish an interrupted or killed run in this folder")

@@ -1,6 +1,7 @@
 """Sweep points: frozen specs, expanded from a grid and validated before anything is measured."""
 from __future__ import annotations
 
+import hashlib
 import itertools
 from dataclasses import asdict, dataclass, fields
 
@@ -27,6 +28,11 @@ class PointSpec:
     def key(self) -> str:
         """A stable id of the point inside a run: what --resume uses to know a point is done."""
         return "|".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+
+    @property
+    def point_id(self) -> str:
+        """The short id of the point in points.csv and timings.jsonl (a hash of `key`)."""
+        return hashlib.sha1(self.key.encode()).hexdigest()[:12]
 
     def config(self) -> models.LayerConfig:
         kwargs = {"d": self.d, "dtype": self.dtype}

@@ -1,9 +1,11 @@
 """Run folders: the only module that writes measurements to disk.
 
 A run folder (results/<run-id>/) holds meta.json, plan.json (the points the run is to measure),
-points.csv (one row per finished point), timings.jsonl (pytest-benchmark's record of each timed point,
-as it finishes) and, once the run ends, pytest-benchmark.json (those records in pytest-benchmark's own
-file format, with machine_info and commit_info). paths.csv and claims.csv come from their commands.
+points.csv (one row per finished point), timings.jsonl (pytest-benchmark's record of each pass over each
+point, as it finishes: what --resume reads to skip the passes already done), errors.log (the full
+traceback of each point that failed) and, once the run ends, pytest-benchmark.json (one record per point,
+all its rounds, in pytest-benchmark's own file format, with machine_info and commit_info). paths.csv and
+claims.csv come from their commands.
 
 Nothing measured is lost if a run stops: rows are appended whole (one write of the full line, then flush
 and fsync), so a killed process leaves at most one partial last line, which `read_points` ignores and
@@ -27,13 +29,14 @@ POINT_COLUMNS = [
     # the spec
     "layer", "device", "dtype", "batch", "n", "d", "k", "heads", "window", "dilation",
     # time (seconds per forward pass) and its spread
-    "time_median_s", "time_iqr_s", "time_mean_s", "time_min_s", "rounds", "iterations", "time_noisy",
+    "time_median_s", "time_iqr_s", "time_mean_s", "time_min_s", "time_ci_low_s", "time_ci_high_s",
+    "rounds", "iterations", "passes", "time_pass_spread", "time_noisy", "time_reliable", "time_flag", "attempts",
     # compute
     "flops_analytic", "flops_counted", "flops_uncounted_ops", "flops_elementwise",
     # memory
     "mem_peak_bytes", "mem_rss_peak_bytes", "mem_rss_base_bytes", "mem_analytic_bytes", "mem_method",
     # bookkeeping
-    "threads", "status", "error", "point_id", "finished_utc",
+    "threads", "load_others_cores", "status", "error", "point_id", "finished_utc",
 ]
 STATUSES = ("ok", "oom", "error", "skipped")
 RESULTS_ROOT = Path(__file__).resolve().parent.parent / "results"
@@ -139,16 +142,27 @@ def append_timing_record(run_dir: Path, record: dict) -> None:
 
 
 def read_timing_records(run_dir: Path) -> list[dict]:
+    """Every record of timings.jsonl. A cut-off last line (a killed writer; that pass is measured again)
+    is ignored; a damaged line anywhere else is an error naming it."""
     path = run_dir / "timings.jsonl"
     if not path.exists():
         return []
+    text = path.read_text()
+    lines = text.splitlines()
+    if text and not text.endswith("\n"):
+        lines = lines[:-1]
     out = []
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(lines, 1):
         try:
             out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut off by a kill; its point has no row either and is measured again
+        except json.JSONDecodeError as exc:
+            raise RunFailed(f"{path}: damaged at line {number} ({exc})") from None
     return out
+
+
+def append_error(run_dir: Path, what: str, traceback_text: str) -> None:
+    """The full traceback of a failed point, in errors.log (points.csv keeps its first line)."""
+    _append_line(run_dir / "errors.log", f"=== {utc_now()} {what}\n{traceback_text.rstrip()}\n")
 
 
 def read_csv(path: Path) -> pd.DataFrame:

@@ -1,43 +1,69 @@
-"""Wall-clock timing of one forward pass, with pytest-benchmark as the engine.
+"""Wall-clock timing of one forward pass, with pytest-benchmark as the engine, measured in interleaved passes.
 
-Method (after torch.utils.benchmark.Timer's and pytest-benchmark's own):
-- Warm-up first: parts of PyTorch initialise lazily (oneDNN primitives, cuDNN plans, allocator pools), so
-  the first calls are slower than the steady state we want. `WARMUP_ROUNDS` untimed rounds run after one
-  calibration call.
-- Calibration: after one untimed call, a warm calibration call's time t sets `iterations` (calls per round) so that a round lasts at
-  least `min_round_s` (well above the clock's resolution), and `rounds` so that the timed rounds take about
-  `target_s` in all, clamped to [`min_rounds`, `max_rounds`].
+Method (after torch.utils.benchmark.Timer, pytest-benchmark, Google Benchmark's random interleaving and
+asv's rounds):
+- Warm-up: parts of PyTorch initialise lazily (oneDNN primitives, cuDNN plans, allocator pools), so the
+  first call after a layer is built is slower than the steady state. Every pass makes one untimed call,
+  then pytest-benchmark runs `WARMUP_ROUNDS` untimed round(s) before the timed ones.
+- Calibration (once per point, on its first pass): a warm call's time t sets `iterations`, the calls per
+  round, so that a round lasts at least `min_round_s` (far above the clock's resolution and long enough to
+  average the jitter of a virtual machine), and `rounds`, so that the timed rounds take about `target_s`
+  in all, clamped to [`min_rounds`, `max_rounds`].
+- Interleaving: the rounds of a point are split over `passes` passes (at least `MIN_ROUNDS_PER_PASS`
+  each). A run visits every point once per pass, in a new shuffled order each pass (`pass_order`), so a
+  slow phase of the machine (another program, a throttled core) lands on many points a little instead of
+  on a few points whole.
 - Rounds are run by pytest-benchmark's pedantic mode (`BenchmarkFixture.pedantic`), which keeps every
-  round's time; its `Stats` give the median and the interquartile range; its JSON record (with
-  `machine_info` and `commit_info`) is kept in the run folder.
-- On a GPU the target synchronizes the device inside the timed call, so a round ends when the kernels end,
-  not when they are queued.
-- Median over mean: the median ignores the rare slow round (a page fault, another process) that would
-  drag the mean. A point whose IQR/median exceeds `NOISY_IQR_RATIO` is flagged noisy, never dropped.
-The caller sets inference mode and pins threads (bench.runner); this module only times.
+  round's time and writes its JSON record (with `machine_info` and `commit_info` kept in the run folder).
+  The statistics of a point come from pytest-benchmark's `Stats` over the rounds of all its passes.
+- Median over mean: the median ignores the rare slow round. Its CONFIDENCE interval is distribution-free,
+  from order statistics (scipy.stats.quantile_test).
+- On a GPU the target synchronizes the device inside the timed call, so a round ends when the kernels end.
+- Flags, kept with the point, never dropping it: `noisy` when IQR/median exceeds NOISY_IQR_RATIO;
+  unreliable (`assess`) when the median is more than STALL_RATIO times the fastest round (rounds that lost
+  the CPU, or two modes), when the median of its passes' medians is more than PASS_SPREAD_RATIO times the
+  fastest pass's (so at least half of its passes ran in a slow phase: one slow pass of several is what
+  interleaving is there to absorb, and does not flag), or when the interval of the median is wider than
+  CI_RELATIVE_WIDTH of it. A run measures unreliable points again at its end (bench.run).
+The caller sets inference mode and pins threads; this module only times.
 """
 from __future__ import annotations
 
 import inspect
 import math
+import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
-from typing import Callable
+from typing import Callable, Hashable, Sequence
 
+import numpy as np
 from pytest_benchmark.fixture import BenchmarkFixture
+from pytest_benchmark.stats import Stats
 from pytest_benchmark.utils import NameWrapper
+from scipy import stats as scipy_stats
 
-NOISY_IQR_RATIO = 0.10  # IQR / median above 10 % flags a point as noisy
-WARMUP_ROUNDS = 1  # after the untimed first call and the calibration call, which warm up too
+NOISY_IQR_RATIO = 0.10  # IQR / median above this flags a point as noisy
+WARMUP_ROUNDS = 1  # untimed rounds of every pass, after its untimed first call
+MIN_ROUNDS_PER_PASS = 2
+CONFIDENCE = 0.95  # of the median's interval
+STALL_RATIO = 1.5  # median / fastest round above this: the rounds lost the CPU, or are bimodal
+PASS_SPREAD_RATIO = 1.3  # median / fastest of the passes' medians above this: most passes ran slow
+CI_RELATIVE_WIDTH = 0.25  # (interval high − low) / median above this: the median is too uncertain
 
 
 @dataclass(frozen=True)
 class TimingPolicy:
-    min_rounds: int = 5
-    max_rounds: int = 50
-    target_s: float = 0.3  # total time of the timed rounds, roughly
-    min_round_s: float = 1e-3  # each round at least this long: calls are repeated within a round below it
+    min_rounds: int = 10
+    max_rounds: int = 60
+    target_s: float = 0.3  # total time of a point's timed rounds, roughly
+    min_round_s: float = 5e-3  # each round at least this long: calls are repeated within a round below it
+    passes: int = 5  # interleaved passes over the plan; each times a share of every point's rounds
+    remeasure: bool = True  # measure unreliable points again at the end of the run
+
+    def __post_init__(self):
+        if self.passes < 1 or self.min_rounds < 1 or self.max_rounds < self.min_rounds:
+            raise ValueError(f"timing policy {self}: needs passes >= 1 and 1 <= min_rounds <= max_rounds")
 
     def plan(self, one_call_s: float) -> tuple[int, int]:
         """(rounds, iterations) for a call that took `one_call_s` once."""
@@ -46,26 +72,105 @@ class TimingPolicy:
         rounds = math.ceil(self.target_s / (one_call_s * iterations))
         return min(max(rounds, self.min_rounds), self.max_rounds), iterations
 
+    def rounds_per_pass(self, rounds: int) -> int:
+        return max(MIN_ROUNDS_PER_PASS, math.ceil(rounds / self.passes))
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def method_constants() -> dict:
+    """The thresholds of this module, stored with each run so its report states the method it used."""
+    return {"noisy_iqr_ratio": NOISY_IQR_RATIO, "warmup_rounds": WARMUP_ROUNDS,
+            "min_rounds_per_pass": MIN_ROUNDS_PER_PASS, "confidence": CONFIDENCE, "stall_ratio": STALL_RATIO,
+            "pass_spread_ratio": PASS_SPREAD_RATIO, "ci_relative_width": CI_RELATIVE_WIDTH}
+
+
+def pass_order(keys: Sequence[Hashable], pass_index: int, seed: int = 0) -> list:
+    """The order a pass visits `keys` in: a fresh shuffle for every pass, reproducible from the seed."""
+    order = list(keys)
+    random.Random(f"{seed}:{pass_index}").shuffle(order)
+    return order
+
+
+def median_interval(times: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Distribution-free interval of the median from order statistics; NaN where too few rounds reach
+    the confidence (5 or fewer at 95 %)."""
+    if len(times) < 2:
+        return math.nan, math.nan
+    ci = scipy_stats.quantile_test(np.asarray(times, float), q=float(np.median(times))).confidence_interval(confidence)
+    return float(ci.low), float(ci.high)
+
 
 @dataclass(frozen=True)
 class Timing:
-    """Per-call times of each round (seconds) and pytest-benchmark's statistics of them."""
+    """Per-call times of each round (seconds), grouped by pass, and their statistics."""
 
-    times_s: tuple[float, ...]
+    pass_times_s: tuple[tuple[float, ...], ...]
     iterations: int
     median_s: float
     iqr_s: float
     mean_s: float
     min_s: float
-    record: dict = field(repr=False, compare=False)  # pytest-benchmark's JSON for this benchmark
+    ci_low_s: float
+    ci_high_s: float
+    pass_spread: float  # the median of the passes' medians over the fastest pass's (1.0 with one pass)
+    reliable: bool
+    flag: str  # why not reliable; empty when reliable
+    record: dict = field(repr=False, compare=False, default_factory=dict)  # pytest-benchmark's JSON
+
+    @property
+    def times_s(self) -> tuple[float, ...]:
+        return tuple(t for p in self.pass_times_s for t in p)
 
     @property
     def rounds(self) -> int:
-        return len(self.times_s)
+        return sum(len(p) for p in self.pass_times_s)
+
+    @property
+    def passes(self) -> int:
+        return len(self.pass_times_s)
 
     @property
     def noisy(self) -> bool:
         return self.iqr_s / self.median_s > NOISY_IQR_RATIO if self.median_s > 0 else False
+
+
+def assess(median_s: float, min_s: float, pass_spread: float, ci: tuple[float, float]) -> tuple[bool, str]:
+    """(reliable, flag): the thresholds of the module docstring, every one that is crossed named."""
+    flags = []
+    if min_s > 0 and median_s / min_s > STALL_RATIO:
+        flags.append(f"stalled: median {median_s / min_s:.2f}x the fastest round (> {STALL_RATIO})")
+    if pass_spread > PASS_SPREAD_RATIO:
+        flags.append(f"passes disagree: their median {pass_spread:.2f}x the fastest pass (> {PASS_SPREAD_RATIO})")
+    low, high = ci
+    if math.isnan(low) or math.isnan(high):
+        flags.append(f"too few rounds for a {CONFIDENCE:.0%} interval of the median")
+    elif median_s > 0 and (high - low) / median_s > CI_RELATIVE_WIDTH:
+        flags.append(f"uncertain: interval {(high - low) / median_s:.0%} of the median (> {CI_RELATIVE_WIDTH:.0%})")
+    return not flags, "; ".join(flags)
+
+
+def summarize(pass_times_s: Sequence[Sequence[float]], iterations: int, name: str = "point",
+              template: dict | None = None) -> Timing:
+    """The statistics of a point over the rounds of all its passes (pytest-benchmark's Stats), and one
+    pytest-benchmark record holding them all (built on `template`, a record of one of its passes)."""
+    passes = tuple(tuple(float(t) for t in p) for p in pass_times_s if len(p))
+    if not passes:
+        raise ValueError(f"{name}: no timed rounds")
+    st = Stats()
+    for p in passes:
+        for t in p:
+            st.update(t)
+    ci = median_interval(st.data)
+    pass_medians = [float(np.median(p)) for p in passes]
+    spread = float(np.median(pass_medians)) / min(pass_medians) if min(pass_medians) > 0 else math.inf
+    reliable, flag = assess(st.median, st.min, spread, ci)
+    record = dict(template or {"name": name, "fullname": name})
+    record["stats"] = dict(st.as_dict(), data=list(st.data), iterations=iterations)
+    return Timing(pass_times_s=passes, iterations=iterations, median_s=st.median, iqr_s=st.iqr, mean_s=st.mean,
+                  min_s=st.min, ci_low_s=ci[0], ci_high_s=ci[1], pass_spread=spread, reliable=reliable,
+                  flag=flag, record=record)
 
 
 class _QuietLogger:
@@ -90,32 +195,49 @@ def _fixture(name: str, clock: Callable[[], float]) -> BenchmarkFixture:
     return BenchmarkFixture(**{k: v for k, v in options.items() if k in accepted})
 
 
-def time_call(
-    fn: Callable[[], object],
-    *,
-    sync: Callable[[], None] | None = None,
-    policy: TimingPolicy = TimingPolicy(),
-    clock: Callable[[], float] = time.perf_counter,
-    name: str = "point",
-) -> Timing:
-    """Time `fn()`; `sync` (e.g. torch.cuda.synchronize) runs inside every timed call."""
+def synced(fn: Callable[[], object], sync: Callable[[], None] | None) -> Callable[[], object]:
+    """`fn` followed by `sync` (e.g. torch.cuda.synchronize) inside the same call."""
     if sync is None:
-        target = fn
-    else:
-        def target():
-            fn()
-            sync()
+        return fn
 
-    target()  # the first call pays lazy initialisation; it is not used for anything
+    def target():
+        fn()
+        sync()
+    return target
+
+
+def calibrate(target: Callable[[], object], policy: TimingPolicy,
+              clock: Callable[[], float] = time.perf_counter) -> tuple[int, int]:
+    """(rounds, iterations) of a point from one warm call; the first call pays lazy initialisation."""
+    target()
     start = clock()
-    target()  # calibration call, warm
-    rounds, iterations = policy.plan(clock() - start)
+    target()
+    return policy.plan(clock() - start)
 
+
+def time_rounds(target: Callable[[], object], rounds: int, iterations: int,
+                clock: Callable[[], float] = time.perf_counter, name: str = "point") -> tuple[tuple[float, ...], dict]:
+    """One pass: an untimed warm call, then pytest-benchmark's pedantic rounds. Returns the per-call time
+    of each timed round and pytest-benchmark's JSON record of them."""
+    target()
     fixture = _fixture(name, clock)
     fixture.pedantic(target, rounds=rounds, iterations=iterations, warmup_rounds=WARMUP_ROUNDS)
-    stats = fixture.stats.stats
-    record = fixture.stats.as_dict(include_data=True)
-    return Timing(
-        times_s=tuple(stats.data), iterations=iterations, median_s=stats.median, iqr_s=stats.iqr,
-        mean_s=stats.mean, min_s=stats.min, record=record,
-    )
+    return tuple(fixture.stats.stats.data), fixture.stats.as_dict(include_data=True)
+
+
+def interleaved(fns: dict[Hashable, Callable[[], object]], policy: TimingPolicy = TimingPolicy(), *,
+                sync: Callable[[], None] | None = None, clock: Callable[[], float] = time.perf_counter,
+                seed: int = 0) -> dict[Hashable, Timing]:
+    """Time several callables against each other: calibrated one by one, then `policy.passes` passes,
+    each timing a share of every callable's rounds in a shuffled order. For callables that stay built
+    between passes (the claims, the matmul peak); a sweep, which rebuilds its layers, runs the same steps
+    through bench.run."""
+    targets = {key: synced(fn, sync) for key, fn in fns.items()}
+    plans = {key: calibrate(target, policy, clock) for key, target in targets.items()}
+    times: dict[Hashable, list[tuple[float, ...]]] = {key: [] for key in fns}
+    for p in range(policy.passes):
+        for key in pass_order(list(fns), p, seed):
+            rounds, iterations = plans[key]
+            data, _ = time_rounds(targets[key], policy.rounds_per_pass(rounds), iterations, clock, str(key))
+            times[key].append(data)
+    return {key: summarize(times[key], plans[key][1], str(key)) for key in fns}

@@ -13,6 +13,7 @@ from torch import nn
 
 import models
 from bench import claims as C
+from bench.timing import TimingPolicy
 from bench.report.claims import claims_section, parse_details, parse_measured
 from bench.report.context import ReportContext
 from models import LayerConfig
@@ -110,8 +111,8 @@ def test_interleaved_times_with_a_fake_clock():
         return fn
 
     threads = torch.get_num_threads()
-    times = C.interleaved_times_s({"a": costs(0.002), "b": costs(0.005)}, rounds=3, block_s=0.01,
-                                  clock=lambda: now[0])
+    policy = TimingPolicy(min_rounds=6, max_rounds=6, min_round_s=0.01, passes=3)
+    times = C.interleaved_times_s({"a": costs(0.002), "b": costs(0.005)}, policy, clock=lambda: now[0])
     assert times == {"a": pytest.approx(0.002), "b": pytest.approx(0.005)}
     assert torch.get_num_threads() == threads  # restored
 

@@ -14,12 +14,11 @@ import torch
 
 from bench import storage
 from bench.cli import main
-from bench.runner import point_id
 from bench.spec import PointSpec
 from conftest import cuda
 
 ROOT = Path(__file__).resolve().parent.parent
-FAST = ["--rounds", "3", "--target-time", "0.01", "--no-progress"]
+FAST = ["--rounds", "6", "--target-time", "0.01", "--passes", "3", "--no-progress"]
 
 
 def _bad(capsys, argv):
@@ -47,6 +46,8 @@ def _bad(capsys, argv):
     (["run", "--preset", "quick", "--n", "64"], "not both"),
     (["run", "--preset", "quick", "--batch", "8"], "--batch"),
     (["run", "--resume", "/tmp/x", "--layers", "conv"], "--layers"),
+    (["run", "--resume", "/tmp/x", "--passes", "3"], "--passes"),
+    (["run", "--layers", "conv", "--n", "64", "--d", "8", "--passes", "0"], "0"),
 ])
 def test_bad_input_exits_2_with_one_line_naming_it(capsys, argv, named):
     code, err = _bad(capsys, argv)
@@ -95,7 +96,15 @@ def test_run_writes_the_interface_files(tmp_path, capsys):
                    "time_iqr_s", "rounds", "flops_analytic", "flops_counted", "mem_peak_bytes",
                    "mem_rss_peak_bytes", "status", "error"):
         assert column in df.columns, column
-    assert len(df) == 6 and (df["status"] == "ok").all() and (df["rounds"] >= 3).all()
+    assert len(df) == 6 and (df["status"] == "ok").all() and (df["rounds"] >= 6).all() and (df["passes"] == 3).all()
+    assert (df["time_ci_low_s"] <= df["time_median_s"]).all() and (df["time_median_s"] <= df["time_ci_high_s"]).all()
+    for key in ("threads_reason", "load_before", "load_passes", "timing_policy", "timing_method"):
+        assert key in meta, key
+    assert len(meta["load_passes"]) >= 3 and meta["timing_policy"]["passes"] == 3
+    # every pass of every point is kept raw in timings.jsonl
+    records = storage.read_timing_records(out)
+    assert sorted({(r["point_id"], r["pass"]) for r in records if r["attempt"] == 0}) == sorted(
+        (pid, p) for pid in df["point_id"] for p in range(3))
     assert (df["flops_counted"] == df["flops_analytic"]).all()
     assert (df["mem_peak_bytes"] > 0).all() and (df["mem_rss_peak_bytes"] > 0).all()
     bench_json = json.loads((out / "pytest-benchmark.json").read_text())
@@ -115,6 +124,7 @@ def test_oom_is_recorded_and_the_sweep_goes_on(tmp_path):
     # a larger point of the same layer is not tried, and says why
     assert df.loc[("attention_math", 262144), "status"] == "skipped"
     assert "n=131072" in df.loc[("attention_math", 262144), "error"]
+    assert "Traceback" in (out / "errors.log").read_text()  # the whole traceback, beside the row's first line
     assert (df.drop([("attention_math", 131072), ("attention_math", 262144)])["status"] == "ok").all()
 
 
@@ -124,27 +134,32 @@ def test_killed_run_resumes_with_every_point_exactly_once(tmp_path):
     argv = [sys.executable, "-m", "bench", "run", "--layers", "conv,rnn,lstm,attention,attention_math",
             "--n", "8,16,24", "--d", "4,8,12", "--heads", "2", "--device", "cpu", "--out", str(out), *FAST]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    points = out / "points.csv"
+    timings = out / "timings.jsonl"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # kill it once some, not all, points are stored
-        if points.exists() and points.read_text().count("\n") >= 6:
+    while time.monotonic() < deadline:  # kill it in its second pass: some passes of each point stored
+        if timings.exists() and timings.read_text().count("\n") >= 60:
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    stored_before = pd.read_csv(points)
-    assert 5 <= len(stored_before) < 45
+    passes_before = timings.read_text()
+    passes_before = passes_before[: passes_before.rfind("\n") + 1]  # a line cut off by the kill is measured again
+    assert 60 <= passes_before.count("\n") < 135
     assert json.loads((out / "meta.json").read_text())["status"] == "running"  # killed: no chance to say so
     resumed = subprocess.run([sys.executable, "-m", "bench", "run", "--resume", str(out), "--no-progress"],
                              cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
-    df = pd.read_csv(points)
+    df = pd.read_csv(out / "points.csv")
     plan = [PointSpec(**s) for s in json.loads((out / "plan.json").read_text())["specs"]]
     assert len(plan) == 45
-    assert sorted(df["point_id"]) == sorted(point_id(s) for s in plan)  # each point exactly once
+    assert sorted(df["point_id"]) == sorted(s.point_id for s in plan)  # each point exactly once
     assert json.loads((out / "meta.json").read_text())["status"] == "finished"
-    # nothing measured twice: the rows stored before the kill are unchanged
-    pd.testing.assert_frame_equal(df.head(len(stored_before)), stored_before, check_dtype=False)
+    # nothing lost, nothing measured twice: the passes stored before the kill are kept as they were, and
+    # each (point, attempt, pass) is stored once
+    assert timings.read_text().startswith(passes_before)
+    records = storage.read_timing_records(out)
+    keys = [(r["point_id"], r["attempt"], r["pass"]) for r in records]
+    assert len(keys) == len(set(keys)) and len([k for k in keys if k[1] == 0]) == 45 * 3
 
 
 @pytest.mark.slow
@@ -154,14 +169,14 @@ def test_ctrl_c_ends_the_run_as_interrupted(tmp_path):
                              "8,16,32,64,128,256,512", "--d", "4,8,16,32", "--device", "cpu", "--out", str(out),
                              *FAST], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not ((out / "points.csv").exists()
-                                               and (out / "points.csv").read_text().count("\n") >= 3):
+    while time.monotonic() < deadline and not ((out / "timings.jsonl").exists()
+                                               and (out / "timings.jsonl").read_text().count("\n") >= 3):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1 and "--resume" in err and "Traceback" not in err
     assert json.loads((out / "meta.json").read_text())["status"] == "interrupted"
-    assert (out / "points.csv").read_text().endswith("\n")
+    assert (out / "timings.jsonl").read_text().endswith("\n")
 
 
 @cuda

@@ -1,4 +1,5 @@
-"""Fits: exponents and intervals on data whose answer is known, the asymptotic rule, crossovers."""
+"""Fits: exponents and intervals on data whose answer is known, the fixed range rule of FLOPs and memory,
+crossovers. Verdicts, the measured range of time and the points' own uncertainty: test_verdicts.py."""
 import math
 
 import numpy as np
@@ -41,7 +42,7 @@ def _sweep(layer, ns, d, t):
                          "flops_counted": t, "mem_peak_bytes": t, "run_id": "r"})
 
 
-def test_asymptotic_rule_keeps_upper_half_and_n_over_4d_for_attention():
+def test_fixed_rule_of_flops_and_memory_keeps_upper_half_and_n_over_8d_for_attention():
     ns = [64, 128, 256, 512, 1024, 2048]
     df = _sweep("attention", ns, 128, [1.0] * 6)
     kept = fits.asymptotic_range(df, "n", "attention")
@@ -56,11 +57,13 @@ def test_fit_table_verdicts_against_table1():
     ns = np.array([256, 512, 1024, 2048, 4096])
     quadratic = _sweep("attention", ns, 32, 1e-9 * ns.astype(float) ** 2)
     linear_lstm = _sweep("lstm", ns, 32, 1e-6 * ns.astype(float) ** 1.5)  # wrong on purpose: 1.5, not 1
+    linear_lstm["flops_counted"] = 16 * ns * 32**2  # the FLOPs do follow Table 1's n·d²
     table = fits.fit_table(pd.concat([quadratic, linear_lstm]))
     att = table[(table.layer == "attention") & (table.metric == "time")].iloc[0]
     assert att.exponent == pytest.approx(2) and att.predicted == pytest.approx(2) and att.verdict == "consistent"
     lstm = table[(table.layer == "lstm") & (table.metric == "time")].iloc[0]
     assert lstm.predicted == pytest.approx(1) and lstm.verdict == "inconsistent"
+    assert lstm.reason == "interval outside 1 ± 0.2"  # an exact power law: an interval of width 0
     assert list(table.columns[:9]) == ["layer", "device", "metric", "variable", "exponent", "ci_low", "ci_high",
                                        "predicted", "verdict"]
 

@@ -10,7 +10,7 @@ from bench.cli import main
 from bench.report.context import format_value
 from bench.report.numbers import cite_sentence
 
-FAST = ["--rounds", "3", "--target-time", "0.01", "--no-progress"]
+FAST = ["--rounds", "6", "--target-time", "0.01", "--passes", "3", "--no-progress"]
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +67,65 @@ def test_damaged_run_is_named_and_skip_bad_reports_the_others(two_runs, tmp_path
     (results / "a" / "meta.json").write_text("{not json")
     assert main(["report", "--results", str(results / "a"), "--out", str(tmp_path / "r3")]) == 1
     assert "meta.json: damaged" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------- the report from hand-made run folders
+def _write_run(root, run_id, new_format: bool):
+    """A run folder written by hand: lstm (t ∝ n, consistent) and attention (t ∝ n², one point stalled)
+    over n = 64..1024 at d = 32; the new format adds each point's interval, reliability and flag."""
+    rows = []
+    for layer, exponent in (("lstm", 1), ("attention", 2)):
+        for n in (64, 128, 256, 512, 1024):
+            t = 1e-3 * (n / 64) ** exponent
+            flops = 1e9 * t  # a constant rate: every point is on the plateau
+            row = {"layer": layer, "device": "cpu", "dtype": "float32", "batch": 1, "n": n, "d": 32,
+                   "k": None, "heads": 4 if layer == "attention" else None, "window": None,
+                   "time_median_s": t, "time_iqr_s": 0.01 * t, "rounds": 10, "time_noisy": False,
+                   "flops_analytic": flops, "flops_counted": flops, "flops_uncounted_ops": None,
+                   "flops_elementwise": 0.01 * flops, "mem_peak_bytes": 1000 * n, "mem_rss_peak_bytes": 2e8,
+                   "mem_rss_base_bytes": 1e8, "status": "ok", "error": None, "point_id": f"{layer}{n}"}
+            if new_format:
+                stalled = layer == "attention" and n == 256
+                row.update(time_ci_low_s=0.99 * t, time_ci_high_s=1.01 * t, passes=3,
+                           time_reliable=not stalled, time_flag="stalled: median 3.1x the minimum" if stalled else "")
+                if stalled:
+                    row["time_median_s"] = 3.1 * t
+            rows.append(row)
+    run = root / run_id
+    run.mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(run / "points.csv", index=False)
+    meta = {"run_id": run_id, "kind": "run", "status": "finished", "started_utc": "2026-01-01T00:00:00+00:00",
+            "matmul_peak": {"cpu": {"flops_per_s": 2e9, "size": 512, "dtype": "float32"}},
+            "timing_policy": {"min_rounds": 6, "target_s": 0.25}}
+    (run / "meta.json").write_text(json.dumps(meta))
+    return run
+
+
+@pytest.mark.parametrize("new_format", [True, False])
+def test_report_of_hand_made_runs_shows_verdicts_reasons_and_flags(tmp_path, new_format):
+    from bench.report.build import build_report
+    run = _write_run(tmp_path / "results", "r1", new_format)
+    out = tmp_path / "reports"
+    build_report([run], out)
+    md = (out / "report.md").read_text()
+    fits = pd.read_csv(out / "fits.csv")
+    assert list(fits.columns[:10]) == ["layer", "device", "metric", "variable", "exponent", "ci_low", "ci_high",
+                                       "predicted", "verdict", "reason"]
+    assert set(fits["verdict"]) <= {"consistent", "inconsistent", "inconclusive"} and fits["reason"].notna().all()
+    time = fits[fits.metric == "time"].set_index("layer")
+    assert time.loc["lstm", "verdict"] == "consistent"
+    assert "✓" in md and "± 0.2 for time" in md and "IQR above 10 % of the median" in md
+    assert "0.3 s" not in md and "target_s 0.25 s" in md  # the timing policy from meta.json, not a typed claim
+    if new_format:
+        assert time.loc["attention", "unreliable_left_out"] == 1
+        assert time.loc["attention", "reason"].endswith("1 unreliable point left out, 4 left")
+        assert time.loc["attention", "measurement_uncertainty"] == "per-point 95 % intervals"
+        assert "stalled: median 3.1x the minimum" in md  # the flag, listed with the point
+        numbers = json.loads((out / "numbers.json").read_text())["numbers"]
+        assert numbers["all.points.unreliable"]["value"] == 1
+    else:
+        assert set(time["measurement_uncertainty"]) == {"none stored"}
+        assert "older format" in md and "r1" in md
+    numbers = json.loads((out / "numbers.json").read_text())["numbers"]
+    missing = [k for k, v in numbers.items() if format_value(v["value"], v["unit"]) not in md]
+    assert not missing, missing[:5]

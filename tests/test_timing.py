@@ -1,12 +1,14 @@
-"""The timing engine: pytest-benchmark's statistics on a fake clock, and agreement with torch's Timer."""
+"""The timing engine: interleaved passes on a fake clock, pytest-benchmark's statistics over them, the
+median's interval by order statistics, the reliability flags, and agreement with torch's Timer."""
 import itertools
-import statistics
+import math
 
 import pytest
 import torch
 import torch.utils.benchmark as tb
 
-from bench.timing import NOISY_IQR_RATIO, TimingPolicy, time_call
+from bench import timing as T
+from bench.timing import TimingPolicy, interleaved, median_interval, pass_order, summarize
 
 
 class FakeClock:
@@ -31,56 +33,132 @@ def test_policy_plans_rounds_and_iterations():
     assert policy.plan(1e-6)[1] == 1000
 
 
-def test_policy_plan_tiny_call_hits_max_rounds():
-    assert TimingPolicy(min_rounds=3, max_rounds=7, target_s=10.0).plan(0.01)[0] == 7
+def test_rounds_are_shared_over_the_passes_with_a_floor():
+    policy = TimingPolicy(passes=5)
+    assert policy.rounds_per_pass(60) == 12
+    assert policy.rounds_per_pass(61) == 13  # rounded up: never fewer rounds than planned
+    assert policy.rounds_per_pass(3) == T.MIN_ROUNDS_PER_PASS
 
 
-def test_median_and_iqr_come_from_the_rounds_on_a_fake_clock():
-    # Call durations: warm-up and calibration take whatever; then the timed rounds cycle 1..5 ms.
-    clock = FakeClock([0.002, 0.002, 0.002, 0.001, 0.002, 0.003, 0.004, 0.005])
-    policy = TimingPolicy(min_rounds=5, max_rounds=5, target_s=0.0, min_round_s=0.0)
-    timing = time_call(clock.work, clock=clock, policy=policy)
-    # calls: first (untimed) + calibration + 1 warm-up round = 3 calls of 2 ms, then 1..5 ms
-    assert timing.rounds == 5 and timing.iterations == 1
-    assert timing.times_s == pytest.approx((0.001, 0.002, 0.003, 0.004, 0.005))
-    assert timing.median_s == pytest.approx(0.003)
-    assert timing.iqr_s == pytest.approx(statistics.quantiles([1, 2, 3, 4, 5], n=4, method="exclusive")[2] / 1000
-                                         - statistics.quantiles([1, 2, 3, 4, 5], n=4, method="exclusive")[0] / 1000,
-                                         rel=0.3)
-    assert timing.record["stats"]["rounds"] == 5 and len(timing.record["stats"]["data"]) == 5
+def test_bad_policy_is_refused():
+    with pytest.raises(ValueError, match="passes"):
+        TimingPolicy(passes=0)
+
+
+def test_every_pass_visits_every_key_in_a_reproducible_new_order():
+    keys = list(range(20))
+    orders = [pass_order(keys, p, seed=7) for p in range(4)]
+    assert all(sorted(o) == keys for o in orders)
+    assert len({tuple(o) for o in orders}) == 4  # a fresh shuffle each pass
+    assert pass_order(keys, 2, seed=7) == orders[2]  # reproducible from the seed
+    assert pass_order(keys, 2, seed=8) != orders[2]
+
+
+def test_interleaved_passes_on_a_fake_clock():
+    # Two callables with known costs share one clock; every call of `a` takes 2 ms, of `b` 5 ms.
+    clock = FakeClock([0.0])
+    visits = []
+
+    def costs(name, seconds):
+        def fn():
+            visits.append(name)
+            clock.now += seconds
+        return fn
+
+    policy = TimingPolicy(min_rounds=6, max_rounds=6, target_s=0.0, min_round_s=0.01, passes=3)
+    timings = interleaved({"a": costs("a", 0.002), "b": costs("b", 0.005)}, policy, clock=clock)
+    a, b = timings["a"], timings["b"]
+    assert a.median_s == pytest.approx(0.002) and b.median_s == pytest.approx(0.005)
+    assert a.iterations == 5 and b.iterations == 2  # calls per round: at least min_round_s = 10 ms
+    assert a.passes == 3 and a.rounds == 6 and [len(p) for p in a.pass_times_s] == [2, 2, 2]
+    assert a.iqr_s == pytest.approx(0) and a.reliable and a.flag == ""
+    # calls of `a`: 2 to calibrate, then per pass 1 warm call + (1 warm-up + 2 timed) rounds of 5 calls + the
+    # one call pytest-benchmark's pedantic mode adds for the return value when a round loops
+    assert visits.count("a") == 2 + 3 * (1 + 3 * 5 + 1)
+
+
+def test_sync_runs_inside_every_call():
+    clock = FakeClock([0.001])
+    syncs = []
+    policy = TimingPolicy(min_rounds=4, max_rounds=4, target_s=0.0, min_round_s=0.0, passes=2)
+    interleaved({"f": clock.work}, policy, sync=lambda: syncs.append(clock.now), clock=clock)
+    # calibration 2 calls; each pass: 1 warm call + 1 warm-up round + 2 timed rounds of 1 call
+    assert len(syncs) == 2 + 2 * (1 + 1 + 2)
+
+
+def test_summary_statistics_come_from_all_passes():
+    ms = 1e-3
+    timing = summarize([(1 * ms, 2 * ms, 3 * ms, 4 * ms), (5 * ms, 6 * ms, 7 * ms, 8 * ms)], iterations=3)
+    assert timing.rounds == 8 and timing.passes == 2
+    assert timing.median_s == pytest.approx(4.5 * ms)  # (4 + 5) / 2
+    assert timing.min_s == pytest.approx(1 * ms) and timing.mean_s == pytest.approx(4.5 * ms)
+    # pytest-benchmark's quartiles of an even count are the medians of the two halves: 2.5 and 6.5 ms
+    assert timing.iqr_s == pytest.approx(4 * ms)
+    assert timing.pass_spread == pytest.approx(4.5 / 2.5)  # pass medians 2.5 and 6.5 ms: their median 4.5
+    assert timing.record["stats"]["rounds"] == 8 and timing.record["stats"]["iterations"] == 3
+    with pytest.raises(ValueError, match="no timed rounds"):
+        summarize([()], iterations=1)
+
+
+def test_median_interval_is_the_order_statistics_by_hand():
+    # For 10 rounds, P(Binomial(10, 1/2) <= 1) = 11/1024: the ranks (2, 9) cover 1 - 22/1024 = 97.9 % >= 95 %,
+    # the narrower (3, 8) only 1 - 2·56/1024 = 89 %. So the interval is [2nd smallest, 9th smallest].
+    times = [0.010, 0.003, 0.007, 0.001, 0.009, 0.002, 0.006, 0.004, 0.008, 0.005]
+    assert median_interval(times) == (pytest.approx(0.002), pytest.approx(0.009))
+    low, high = median_interval(times[:5])  # five rounds cannot reach 95 % (the widest covers 93.75 %)
+    assert math.isnan(low) and math.isnan(high)
+
+
+def _flags(times_by_pass):
+    return summarize(times_by_pass, iterations=1)
+
+
+def test_steady_rounds_are_reliable():
+    steady = _flags([[0.010, 0.0101, 0.0099, 0.010]] * 3)
+    assert steady.reliable and not steady.noisy and steady.flag == ""
+
+
+def test_stalled_rounds_are_flagged():
+    # Most rounds lost a 4 ms time slice: the median is far above the fastest round.
+    stalled = _flags([[0.002, 0.006, 0.006, 0.0061], [0.006, 0.0062, 0.002, 0.006], [0.006, 0.006, 0.0061, 0.006]])
+    assert not stalled.reliable and "stalled" in stalled.flag
+    assert stalled.median_s / stalled.min_s > T.STALL_RATIO
+
+
+def test_passes_that_disagree_are_flagged():
+    slow = T.PASS_SPREAD_RATIO * 1.2
+    # One slow pass of five: the median of the rounds is untouched, nothing to flag (interleaving at work).
+    assert _flags([[0.010] * 6, [0.010 * slow] * 6, [0.010] * 6, [0.010] * 6, [0.010] * 6]).reliable
+    # Two of three: the median pass is slow.
+    timing = _flags([[0.010] * 6, [0.010 * slow] * 6, [0.010 * slow] * 6])
+    assert not timing.reliable and "passes disagree" in timing.flag
+
+
+def test_too_few_rounds_for_an_interval_is_flagged():
+    timing = _flags([[0.010, 0.010], [0.010, 0.010, 0.010]])
+    assert not timing.reliable and "too few rounds" in timing.flag
 
 
 def test_noisy_flag_uses_the_named_threshold():
-    steady = FakeClock([0.01])
-    policy = TimingPolicy(min_rounds=5, max_rounds=5, target_s=0.0, min_round_s=0.0)
-    assert not time_call(steady.work, clock=steady, policy=policy).noisy
-    spread = 1 + 4 * NOISY_IQR_RATIO
-    noisy = FakeClock([0.01] * 3 + [0.01, 0.01 * spread, 0.01, 0.01 * spread, 0.01 * spread])
-    assert time_call(noisy.work, clock=noisy, policy=policy).noisy
+    assert not _flags([[0.01] * 8]).noisy
+    wide = 1 + 4 * T.NOISY_IQR_RATIO
+    assert _flags([[0.01, 0.01 * wide] * 4]).noisy
 
 
-def test_sync_runs_inside_every_timed_call():
-    clock = FakeClock([0.001])
-    syncs = []
-    policy = TimingPolicy(min_rounds=4, max_rounds=4, target_s=0.0, min_round_s=0.0)
-    timing = time_call(clock.work, sync=lambda: syncs.append(clock.now), clock=clock, policy=policy)
-    # first + calibration + 1 warm-up + 4 rounds = 7 calls, each followed by its sync
-    assert len(syncs) == 7 and timing.rounds == 4
-
-
+@pytest.mark.slow
 def test_harness_median_agrees_with_torch_utils_benchmark():
     """Same workload, same process: our median within 25 % of torch.utils.benchmark.Timer's."""
     x = torch.randn(192, 192)
     layer = torch.nn.Linear(192, 192)
     timer = tb.Timer("layer(x)", globals={"layer": layer, "x": x}, num_threads=torch.get_num_threads())
     ours, theirs = [], []
+    policy = TimingPolicy(min_rounds=10, max_rounds=20, target_s=0.05, passes=2)
     with torch.inference_mode():
-        # Interleaved, best of eight short measurements each: a shared machine drifts between fast and slow
-        # phases of tens of ms; with three 0.2 s measurements one side sometimes saw only slow phases
-        # (ratio up to 1.06 in 25 trials here), with eight of 0.075 s the worst of 40 trials was 0.16.
+        # Alternating, best of eight short measurements each: a shared machine drifts between fast and slow
+        # phases of tens of ms, and eight short measurements give both sides some of each.
         for _ in range(8):
-            ours.append(time_call(lambda: layer(x), policy=TimingPolicy(min_rounds=15, target_s=0.075)).median_s)
-            theirs.append(timer.blocked_autorange(min_run_time=0.075).median)
+            ours.append(interleaved({"f": lambda: layer(x)}, policy)["f"].median_s)
+            theirs.append(timer.blocked_autorange(min_run_time=0.05).median)
     assert abs(min(ours) - min(theirs)) / min(theirs) < 0.25, (ours, theirs)
 
 

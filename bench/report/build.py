@@ -14,11 +14,12 @@ import markdown
 import pandas as pd
 
 from .. import fits, storage
+from ..timing import NOISY_IQR_RATIO
 from .context import ReportContext, format_value
 from .load import load_runs
 from .numbers import numbers_document
-from .scaling import (cite_fits, crossover_section, flops_check, memory_pair_plot, peak_section, rss_table,
-                      scaling_section, sequential_time_section, two_term_section)
+from .scaling import (cite_fits, crossover_section, flops_check, memory_pair_plot, peak_section, point_peaks,
+                      rss_table, scaling_section, sequential_time_section, two_term_section)
 from .summary import summary_latex, summary_markdown, summary_rows
 
 
@@ -51,17 +52,64 @@ def provenance_section(ctx: ReportContext) -> str:
     return "\n".join(lines) + "\n"
 
 
+POINT_COLUMNS_SHOWN = ["source", "layer", "batch", "n", "d", "k", "heads", "window"]
+
+
+def _runs_without(ctx: ReportContext, column: str) -> list[str]:
+    """Runs whose points.csv has no value in `column` (stored before the column existed)."""
+    if column not in ctx.points:
+        return sorted(ctx.points["run_id"].unique())
+    return sorted(run_id for run_id, group in ctx.points.groupby("run_id") if group[column].isna().all())
+
+
+def _timing_policies(ctx: ReportContext) -> str:
+    """Each run's timing policy (meta.json `timing_policy`), its numbers cited."""
+    lines = []
+    for run_id, meta in sorted(ctx.runs.items()):
+        policy = meta.get("timing_policy")
+        if not isinstance(policy, dict) or run_id not in set(ctx.points["run_id"]):
+            continue
+        items = []
+        for name, value in policy.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                unit = "s" if name.endswith("_s") else "1"
+                items.append(f"{name} {ctx.cite(f'runs.{run_id}.timing_policy.{name}', value, unit, run_id)}")
+            elif isinstance(value, (str, bool)):
+                items.append(f"{name} {value}")
+        lines.append(f"- {run_id}: " + ", ".join(items))
+    if not lines:
+        return ""
+    return "\nTiming policy of each run (`timing_policy` in its meta.json):\n\n" + "\n".join(lines) + "\n"
+
+
 def problems_section(ctx: ReportContext) -> str:
-    bad = ctx.points[ctx.points["status"] != "ok"]
-    noisy = ctx.points[(ctx.points["status"] == "ok") & ctx.points["time_noisy"].fillna(False).astype(bool)]
-    run_id = ctx.points["run_id"].iloc[-1]
+    points = ctx.points
+    bad = points[points["status"] != "ok"]
+    ok = points[points["status"] == "ok"]
+    noisy = ok[ok["time_noisy"].fillna(False).astype(bool)]
+    run_id = points["run_id"].iloc[-1]
+    threshold = f"{100 * NOISY_IQR_RATIO:g} %"
     text = (f"Points not measured: {ctx.cite('all.points.not_ok', len(bad), 'points', run_id)}; points whose "
-            f"timing is noisy (IQR above 10 % of the median; kept, flagged): "
+            f"timing is noisy (IQR above {threshold} of the median; kept, flagged): "
             f"{ctx.cite('all.points.noisy', len(noisy), 'points', run_id)} of "
-            f"{ctx.cite('all.points.ok', int((ctx.points['status'] == 'ok').sum()), 'points', run_id)}. "
-            "On a shared or virtual machine the speed drifts in phases of tens of milliseconds, so many "
-            "sub-millisecond points exceed 10 %; their medians come from rounds spread over about 0.3 s and "
-            "stay usable, and each point's spread is in points.csv (`time_iqr_s`).\n")
+            f"{ctx.cite('all.points.ok', len(ok), 'points', run_id)}. "
+            f"On a shared or virtual machine the speed drifts in phases of tens of milliseconds, so many "
+            f"sub-millisecond points exceed {threshold}; each point's spread is in points.csv (`time_iqr_s`).")
+    unchecked = _runs_without(ctx, "time_reliable")
+    if len(unchecked) < points["run_id"].nunique():
+        unreliable = ok[~fits.reliable_mask(ok)]
+        text += (f" Points whose timing stayed unreliable after a re-measurement (stalled, bimodal or unstable; "
+                 f"left out of the time fits, kept for FLOPs and memory): "
+                 f"{ctx.cite('all.points.unreliable', len(unreliable), 'points', run_id)}.")
+        if len(unreliable):
+            flags = unreliable[POINT_COLUMNS_SHOWN + ["time_flag"]] if "time_flag" in unreliable \
+                else unreliable[POINT_COLUMNS_SHOWN]
+            text += "\n\n" + flags.dropna(axis=1, how="all").to_markdown(index=False) + "\n"
+    if unchecked:
+        text += (f"\n\nRuns stored without a reliability check or an interval per point (an older format): "
+                 f"{', '.join(unchecked)}. Their ok points count as reliable, and their time fits take the "
+                 f"regression's interval alone (`measurement_uncertainty` \"none stored\" in fits.csv).")
+    text += "\n" + _timing_policies(ctx)
     if len(bad):
         text += "\n" + bad[["source", "layer", "n", "d", "k", "heads", "window", "status", "error"]] \
             .to_markdown(index=False) + "\n"
@@ -97,16 +145,19 @@ def build_report(results: list[Path], out_dir: Path, skip_bad: bool = False) -> 
              "Generated by `python -m bench report` from the stored runs listed under Provenance; it measures "
              "nothing itself. Every number here is in `numbers.json` with the run, machine and commit that "
              "produced it (`python -m bench cite KEY`).\n"]
-    fit_rows = pd.DataFrame()
+    fit_rows = pd.DataFrame(columns=fits.FIT_COLUMNS)
     if len(points):
+        points[fits.PEAK_COLUMN] = point_peaks(points, runs)  # for "not asymptotic yet": rates as % of peak
         fit_rows = fits.fit_table(points)
         texts = cite_fits(ctx, fit_rows)
         table = summary_rows(ctx, fit_rows, texts)
+        marks = ", ".join(f"{fits.VERDICT_MARK[v]} {v}" for v in fits.VERDICTS)
         parts += ["## The table, measured\n",
-                  "Predicted (Table 1) beside measured: exponents of power-law fits (✓ consistent with the "
-                  "prediction within ± " + ", ± ".join(f"{v} for {k}" for k, v in fits.TOLERANCE.items()) + ", ✗ not), sequential "
-                  "depth measured at the operator level, layers needed for position 0 to reach position n−1. "
-                  "Details and intervals in the sections below.\n", summary_markdown(table), problems_section(ctx)]
+                  f"Predicted (Table 1) beside measured: exponents of power-law fits ({marks}; – no sweep, "
+                  "– ? sweeps but none that could be fitted), sequential depth measured at the operator level, "
+                  "layers needed for position 0 to reach position n−1. Details, intervals and the reason of every "
+                  "verdict in the sections below.\n", summary_markdown(table), "How the fits are judged: " + fits.method_text() + "\n",
+                  problems_section(ctx)]
         parts.append(scaling_section(ctx, fit_rows, texts, "flops", "Compute: FLOPs",
                                      "FLOPs of one forward pass, whole batch, 2 per multiply-accumulate of every "
                                      "matrix product and convolution, counted at the operator level while the "
@@ -114,7 +165,9 @@ def build_report(results: list[Path], out_dir: Path, skip_bad: bool = False) -> 
                                      + flops_check(ctx)))
         parts.append(scaling_section(ctx, fit_rows, texts, "time", "Time",
                                      "Median wall time of one forward pass in inference mode, threads pinned, "
-                                     "after warm-up (pytest-benchmark rounds; spread as IQR in points.csv).\n\n"
+                                     "after warm-up (pytest-benchmark rounds; spread as IQR in points.csv, and the "
+                                     f"{100 * fits.POINT_CI_CONFIDENCE:g} % interval of the median where the run "
+                                     "stored one).\n\n"
                                      + two_term_section(ctx)))
         parts += ["### Crossover: where attention becomes the costlier layer\n", crossover_section(ctx),
                   "### Fraction of peak\n", peak_section(ctx)]

@@ -52,48 +52,81 @@ def _fit_key(source: str, layer: str, metric: str, variable: str) -> str:
     return f"{source}.{layer}.{metric}.exponent_{variable}"
 
 
-def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, str]:
-    """Register every fitted exponent; the key without suffix is the widest sweep of that variable.
-    Returns {(source, layer, metric, variable): (text, verdict)} for the primary fits and
-    {(source, layer, metric, variable, fixed): (text, verdict, is_primary)} for every fit."""
+def _texts_key(row, metric: str) -> tuple:
+    return (row.source, row.layer, metric, row.variable, row.fixed, row.batch)
+
+
+def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, tuple]:
+    """Register every fitted exponent; the key without suffix is the widest sweep of that variable that has
+    a fit (the primary one). Returns {(source, layer, metric, variable): (text, verdict)} for the primary
+    fits and {(source, layer, metric, variable, fixed, batch): (text, verdict, is_primary)} for every row;
+    the text is "–" for a row without a fit (too few points, not asymptotic yet)."""
     texts = {}
-    ok = fit_rows[fit_rows["verdict"] != "too few points"]
-    for (source, layer, metric, variable), group in ok.groupby(["source", "layer", "metric", "variable"]):
-        group = group.assign(span=group["x_max"] / group["x_min"]).sort_values(["span", "points"], ascending=False)
+    for (source, layer, metric, variable), group in fit_rows.groupby(["source", "layer", "metric", "variable"]):
+        group = group.assign(span=group["sweep_x_max"] / group["sweep_x_min"], has_fit=group["exponent"].notna()) \
+            .sort_values(["has_fit", "span", "sweep_points"], ascending=False)
         for i, row in enumerate(group.itertuples()):
-            note = (f"{metric} ∝ {variable}^e over {variable} = {int(row.x_min)}..{int(row.x_max)} ({row.fixed}); "
-                    f"predicted {row.predicted:.2f} ({fits.TABLE1_TEXT[layer] if metric != 'memory' else 'activation estimate'}); "
-                    f"{row.verdict} within ±{row.tolerance}")
-            base = _fit_key(source, layer, metric, variable)
-            tag = row.fixed.replace(", ", ".").replace("=", "")
-            text = ctx.cite(f"{base}.{tag}", round(row.exponent, 3), "1", row.run_id,
-                            interval=None if math.isnan(row.ci_low) else (round(row.ci_low, 3), round(row.ci_high, 3)),
-                            note=note)
-            texts[(source, layer, metric, variable, row.fixed)] = (text, row.verdict, i == 0)
+            text = "–"
+            if row.has_fit:
+                note = (f"{metric} ∝ {variable}^e over {variable} = {int(row.x_min)}..{int(row.x_max)} ({row.fixed}, "
+                        f"batch {int(row.batch)}); predicted {row.predicted:.2f} "
+                        f"({fits.TABLE1_TEXT[layer] if metric != 'memory' else 'activation estimate'}); "
+                        f"verdict {row.verdict} (tolerance ±{row.tolerance:g}): {row.reason}")
+                interval = None if math.isnan(row.ci_low) else (round(row.ci_low, 3), round(row.ci_high, 3))
+                base = _fit_key(source, layer, metric, variable)
+                tag = row.fixed.replace(", ", ".").replace("=", "")
+                text = ctx.cite(f"{base}.{tag}", round(row.exponent, 3), "1", row.run_id, interval=interval, note=note)
+                if i == 0:
+                    ctx.cite(base, round(row.exponent, 3), "1", row.run_id, interval=interval, note=note)
+            texts[_texts_key(row, metric)] = (text, row.verdict, i == 0)
             if i == 0:
-                ctx.cite(base, round(row.exponent, 3), "1", row.run_id,
-                         interval=None if math.isnan(row.ci_low) else (round(row.ci_low, 3), round(row.ci_high, 3)),
-                         note=note)
                 texts[(source, layer, metric, variable)] = (text, row.verdict)
     return texts
 
 
+def _range_text(row) -> str:
+    """The fit range actually used, beside the sweep it came from."""
+    swept = f"{int(row.sweep_x_min)}–{int(row.sweep_x_max)}"
+    if row.points == 0:
+        used = "none"
+    elif row.x_min == row.x_max:
+        used = f"{row.variable} {int(row.x_min)}"
+    else:
+        used = f"{row.variable} {int(row.x_min)}–{int(row.x_max)}"
+    return (f"{used} ({int(row.points)} of {int(row.sweep_points)} points of {row.variable} {swept}; "
+            f"{row.range_rule}), {row.fixed}, batch {int(row.batch)}")
+
+
 def fits_markdown(ctx: ReportContext, fit_rows: pd.DataFrame, metric: str, texts: dict) -> str:
-    """Every fitted sweep of `metric`; the primary one of each layer and variable (the one in the summary
-    table) marked with *."""
-    rows = fit_rows[(fit_rows["metric"] == metric) & (fit_rows["verdict"] != "too few points")]
+    """Every sweep of `metric`, fitted or not, with its verdict, the reason and the range used; the primary
+    one of each layer and variable (the one in the summary table) marked with *."""
+    rows = fit_rows[fit_rows["metric"] == metric]
+    short = rows[rows["sweep_points"] < fits.MIN_FIT_POINTS]
+    rows = rows[rows["sweep_points"] >= fits.MIN_FIT_POINTS]
+    note = ""
+    if len(short):
+        count = ctx.cite(f"all.{metric}.sweeps_too_short", len(short), "sweeps", short["run_id"].iloc[-1])
+        note = (f"Sweeps of fewer than {fits.MIN_FIT_POINTS} points, not fitted and not listed here "
+                f"(in fits.csv, verdict inconclusive): {count}.\n")
     if rows.empty:
-        return "_No sweep with enough points to fit._\n"
-    lines = ["| source | layer | variable | measured exponent [95 % CI] | predicted | verdict | range |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for row in rows.sort_values(["source", "variable", "layer", "fixed"]).itertuples():
-        text, verdict, primary = texts[(row.source, row.layer, metric, row.variable, row.fixed)]
+        return "_No sweep with enough points to fit._\n\n" + note
+    lines = ["| source | layer | variable | measured exponent [95 % CI] | predicted | verdict | reason | "
+             "measurement uncertainty | range used |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows.sort_values(["source", "variable", "layer", "fixed", "batch"]).itertuples():
+        text, verdict, primary = texts[_texts_key(row, metric)]
         tag = row.fixed.replace(", ", ".").replace("=", "")
-        predicted = ctx.cite(f"{_fit_key(row.source, row.layer, metric, row.variable)}.{tag}.predicted",
-                             round(row.predicted, 2), "1", row.run_id, digits=3)
+        predicted = "–"
+        if not math.isnan(row.predicted) and not math.isnan(row.exponent):
+            predicted = ctx.cite(f"{_fit_key(row.source, row.layer, metric, row.variable)}.{tag}.predicted",
+                                 round(row.predicted, 2), "1", row.run_id, digits=3)
+        elif not math.isnan(row.predicted):
+            predicted = f"{row.predicted:.3g}"
         lines.append(f"| {row.source} | {row.layer}{' *' if primary else ''} | {row.variable} | {text} | {predicted} | "
-                     f"{verdict} | {row.variable} {int(row.x_min)}–{int(row.x_max)}, {row.fixed} |")
-    return "\n".join(lines) + "\n\n\\* the sweep shown in the summary table (the widest one).\n"
+                     f"{fits.VERDICT_MARK[verdict]} {verdict} | {row.reason} | {row.measurement_uncertainty} | "
+                     f"{_range_text(row)} |")
+    return ("\n".join(lines) + "\n\n\\* the sweep shown in the summary table (the widest one with a fit).\n\n"
+            + note)
 
 
 def scaling_section(ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict, metric: str, title: str,
@@ -108,7 +141,8 @@ def scaling_section(ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict, met
         parts.append(_loglog_plot(ctx, data, variable, column, metric, f"{metric}_vs_{variable}",
                                   f"{METRIC_LABEL[metric].capitalize()} against {variable}, log-log, per layer "
                                   f"({', '.join(sorted(set(data['sweep'])))})"))
-    parts.append(f"Fitted exponents ({fits.ASYMPTOTIC_RULE_TEXT}):\n")
+    parts.append(f"Fitted exponents, over {fits.RANGE_RULE_TEXT[metric]}; verdicts as stated under the summary "
+                 f"table (tolerance ± {fits.TOLERANCE[metric]:g}):\n")
     parts.append(fits_markdown(ctx, fit_rows, metric, texts))
     return "\n".join(parts)
 
@@ -165,8 +199,9 @@ def crossover_section(ctx: ReportContext) -> str:
     """Where attention's time and FLOPs overtake the LSTM's and the convolution's, for each d."""
     ok = ctx.points[ctx.points["status"] == "ok"]
     rows, lines = [], []
-    for (source, d, batch), group in ok.groupby(["source", "d", "batch"]):
-        att = group[group["layer"] == "attention"].set_index("n")
+    for (source, d, batch, heads), att in ok[ok["layer"] == "attention"].groupby(["source", "d", "batch", "heads"]):
+        group = ok[(ok["source"] == source) & (ok["d"] == d) & (ok["batch"] == batch)]
+        att = att.set_index("n")
         for other in ("lstm", "conv"):
             oth = group[(group["layer"] == other) & ((group["k"] == 3) | group["k"].isna())].set_index("n")
             common = sorted(set(att.index) & set(oth.index))
@@ -215,19 +250,31 @@ def crossover_section(ctx: ReportContext) -> str:
     return text
 
 
+def _stored_peaks(runs: dict[str, dict]) -> dict[tuple[str, str], dict]:
+    return {(run_id, device): peak for run_id, meta in runs.items()
+            for device, peak in (meta.get("matmul_peak") or {}).items()}
+
+
+def _peak_keys(points: pd.DataFrame) -> pd.Series:
+    # meta.json keys each peak by the device, with `-<dtype>` for dtypes other than float32
+    return points["device"].astype(str) + points["dtype"].map(lambda t: "" if t == "float32" else f"-{t}")
+
+
+def point_peaks(points: pd.DataFrame, runs: dict[str, dict]) -> pd.Series:
+    """Each point's device matmul peak (FLOP/s) from its run's meta.json; NaN where none is stored."""
+    peaks = _stored_peaks(runs)
+    values = [peaks.get((r, k), {}).get("flops_per_s", math.nan) for r, k in zip(points["run_id"], _peak_keys(points))]
+    return pd.Series(values, index=points.index, dtype=float)
+
+
 def peak_section(ctx: ReportContext) -> str:
     """Achieved FLOP/s as a fraction of the device's measured matmul peak (a roofline view)."""
     ok = ctx.points[(ctx.points["status"] == "ok") & ctx.points["flops_counted"].notna()].copy()
-    peaks = {}
-    for run_id, meta in ctx.runs.items():
-        for device, peak in (meta.get("matmul_peak") or {}).items():
-            peaks[(run_id, device)] = peak
+    peaks = _stored_peaks(ctx.runs)
     if ok.empty or not peaks:
         return "_No matmul peak stored with the runs._\n"
-    # meta.json keys each peak by the device, with `-<dtype>` for dtypes other than float32
-    keys = ok["device"] + ok["dtype"].map(lambda t: "" if t == "float32" else f"-{t}")
-    ok["peak"] = [peaks.get((r, k), {}).get("flops_per_s", math.nan) for r, k in zip(ok["run_id"], keys)]
-    ok["peak_key"] = keys
+    ok["peak"] = point_peaks(ok, ctx.runs)
+    ok["peak_key"] = _peak_keys(ok)
     ok = ok[ok["peak"].notna()]
     ok["achieved"] = ok["flops_counted"] / ok["time_median_s"]
     ok["fraction"] = ok["achieved"] / ok["peak"]

@@ -19,12 +19,13 @@ PATH = {
 
 
 def _exp(texts: dict, source: str, layer: str, metric: str, variable: str) -> str:
-    """The primary fit's exponent with its verdict mark (see scaling.cite_fits for which fit that is)."""
+    """The primary fit's exponent with its verdict mark (see scaling.cite_fits for which fit that is);
+    "– ?" where no sweep of it could be fitted."""
     key = (source, layer, metric, variable)
     if key not in texts:
         return "–"
     value, verdict = texts[key]
-    return f"{value.split(' [')[0]} {'✓' if verdict == 'consistent' else '✗'}"
+    return f"{value.split(' [')[0]} {fits.VERDICT_MARK[verdict]}"
 
 
 def _paths_cells(ctx: ReportContext, layer: str) -> tuple[str, str]:

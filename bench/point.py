@@ -1,0 +1,125 @@
+"""One point of a sweep, one pass at a time: build its layer and input, time a share of its rounds, and on
+its first pass count its FLOPs and measure its memory (after the timed rounds, since both probes slow the
+call down). Returns values; bench.run schedules the passes and stores what comes back.
+
+The row of a finished point (`point_row`) joins the statistics of all its passes (bench.timing.summarize)
+with the probes of its first pass."""
+from __future__ import annotations
+
+import gc
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+import models
+
+from .flops import count_flops
+from .load import LoadMeter
+from .memory import measure_memory
+from .spec import PointSpec
+from .timing import Timing, TimingPolicy, calibrate, synced, time_rounds
+
+OOM_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """CUDA raises torch.OutOfMemoryError; the CPU allocator raises it in recent releases and a
+    RuntimeError ("DefaultCPUAllocator: can't allocate memory") in others."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MESSAGES)
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What one pass over one point measured. `probes` only on a point's first pass."""
+
+    times_s: tuple[float, ...]
+    rounds_planned: int  # the point's rounds over all passes (its calibration)
+    iterations: int
+    record: dict  # pytest-benchmark's JSON of this pass's rounds
+    others_busy_cores: float  # CPU other processes took while this pass timed the point
+    probes: dict | None = None
+
+
+@dataclass(frozen=True)
+class PassFailure:
+    status: str  # "oom" or "error"
+    error: str  # the exception's first line
+    traceback: str
+
+
+def _free(device: str, collect: bool) -> None:
+    """Free what the pass allocated. Dropping the references frees the tensors at once (reference counting);
+    a full gc.collect (tens of ms with torch loaded, at every visit of every pass) only after a failure,
+    whose traceback holds frames in reference cycles."""
+    if collect:
+        gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
+def measure_pass(spec: PointSpec, policy: TimingPolicy, plan: tuple[int, int] | None, seed: int = 0,
+                 with_probes: bool = False) -> PassResult | PassFailure:
+    """Time one pass of `spec`: calibrate first if `plan` (rounds, iterations) is None, then time
+    policy.rounds_per_pass(rounds) rounds; with `with_probes`, count FLOPs and measure memory after.
+    Frees what it allocated (and empties the CUDA cache) before it returns."""
+    cfg = spec.config()
+    layer = x = None
+    failed = True
+    try:
+        layer = models.build(spec.layer, cfg, device=spec.device, seed=seed)
+        generator = torch.Generator(device="cpu").manual_seed(seed)
+        x = torch.randn(spec.batch, spec.n, spec.d, generator=generator).to(spec.device, cfg.torch_dtype)
+        sync = torch.cuda.synchronize if spec.device.startswith("cuda") else None
+
+        def forward():
+            return layer(x)
+
+        target = synced(forward, sync)
+        with torch.inference_mode():
+            rounds, iterations = plan if plan is not None else calibrate(target, policy)
+            meter = LoadMeter()
+            times, record = time_rounds(target, policy.rounds_per_pass(rounds), iterations, name=spec.key)
+            load = meter.read()
+            probes = None
+            if with_probes:
+                counted = count_flops(forward)
+                memory = measure_memory(forward, spec.device)
+                probes = dict(
+                    flops_counted=counted.total, flops_uncounted_ops=";".join(counted.uncounted_ops),
+                    flops_elementwise=counted.elementwise,
+                    mem_peak_bytes=memory.peak_bytes, mem_rss_peak_bytes=memory.rss_peak_bytes,
+                    mem_rss_base_bytes=memory.rss_base_bytes, mem_method=memory.method)
+        failed = False
+        return PassResult(times, rounds, iterations, record, round(load.others_busy_cores, 4), probes)
+    except Exception as exc:  # recorded with the point, never dropped; the sweep goes on
+        text = f"{type(exc).__name__}: {exc}"
+        return PassFailure("oom" if is_oom(exc) else "error", text.splitlines()[0][:500],
+                           "".join(traceback.format_exception(exc)))
+    finally:
+        layer = x = None  # noqa: F841 - drop references so the memory is freed before the next point
+        _free(spec.device, collect=failed)
+
+
+def base_row(spec: PointSpec, threads: int) -> dict:
+    """The columns every row has, measured or not: the spec, its id, the threads, the closed forms."""
+    cfg = spec.config()
+    return dict(spec.as_row(), point_id=spec.point_id, threads=threads,
+                flops_analytic=models.analytic_flops(spec.layer, spec.batch, spec.n, cfg),
+                mem_analytic_bytes=models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg))
+
+
+def point_row(spec: PointSpec, threads: int, timing: Timing, probes: dict, attempts: int,
+              others_busy_cores: float) -> dict:
+    """The points.csv row of a point whose passes are all done."""
+    return dict(
+        base_row(spec, threads), **probes,
+        time_median_s=timing.median_s, time_iqr_s=timing.iqr_s, time_mean_s=timing.mean_s,
+        time_min_s=timing.min_s, time_ci_low_s=timing.ci_low_s, time_ci_high_s=timing.ci_high_s,
+        rounds=timing.rounds, iterations=timing.iterations, passes=timing.passes,
+        time_pass_spread=round(timing.pass_spread, 4), time_noisy=timing.noisy, time_reliable=timing.reliable,
+        time_flag=timing.flag, attempts=attempts, load_others_cores=round(others_busy_cores, 3),
+        status="ok", error="",
+    )

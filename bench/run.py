@@ -1,0 +1,334 @@
+"""The life of a run: create its folder, resume it, execute it in interleaved passes, finish it.
+
+A run measures its plan (a list of PointSpec) in `policy.passes` passes. Pass 0 visits the points in plan
+order (smallest first, so a point that runs out of memory stops its larger siblings before they are tried)
+and, for each point, calibrates its rounds, times its first share and counts its FLOPs and memory. Passes
+1.. visit every point again in a fresh shuffled order (bench.timing.pass_order), each timing another share
+of its rounds. Every pass of every point is appended to timings.jsonl as it finishes, so a kill loses at
+most the pass in flight and `--resume` goes on from there.
+
+When all passes are done, each point's rounds are summarized (bench.timing.summarize). Points judged
+unreliable are measured again, in a second set of interleaved passes over those points only
+(policy.remeasure); a point's statistics come from its last set of passes, the earlier rounds stay in
+timings.jsonl. Then each point gets its points.csv row. A point that fails (out of memory, an error) gets
+its row at once, with the full traceback in errors.log, and is not visited again.
+
+The machine's load is watched throughout (bench.load): before the run, to choose the thread count and warn
+if the machine is busy; during each pass and each point's timed rounds, stored in meta.json and the rows.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import fmean
+from typing import Callable
+
+from tqdm import tqdm
+
+import models
+
+from . import machine, storage
+from .errors import BadInput, RunFailed
+from .load import Load, LoadMeter, busy_warning, choose_threads, physical_cores, sample_load
+from .peak import matmul_peak
+from .point import PassFailure, base_row, measure_pass, point_row
+from .spec import PointSpec, validate
+from .threads import pinned_threads
+from .timing import Timing, TimingPolicy, method_constants, pass_order, summarize
+
+ATTEMPTS = 2  # a point's sets of passes at most: the first, and one re-measurement if unreliable
+EXTRA_RECORD_KEYS = ("point_id", "attempt", "pass", "rounds_planned", "iterations", "others_busy_cores",
+                     "probes", "spec")
+
+
+def decide_threads(requested: int | None) -> tuple[int, str, Load]:
+    """(threads, why, load before the run): the user's --threads, or what the free cores allow."""
+    load = sample_load()
+    if requested is not None:
+        return requested, f"--threads {requested}, as asked", load
+    threads, why = choose_threads(load, physical_cores())
+    return threads, why, load
+
+
+def device_peak_key(device: str, dtype: str) -> str:
+    """meta.json's key of a device's matmul peak: `cpu`, `cuda`, `cuda-bfloat16`..."""
+    return device if dtype == "float32" else f"{device}-{dtype}"
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """A scheduler's SIGTERM ends the run like Ctrl-C: cleanly, with status `interrupted`."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _larger(spec: PointSpec, than: PointSpec) -> bool:
+    """Same layer, device, dtype and other settings, and at least as large in n, d and batch."""
+    same = (spec.layer, spec.device, spec.dtype, spec.k, spec.heads, spec.window, spec.dilation) == (
+        than.layer, than.device, than.dtype, than.k, than.heads, than.window, than.dilation)
+    return same and spec.n >= than.n and spec.d >= than.d and spec.batch >= than.batch and spec != than
+
+
+@dataclass
+class _State:
+    """What is stored so far: rows by point id, pass records by (point id, attempt, pass)."""
+
+    rows: dict[str, dict] = field(default_factory=dict)
+    records: dict[tuple[str, int, int], dict] = field(default_factory=dict)
+    ooms: list[PointSpec] = field(default_factory=list)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+@dataclass
+class Run:
+    dir: Path
+    meta: dict
+    specs: list[PointSpec]
+    policy: TimingPolicy
+    seed: int = 0
+    log: Callable[[str], None] = _stderr
+
+    # ------------------------------------------------------------------------------------ create
+    @classmethod
+    def create(cls, specs: list[PointSpec], policy: TimingPolicy, *, out: Path | None, command: list[str],
+               preset: str | None, threads: int | None = None, seed: int = 0,
+               log: Callable[[str], None] = _stderr) -> "Run":
+        """A new run folder with meta.json and plan.json; the thread count chosen from the free cores
+        unless given."""
+        threads, why, load = decide_threads(threads)
+        run_dir = new_run_folder(out, "-".join(sorted({s.device for s in specs})))
+        meta = run_meta("run", command, preset, threads)
+        meta.update(run_id=run_dir.name, points_planned=len(specs), threads_reason=why, load_before=load.as_dict(),
+                    timing_policy=policy.as_dict(), timing_method=method_constants(), load_passes=[])
+        storage.write_json(run_dir / "plan.json", {"specs": [s.as_row() for s in specs],
+                                                   "timing_policy": policy.as_dict(), "seed": seed})
+        storage.write_json(run_dir / "meta.json", meta)
+        run = cls(run_dir, meta, specs, policy, seed, log)
+        run._announce(load)
+        return run
+
+    @classmethod
+    def resume(cls, run_dir: Path, log: Callable[[str], None] = _stderr) -> "Run":
+        if not run_dir.is_dir() or not storage.is_run_dir(run_dir):
+            raise BadInput(f"--resume {run_dir}: not a run folder (no meta.json there)")
+        meta = storage.read_json(run_dir / "meta.json")
+        plan = storage.read_json(run_dir / "plan.json")
+        try:
+            specs = [validate(PointSpec(**row)) for row in plan["specs"]]
+            policy = TimingPolicy(**plan["timing_policy"])
+        except (KeyError, TypeError) as exc:
+            raise RunFailed(f"{run_dir / 'plan.json'}: damaged or from another version ({exc})") from None
+        for device in {s.device for s in specs}:
+            if device == "cuda" and not machine.cuda_available():
+                raise BadInput(f"--resume {run_dir}: its plan measures cuda, and no CUDA GPU is present here")
+        meta.setdefault("resumed_utc", []).append(storage.utc_now())
+        meta.update(status="running", finished_utc=None)
+        storage.write_json(run_dir / "meta.json", meta)
+        run = cls(run_dir, meta, specs, policy, plan.get("seed", 0), log)
+        run._announce(sample_load())
+        return run
+
+    @property
+    def threads(self) -> int:
+        return int(self.meta["threads"])
+
+    def _announce(self, load) -> None:
+        self.log(f"threads: {self.meta.get('threads_reason') or self.threads}")
+        warning = busy_warning(load)
+        if warning:
+            self.log(warning)
+
+    # ----------------------------------------------------------------------------------- execute
+    def execute(self, progress: bool = True) -> dict:
+        """Measure what is not stored yet. Returns the finished meta; KeyboardInterrupt (Ctrl-C, SIGTERM)
+        marks the run `interrupted` and propagates after the last finished pass is stored."""
+        started = time.monotonic()
+        state = self._stored_state()
+        try:
+            with pinned_threads(self.threads), _sigterm_as_interrupt():
+                self._measure_peaks()
+                pending = [s for s in self.specs if s.point_id not in state.rows]
+                self._passes(pending, 0, state, progress)
+                flagged = [s for s in pending if s.point_id not in state.rows
+                           and not self._timing(s, 0, state).reliable] if self.policy.remeasure else []
+                if flagged:
+                    self.log(f"measuring {len(flagged)} unreliable point(s) again")
+                    self._passes(flagged, 1, state, progress)
+                for spec in pending:
+                    if spec.point_id not in state.rows:
+                        self._store_row(spec, self._final_row(spec, state), state)
+        except KeyboardInterrupt:
+            self.meta.update(status="interrupted", finished_utc=storage.utc_now())
+            storage.write_json(self.dir / "meta.json", self.meta)
+            raise
+        return self._finish(state, time.monotonic() - started, remeasured=len(flagged))
+
+    def _stored_state(self) -> _State:
+        state = _State()
+        by_id = {s.point_id: s for s in self.specs}
+        points_path = self.dir / "points.csv"
+        if points_path.exists():
+            storage.repair_tail(points_path)
+            if points_path.stat().st_size:
+                for row in storage.read_points(self.dir).to_dict("records"):
+                    state.rows[row["point_id"]] = row
+                    if row["status"] == "oom" and row["point_id"] in by_id:
+                        state.ooms.append(by_id[row["point_id"]])
+        for record in storage.read_timing_records(self.dir):
+            state.records[(record["point_id"], record["attempt"], record["pass"])] = record
+        return state
+
+    def _measure_peaks(self) -> None:
+        peaks = self.meta.setdefault("matmul_peak", {})
+        for device, dtype in sorted({(s.device, s.dtype) for s in self.specs}):
+            key = device_peak_key(device, dtype)
+            if key not in peaks:
+                peaks[key] = matmul_peak(device, models.DTYPES[dtype])
+        storage.write_json(self.dir / "meta.json", self.meta)
+
+    def _passes(self, specs: list[PointSpec], attempt: int, state: _State, progress: bool) -> None:
+        """`policy.passes` passes over `specs`, skipping the passes already stored."""
+        todo = sum(1 for p in range(self.policy.passes) for s in specs if (s.point_id, attempt, p) not in state.records)
+        bar = tqdm(total=todo, desc="points" if attempt == 0 else "again", unit="pt", disable=not progress,
+                   file=sys.stderr, dynamic_ncols=True)
+        try:
+            for p in range(self.policy.passes):
+                first = attempt == 0 and p == 0
+                order = specs if first else pass_order(specs, attempt * self.policy.passes + p, self.seed)
+                meter = LoadMeter()
+                visited = 0
+                for spec in order:
+                    if spec.point_id in state.rows or (spec.point_id, attempt, p) in state.records:
+                        continue
+                    bar.set_postfix_str(f"pass {p + 1}/{self.policy.passes} {spec.layer} n={spec.n} d={spec.d}",
+                                        refresh=False)
+                    self._visit(spec, attempt, p, state)
+                    visited += 1
+                    bar.update(1)
+                if visited:
+                    self._note_pass_load(attempt, p, meter)
+        finally:
+            bar.close()
+
+    def _visit(self, spec: PointSpec, attempt: int, p: int, state: _State) -> None:
+        first = attempt == 0 and p == 0
+        if first:
+            blocker = next((o for o in state.ooms if _larger(spec, o)), None)
+            if blocker is not None:
+                reason = (f"larger than n={blocker.n} d={blocker.d} batch={blocker.batch}, which ran out of "
+                          f"memory")
+                self._store_row(spec, dict(base_row(spec, self.threads), status="skipped", error=reason), state)
+                return
+        plan = None if first else self._plan(spec, state)
+        result = measure_pass(spec, self.policy, plan, seed=self.seed, with_probes=first)
+        if isinstance(result, PassFailure):
+            storage.append_error(self.dir, spec.key, result.traceback)
+            row = dict(base_row(spec, self.threads), status=result.status, error=result.error)
+            self._store_row(spec, row, state)
+            if result.status == "oom":
+                state.ooms.append(spec)
+            return
+        record = dict(result.record, point_id=spec.point_id, attempt=attempt, spec=spec.as_row(),
+                      rounds_planned=result.rounds_planned, iterations=result.iterations,
+                      others_busy_cores=result.others_busy_cores, probes=result.probes)
+        record["pass"] = p
+        storage.append_timing_record(self.dir, record)
+        state.records[(spec.point_id, attempt, p)] = record
+
+    def _plan(self, spec: PointSpec, state: _State) -> tuple[int, int]:
+        first = state.records[(spec.point_id, 0, 0)]
+        return int(first["rounds_planned"]), int(first["iterations"])
+
+    def _note_pass_load(self, attempt: int, p: int, meter: LoadMeter) -> None:
+        load = meter.read()
+        self.meta.setdefault("load_passes", []).append(dict(attempt=attempt, **{"pass": p}, **load.as_dict()))
+        storage.write_json(self.dir / "meta.json", self.meta)
+        if load.busy:
+            self.log(f"pass {p + 1}: other processes took {load.others_busy_cores:.1f} cores "
+                     f"(load average {load.loadavg_1m:.2f})")
+
+    def _records(self, spec: PointSpec, attempt: int, state: _State) -> list[dict]:
+        return [state.records[(spec.point_id, attempt, p)] for p in range(self.policy.passes)]
+
+    def _timing(self, spec: PointSpec, attempt: int, state: _State) -> Timing:
+        records = self._records(spec, attempt, state)
+        template = {k: v for k, v in records[0].items() if k not in ("pass", "attempt", "others_busy_cores", "probes")}
+        return summarize([r["stats"]["data"] for r in records], int(records[0]["iterations"]), spec.key,
+                         template=template)
+
+    def _last_attempt(self, spec: PointSpec, state: _State) -> int:
+        done = [a for a in range(ATTEMPTS)
+                if all((spec.point_id, a, p) in state.records for p in range(self.policy.passes))]
+        if not done:
+            raise RunFailed(f"{self.dir}: point {spec.key} has no complete set of passes")
+        return max(done)
+
+    def _final_row(self, spec: PointSpec, state: _State) -> dict:
+        attempt = self._last_attempt(spec, state)
+        timing = self._timing(spec, attempt, state)
+        others = fmean(r["others_busy_cores"] for r in self._records(spec, attempt, state))
+        return point_row(spec, self.threads, timing, state.records[(spec.point_id, 0, 0)]["probes"],
+                         attempts=attempt + 1, others_busy_cores=others)
+
+    def _store_row(self, spec: PointSpec, row: dict, state: _State) -> None:
+        row["finished_utc"] = storage.utc_now()
+        storage.append_point(self.dir, row)
+        state.rows[spec.point_id] = row
+
+    # ------------------------------------------------------------------------------------ finish
+    def _finish(self, state: _State, elapsed_s: float, remeasured: int) -> dict:
+        df = storage.read_points(self.dir)
+        ok = df[df["status"] == "ok"]
+        by_id = {s.point_id: s for s in self.specs}
+        benchmarks = [self._timing(by_id[pid], self._last_attempt(by_id[pid], state), state).record
+                      for pid in ok["point_id"] if pid in by_id]
+        self.meta.update(
+            status="finished", finished_utc=storage.utc_now(), points_stored=int(len(df)),
+            status_counts={k: int(v) for k, v in df["status"].value_counts().items()},
+            points_noisy=int(ok["time_noisy"].astype(bool).sum()) if len(ok) else 0,
+            points_unreliable=int((~ok["time_reliable"].astype(bool)).sum()) if len(ok) else 0,
+            points_remeasured=int((ok["attempts"] > 1).sum()) if len(ok) else 0,
+            measure_s=round(elapsed_s, 1),
+        )
+        storage.write_json(self.dir / "meta.json", self.meta)
+        storage.write_json(self.dir / "pytest-benchmark.json", {
+            "machine_info": self.meta["machine_info"], "commit_info": self.meta["commit_info"],
+            "benchmarks": benchmarks, "datetime": self.meta["started_utc"], "version": _pytest_benchmark_version(),
+        })
+        return self.meta
+
+
+def _pytest_benchmark_version() -> str:
+    from importlib.metadata import version  # noqa: PLC0415
+    return version("pytest-benchmark")
+
+
+def run_meta(kind: str, command: list[str], preset: str | None, threads: int) -> dict:
+    """meta.json of a new run folder of any kind (a sweep, paths, claims)."""
+    return {
+        "run_id": None, "kind": kind, "started_utc": storage.utc_now(), "finished_utc": None,
+        "status": "running", "command": " ".join(command), "preset": preset, **machine.run_meta(threads),
+    }
+
+
+def new_run_folder(out: Path | None, tag: str) -> Path:
+    """--out DIR (new or empty), or results/<run-id>."""
+    if out is not None:
+        return storage.claim_out_dir(out)
+    return storage.new_run_dir(storage.RESULTS_ROOT, storage.make_run_id(tag))

@@ -1,0 +1,73 @@
+"""A run's life: interleaved passes in the stored order, unreliable points measured again, resume of a run
+whose passes are partly stored."""
+import json
+
+import pandas as pd
+import pytest
+
+from bench import storage
+from bench import timing as T
+from bench.cli import main
+from bench.spec import PointSpec
+
+GRID = ["run", "--layers", "conv,lstm", "--n", "8,16,32", "--d", "4", "--device", "cpu",
+        "--rounds", "6", "--target-time", "0.01", "--passes", "3", "--no-progress"]
+
+
+def _plan(out):
+    return [PointSpec(**s) for s in json.loads((out / "plan.json").read_text())["specs"]]
+
+
+@pytest.mark.slow
+def test_first_pass_in_plan_order_then_shuffled_passes(tmp_path):
+    out = tmp_path / "run"
+    assert main([*GRID, "--out", str(out)]) == 0
+    plan_ids = [s.point_id for s in _plan(out)]
+    records = [r for r in storage.read_timing_records(out) if r["attempt"] == 0]
+    order = {p: [r["point_id"] for r in records if r["pass"] == p] for p in range(3)}
+    assert order[0] == plan_ids  # smallest first: an out-of-memory point stops its larger siblings
+    assert sorted(order[1]) == sorted(plan_ids) and sorted(order[2]) == sorted(plan_ids)
+    assert order[1] != plan_ids and order[1] != order[2]
+    assert all(r["probes"] is not None for r in records if r["pass"] == 0)
+    assert all(r["probes"] is None for r in records if r["pass"] > 0)
+    df = pd.read_csv(out / "points.csv")
+    # each row's rounds are those of its passes, and its median is theirs
+    for row in df.itertuples():
+        mine = [r for r in storage.read_timing_records(out)
+                if r["point_id"] == row.point_id and r["attempt"] == row.attempts - 1]
+        data = [t for r in mine for t in r["stats"]["data"]]
+        assert row.rounds == len(data) and row.time_median_s == pytest.approx(pd.Series(data).median())
+
+
+@pytest.mark.slow
+def test_unreliable_points_are_measured_again_and_stay_flagged(tmp_path, monkeypatch):
+    monkeypatch.setattr(T, "CI_RELATIVE_WIDTH", -1.0)  # every interval is "too wide": every point is flagged
+    out = tmp_path / "run"
+    assert main([*GRID, "--out", str(out)]) == 0
+    df = pd.read_csv(out / "points.csv")
+    assert (df["attempts"] == 2).all() and (~df["time_reliable"]).all()
+    assert df["time_flag"].str.contains("uncertain").all()
+    records = storage.read_timing_records(out)
+    assert len([r for r in records if r["attempt"] == 1]) == len(df) * 3  # a whole second set of passes
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["points_remeasured"] == len(df) == meta["points_unreliable"]
+
+
+@pytest.mark.slow
+def test_resume_measures_only_the_missing_passes(tmp_path):
+    out = tmp_path / "run"
+    assert main([*GRID, "--out", str(out)]) == 0
+    whole = (out / "timings.jsonl").read_text().splitlines(keepends=True)
+    # Make it look killed in its third pass, one line cut off: no rows, passes 0, 1 and part of 2 stored.
+    kept = [line for line in whole if json.loads(line)["pass"] < 2]
+    kept += [line for line in whole if json.loads(line)["pass"] == 2][:2]
+    (out / "timings.jsonl").write_text("".join(kept) + '{"cut off')
+    (out / "points.csv").unlink()
+    (out / "pytest-benchmark.json").unlink()
+    assert main(["run", "--resume", str(out), "--no-progress"]) == 0
+    after = (out / "timings.jsonl").read_text().splitlines(keepends=True)
+    assert after[: len(kept)] == kept  # the stored passes are kept as they were
+    keys = [(r["point_id"], r["attempt"], r["pass"]) for r in map(json.loads, after)]
+    assert len(keys) == len(set(keys))
+    assert len([k for k in keys if k[1] == 0]) == 6 * 3  # only the missing passes were measured
+    assert sorted(pd.read_csv(out / "points.csv")["point_id"]) == sorted(s.point_id for s in _plan(out))
