@@ -615,7 +615,7 @@ def _claim_pe_wavelengths(seed: int) -> ClaimResult:
                 first_over_2pi=(lam0 / (2 * math.pi), "1", "fitted λ_0 / 2π"),
                 ratio=(ratio, "1", "ratio of consecutive wavelengths"),
                 largest_present_over_2pi=(float(lam[-1]) / (2 * math.pi), "1",
-                                          f"largest wavelength present / 2π (i = d/2 − 1: 10000^(1 − 2/d))"),
+                                          "largest wavelength present / 2π (i = d/2 − 1: 10000^(1 − 2/d))"),
                 log_residual=(residual, "1", "largest |log λ − fitted line|"),
             ),
         },

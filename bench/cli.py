@@ -10,7 +10,6 @@ import sys
 import traceback
 from pathlib import Path
 
-import torch
 
 import models
 
@@ -168,22 +167,10 @@ def cmd_paths(args, argv) -> int:
 
 
 def _write_side_table(args, argv, kind: str, table) -> int:
-    """paths.csv / claims.csv go into an existing run folder (added, never replacing a file) or a new one."""
-    out: Path | None = args.out
-    filename = f"{kind}.csv"
-    if out is not None and storage.is_run_dir(out):
-        if (out / filename).exists():
-            raise BadInput(f"--out {out}: already has {filename}; run folders are never overwritten")
-        run_dir = out
-    else:
-        from .run import new_run_folder, run_meta  # noqa: PLC0415
+    from .run import store_side_table  # noqa: PLC0415
 
-        run_dir = new_run_folder(out, kind)
-        meta = run_meta(kind, argv, getattr(args, "preset", None), torch.get_num_threads())
-        meta.update(run_id=run_dir.name, status="finished", finished_utc=storage.utc_now())
-        storage.write_json(run_dir / "meta.json", meta)
-    storage.write_table(run_dir / filename, table)
-    print(f"{kind}: {len(table)} rows -> {run_dir / filename}")
+    path = store_side_table(kind, table, out=args.out, command=argv, preset=getattr(args, "preset", None))
+    print(f"{kind}: {len(table)} rows -> {path}")
     return 0
 
 

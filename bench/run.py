@@ -27,6 +27,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Callable
 
+import torch
 from tqdm import tqdm
 
 import models
@@ -332,3 +333,20 @@ def new_run_folder(out: Path | None, tag: str) -> Path:
     if out is not None:
         return storage.claim_out_dir(out)
     return storage.new_run_dir(storage.RESULTS_ROOT, storage.make_run_id(tag))
+
+
+def store_side_table(kind: str, table, *, out: Path | None, command: list[str], preset: str | None) -> Path:
+    """paths.csv / claims.csv: added to an existing run folder (never replacing a file), or stored in a new
+    run folder of their own. Returns the file's path."""
+    filename = f"{kind}.csv"
+    if out is not None and storage.is_run_dir(out):
+        if (out / filename).exists():
+            raise BadInput(f"--out {out}: already has {filename}; run folders are never overwritten")
+        run_dir = out
+    else:
+        run_dir = new_run_folder(out, kind)
+        meta = run_meta(kind, command, preset, torch.get_num_threads())
+        meta.update(run_id=run_dir.name, status="finished", finished_utc=storage.utc_now())
+        storage.write_json(run_dir / "meta.json", meta)
+    storage.write_table(run_dir / filename, table)
+    return run_dir / filename

@@ -241,3 +241,25 @@ def interleaved(fns: dict[Hashable, Callable[[], object]], policy: TimingPolicy 
             data, _ = time_rounds(targets[key], policy.rounds_per_pass(rounds), iterations, clock, str(key))
             times[key].append(data)
     return {key: summarize(times[key], plans[key][1], str(key)) for key in fns}
+
+
+def method_text(policy: dict, constants: dict | None = None) -> str:
+    """The timing method of a run in one paragraph, from its stored policy and this module's constants as
+    they were when it ran (meta.json `timing_policy`, `timing_method`), for the report and the README."""
+    c = dict(method_constants(), **(constants or {}))
+    p = dict(asdict(TimingPolicy()), **policy)
+    text = (f"Each point's rounds (each round at least {p['min_round_s'] * 1e3:g} ms of repeated calls; "
+            f"{p['min_rounds']} to {p['max_rounds']} rounds, about {p['target_s']:g} s of them) are split over "
+            f"{p['passes']} interleaved passes, at least {c['min_rounds_per_pass']} rounds each; every pass visits "
+            f"every point in a new shuffled order (the first in plan order, smallest first), and each visit "
+            f"builds the layer, makes one untimed call and {c['warmup_rounds']} untimed round. Median over all "
+            f"rounds, with its {c['confidence']:.0%} interval from order statistics. A point is flagged noisy "
+            f"when its IQR exceeds {c['noisy_iqr_ratio']:.0%} of its median, and unreliable when its median is "
+            f"more than {c['stall_ratio']:g}x its fastest round (stalled or bimodal rounds), when the median of "
+            f"its passes' medians is more than {c['pass_spread_ratio']:g}x its fastest pass's (a slow phase "
+            f"over most of its passes), or when the interval of its median is wider than "
+            f"{c['ci_relative_width']:.0%} of it")
+    text += (("; unreliable points are measured again in a second set of passes at the end of the run, and "
+              "those still unreliable are kept, flagged and left out of the time fits.")
+             if p.get("remeasure", True) else "; unreliable points are kept, flagged and left out of the time fits.")
+    return text

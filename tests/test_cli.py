@@ -1,7 +1,6 @@
 """The command line: bad input is exit 2 with one line; runs store what the interface says; a run killed
 part-way is finished by --resume with every point exactly once."""
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -6,14 +6,13 @@ numbers.json (every number the report shows, with provenance) and table.tex.
 from __future__ import annotations
 
 import html
-import math
 import shutil
 from pathlib import Path
 
 import markdown
 import pandas as pd
 
-from .. import fits, storage
+from .. import fits, storage, timing
 from ..timing import NOISY_IQR_RATIO
 from .context import ReportContext, format_value
 from .load import load_runs
@@ -62,24 +61,27 @@ def _runs_without(ctx: ReportContext, column: str) -> list[str]:
     return sorted(run_id for run_id, group in ctx.points.groupby("run_id") if group[column].isna().all())
 
 
-def _timing_policies(ctx: ReportContext) -> str:
-    """Each run's timing policy (meta.json `timing_policy`), its numbers cited."""
+def _timing_methods(ctx: ReportContext) -> str:
+    """Each run's timing method (bench.timing.method_text from its meta.json), its thread choice and the
+    load other processes put on the machine while it ran."""
     lines = []
     for run_id, meta in sorted(ctx.runs.items()):
         policy = meta.get("timing_policy")
         if not isinstance(policy, dict) or run_id not in set(ctx.points["run_id"]):
             continue
-        items = []
-        for name, value in policy.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                unit = "s" if name.endswith("_s") else "1"
-                items.append(f"{name} {ctx.cite(f'runs.{run_id}.timing_policy.{name}', value, unit, run_id)}")
-            elif isinstance(value, (str, bool)):
-                items.append(f"{name} {value}")
-        lines.append(f"- {run_id}: " + ", ".join(items))
+        line = f"- {run_id}: {timing.method_text(policy, meta.get('timing_method'))}"
+        if meta.get("threads_reason"):
+            line += f" Threads: {meta['threads_reason']}."
+        passes = [p for p in meta.get("load_passes") or [] if "others_busy_cores" in p]
+        if passes:
+            busiest = max(p["others_busy_cores"] for p in passes)
+            line += (f" Other processes took at most "
+                     f"{ctx.cite(f'runs.{run_id}.load.others_busy_cores_max', round(busiest, 2), 'cores', run_id)} "
+                     f"during a pass ({len(passes)} passes watched).")
+        lines.append(line)
     if not lines:
         return ""
-    return "\nTiming policy of each run (`timing_policy` in its meta.json):\n\n" + "\n".join(lines) + "\n"
+    return "\nHow time was measured, per run (from its meta.json):\n\n" + "\n".join(lines) + "\n"
 
 
 def problems_section(ctx: ReportContext) -> str:
@@ -109,7 +111,7 @@ def problems_section(ctx: ReportContext) -> str:
         text += (f"\n\nRuns stored without a reliability check or an interval per point (an older format): "
                  f"{', '.join(unchecked)}. Their ok points count as reliable, and their time fits take the "
                  f"regression's interval alone (`measurement_uncertainty` \"none stored\" in fits.csv).")
-    text += "\n" + _timing_policies(ctx)
+    text += "\n" + _timing_methods(ctx)
     if len(bad):
         text += "\n" + bad[["source", "layer", "n", "d", "k", "heads", "window", "status", "error"]] \
             .to_markdown(index=False) + "\n"

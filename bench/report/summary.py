@@ -1,7 +1,6 @@
 """The textbook table with measured values beside the predicted ones (report.md and table.tex)."""
 from __future__ import annotations
 
-import math
 
 import pandas as pd
 
