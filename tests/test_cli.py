@@ -90,6 +90,9 @@ def test_run_writes_the_interface_files(tmp_path, capsys):
                 "git_dirty", "python", "torch", "cpu_model", "cpu_cores", "threads", "devices"):
         assert key in meta, key
     assert meta["status"] == "finished" and meta["matmul_peak"]["cpu"]["flops_per_s"] > 0
+    peak = meta["matmul_peak"]["cpu"]  # measured at the start and at the end of the run, the better one kept
+    assert set(peak["measured"]) == {"start", "end"}
+    assert peak["flops_per_s"] == max(m["flops_per_s"] for m in peak["measured"].values())
     df = pd.read_csv(out / "points.csv")
     for column in ("layer", "device", "dtype", "batch", "n", "d", "k", "heads", "window", "time_median_s",
                    "time_iqr_s", "rounds", "flops_analytic", "flops_counted", "mem_peak_bytes",

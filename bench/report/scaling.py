@@ -301,9 +301,9 @@ def peak_section(ctx: ReportContext) -> str:
     ax.set(xscale="log", yscale="log", xlabel="FLOPs per forward pass", ylabel="achieved / matmul peak",
            title="Fraction of the measured matmul peak")
     ax.legend(fontsize=7)
-    text = ("Each device's matrix-multiply peak is measured once per run (best of a few square matmuls). "
+    text = ("Each device's matrix-multiply peak is measured at the start and at the end of each run, and the better of the two kept (best of a few square matmuls each time). "
             "Achieved FLOP/s = counted FLOPs / median time. Small problems are dominated by fixed per-call "
-            "overhead; recurrent layers at batch 1 multiply a d-vector by d×d matrices one step after "
+            "overhead; recurrent layers at a small batch multiply a few d-vectors by d×d matrices one step after "
             "another, matrix-vector work that keeps each weight in use for one multiply-add per load, so "
             "they run far below the matmul peak however long the sequence.\n\n" + "\n".join(lines) + "\n\n"
             "| source | layer | largest point | fraction of peak | achieved |\n| --- | --- | --- | --- | --- |\n"
