@@ -115,7 +115,7 @@ def test_report_of_hand_made_runs_shows_verdicts_reasons_and_flags(tmp_path, new
     time = fits[fits.metric == "time"].set_index("layer")
     assert time.loc["lstm", "verdict"] == "consistent"
     assert "✓" in md and "± 0.2 for time" in md and "IQR above 10 % of the median" in md
-    assert "0.3 s" not in md and "target_s 0.25 s" in md  # the timing policy from meta.json, not a typed claim
+    assert "0.3 s" not in md and "about 0.25 s of them" in md  # the timing policy from meta.json, not a typed claim
     if new_format:
         assert time.loc["attention", "unreliable_left_out"] == 1
         assert time.loc["attention", "reason"].endswith("1 unreliable point left out, 4 left")
