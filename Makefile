@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 PRESET ?= quick
 
-.PHONY: install bench report test clean-venv
+.PHONY: install bench report lint test test-fast clean-venv
 
 install: $(VENV)/.installed
 
@@ -31,8 +31,17 @@ bench: install
 report: install
 	$(PY) -m bench report
 
-test: install
+# ruff (rules in pyproject.toml) and its formatter, then the tests.
+lint: install
+	$(PY) -m ruff check bench models tests
+	$(PY) -m ruff format --check bench models tests
+
+test: lint
 	$(PY) -m pytest -q
+
+# The inner loop: the lint and every test not marked slow (real sweeps, subprocesses, the claims).
+test-fast: lint
+	$(PY) -m pytest -q -m "not slow"
 
 clean-venv:
 	rm -rf $(VENV)

@@ -24,13 +24,14 @@ TIME_POLICY); FLOPs from
 bench.flops.count_flops (the interface's convention: 2 FLOPs per multiply-accumulate of matrix products;
 softmax, tanh, additions not counted).
 """
+
 from __future__ import annotations
 
 import json
 import math
 import time
+from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Hashable
 
 import pandas as pd
 import torch
@@ -102,8 +103,10 @@ def _num(value: float | int | torch.Tensor, digits: int = 6) -> float:
 
 def _numbers(**items: tuple[float | int | str, str, str]) -> dict:
     """details["numbers"]: name -> (value, unit, label)."""
-    return {k: {"value": v if isinstance(v, (int, str)) else _num(v), "unit": u, "label": lab}
-            for k, (v, u, lab) in items.items()}
+    return {
+        k: {"value": v if isinstance(v, (int, str)) else _num(v), "unit": u, "label": lab}
+        for k, (v, u, lab) in items.items()
+    }
 
 
 def _generator(seed: int, offset: int) -> torch.Generator:
@@ -111,8 +114,11 @@ def _generator(seed: int, offset: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1000 + offset)
 
 
-def interleaved_times_s(fns: dict[Hashable, Callable[[], object]], policy: TimingPolicy = TIME_POLICY,
-                        clock: Callable[[], float] = time.perf_counter) -> dict[Hashable, float]:
+def interleaved_times_s(
+    fns: dict[Hashable, Callable[[], object]],
+    policy: TimingPolicy = TIME_POLICY,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[Hashable, float]:
     """Median seconds per call of each callable, by bench.timing.interleaved (see TIME_POLICY above) on
     TIME_THREADS threads, in inference mode. `clock` is the seam for tests."""
     with pinned_threads(TIME_THREADS), torch.inference_mode():
@@ -164,15 +170,18 @@ def _claim_dot_product_variance(seed: int) -> ClaimResult:
     return ClaimResult(
         claim_id="dot_product_variance",
         statement="For q, k with independent zero-mean unit-variance components, q·k has variance d_k; "
-                  "dividing by √d_k brings it back to 1.",
+        "dividing by √d_k brings it back to 1.",
         measured=_num(worst, 4),
         expected=f"largest |var(q·k/√d_k) − 1| over d_k in {list(D_KS)}: ≤ {VARIANCE_REL_TOL} "
-                 f"({VARIANCE_SAMPLES:,} samples each)",
+        f"({VARIANCE_SAMPLES:,} samples each)",
         verdict="holds" if worst <= VARIANCE_REL_TOL else "fails",
         source=f"{PAPER}, §3.2.1 and footnote 4",
         details={
-            "d_k": list(D_KS), "var_unscaled": [_num(v) for v in raw], "var_scaled": [_num(v) for v in scaled],
-            "samples": VARIANCE_SAMPLES, "rel_std_error": _num(math.sqrt(2 / VARIANCE_SAMPLES)),
+            "d_k": list(D_KS),
+            "var_unscaled": [_num(v) for v in raw],
+            "var_scaled": [_num(v) for v in scaled],
+            "samples": VARIANCE_SAMPLES,
+            "rel_std_error": _num(math.sqrt(2 / VARIANCE_SAMPLES)),
             "numbers": _numbers(var_unscaled_max_d_k=(raw[-1], "1", f"var(q·k) at d_k = {D_KS[-1]}")),
         },
     )
@@ -224,20 +233,26 @@ def _claim_softmax_saturation(seed: int) -> ClaimResult:
     return ClaimResult(
         claim_id="softmax_saturation",
         statement="Without the 1/√d_k scaling, large d_k pushes the softmax into saturation (one weight near 1) "
-                  "where its gradients are extremely small.",
+        "where its gradients are extremely small.",
         measured=_num(mean_ratio, 4),
         expected=f"mean softmax-Jacobian norm over queries, unscaled / scaled, at d_k = {D_KS[-1]} "
-                 f"({SATURATION_KEYS} keys): ≤ {SMALL_GRAD_RATIO}; with unscaled mean max weight ≥ "
-                 f"{SATURATED_MAX_WEIGHT} and scaled max weight flat over d_k (ratio ≤ {SCALED_FLAT_RATIO})",
+        f"({SATURATION_KEYS} keys): ≤ {SMALL_GRAD_RATIO}; with unscaled mean max weight ≥ "
+        f"{SATURATED_MAX_WEIGHT} and scaled max weight flat over d_k (ratio ≤ {SCALED_FLAT_RATIO})",
         verdict=verdict,
         source=f"{PAPER}, §3.2.1",
         details={
-            "d_k": list(D_KS), "keys": SATURATION_KEYS, "trials": SATURATION_TRIALS, **rows,
+            "d_k": list(D_KS),
+            "keys": SATURATION_KEYS,
+            "trials": SATURATION_TRIALS,
+            **rows,
             "numbers": _numbers(
                 median_ratio=(median_ratio, "1", f"median Jacobian norm, unscaled / scaled, d_k = {D_KS[-1]}"),
                 max_weight_unscaled=(top_unscaled, "1", f"mean largest weight, unscaled, d_k = {D_KS[-1]}"),
-                max_weight_scaled=(rows["max_weight_scaled"][-1], "1",
-                                   f"mean largest weight, scaled, d_k = {D_KS[-1]}"),
+                max_weight_scaled=(
+                    rows["max_weight_scaled"][-1],
+                    "1",
+                    f"mean largest weight, scaled, d_k = {D_KS[-1]}",
+                ),
             ),
         },
     )
@@ -252,8 +267,11 @@ TIME_SIMILAR_RATIO = 1.25  # slowest / fastest time over h at most this for the 
 def _claim_multihead_cost(seed: int) -> ClaimResult:
     b, n, d = MULTIHEAD_SIZE["batch"], MULTIHEAD_SIZE["n"], MULTIHEAD_SIZE["d"]
     x = torch.randn(b, n, d, generator=_generator(seed, 3))
-    layers = {(name, h): models.build(name, LayerConfig(d=d, heads=h), seed=seed)
-              for h in MULTIHEAD_HEADS for name in ("attention_math", "attention")}
+    layers = {
+        (name, h): models.build(name, LayerConfig(d=d, heads=h), seed=seed)
+        for h in MULTIHEAD_HEADS
+        for name in ("attention_math", "attention")
+    }
     flops = [counted_flops(lambda: layers["attention_math", h](x)) for h in MULTIHEAD_HEADS]
     flops_fused = [counted_flops(lambda: layers["attention", h](x)) for h in MULTIHEAD_HEADS]
     times = interleaved_times_s({key: (lambda layer=layer: layer(x)) for key, layer in layers.items()})
@@ -271,17 +289,20 @@ def _claim_multihead_cost(seed: int) -> ClaimResult:
     return ClaimResult(
         claim_id="multihead_cost",
         statement="Multi-head attention with d_k = d_v = d/h costs about the same as single-head attention "
-                  "of full width d.",
+        "of full width d.",
         measured=_num(ratio, 3),
         expected=f"counted FLOPs equal for h in {list(MULTIHEAD_HEADS)} (b = {b}, n = {n}, d = {d}, both layers); "
-                 f"slowest / "
-                 f"fastest time of attention_math over h ≤ {TIME_SIMILAR_RATIO} (and of fused attention)",
+        f"slowest / "
+        f"fastest time of attention_math over h ≤ {TIME_SIMILAR_RATIO} (and of fused attention)",
         verdict=verdict,
         source=f"{PAPER}, §3.2.2",
         details={
-            "heads": list(MULTIHEAD_HEADS), **MULTIHEAD_SIZE,
-            "flops_counted": flops, "flops_counted_attention": flops_fused,
-            "time_median_s_attention_math": times_math, "time_median_s_attention": times_fused,
+            "heads": list(MULTIHEAD_HEADS),
+            **MULTIHEAD_SIZE,
+            "flops_counted": flops,
+            "flops_counted_attention": flops_fused,
+            "time_median_s_attention_math": times_math,
+            "time_median_s_attention": times_fused,
             "time_threads": TIME_THREADS,
             "numbers": _numbers(
                 flops_counted=(flops[0], "FLOP", f"counted FLOPs at h = {MULTIHEAD_HEADS[0]}"),
@@ -347,15 +368,19 @@ def _claim_dot_vs_additive(seed: int) -> ClaimResult:
     return ClaimResult(
         claim_id="dot_vs_additive",
         statement="Dot-product attention is much faster than additive attention in practice, though the two are "
-                  "similar in theoretical complexity.",
+        "similar in theoretical complexity.",
         measured=_num(min(ratios), 3),
         expected=f"smallest additive / dot-product time over n in {list(ADDITIVE_NS)} (d = {ADDITIVE_D}): "
-                 f"≥ {DOT_FASTER_RATIO}",
+        f"≥ {DOT_FASTER_RATIO}",
         verdict="holds" if min(ratios) >= DOT_FASTER_RATIO else "fails",
         source=f"{PAPER}, §3.2.1; additive attention: Bahdanau et al. 2015; d2l.ai §11.3 Attention Scoring Functions",
         details={
-            "n": list(ADDITIVE_NS), "d": ADDITIVE_D, **rows, "time_threads": TIME_THREADS,
-            "time_ratio": ratios, "flops_ratio": flop_ratios,
+            "n": list(ADDITIVE_NS),
+            "d": ADDITIVE_D,
+            **rows,
+            "time_threads": TIME_THREADS,
+            "time_ratio": ratios,
+            "flops_ratio": flop_ratios,
             "numbers": _numbers(
                 time_ratio_largest_n=(ratios[-1], "1", f"additive / dot time at n = {ADDITIVE_NS[-1]}"),
                 flops_ratio_largest_n=(flop_ratios[-1], "1", f"additive / dot counted FLOPs at n = {ADDITIVE_NS[-1]}"),
@@ -394,14 +419,16 @@ def _claim_permutation_equivariance(seed: int) -> ClaimResult:
     return ClaimResult(
         claim_id="permutation_equivariance",
         statement="Self-attention without positional information is permutation-equivariant: permuting the input "
-                  "permutes the output; with sinusoidal encodings added it is not.",
+        "permutes the output; with sinusoidal encodings added it is not.",
         measured=worst,
         expected=f"max |f(Px) − P f(x)| (attention, attention_math): ≤ {EQUIVARIANT_ATOL} (float32 rounding); "
-                 f"with encodings added ≥ {BROKEN_MIN}",
+        f"with encodings added ≥ {BROKEN_MIN}",
         verdict="holds" if ok else "fails",
         source=f"{PAPER}, §3.5; {D2L_SELF_ATTENTION}",
         details={
-            **s, "error_no_pe": errors, "error_with_pe": errors_pe,
+            **s,
+            "error_no_pe": errors,
+            "error_with_pe": errors_pe,
             "numbers": _numbers(error_with_pe=(least_broken, "1", "smallest max |f(Px) − P f(x)| with encodings")),
         },
     )
@@ -413,8 +440,9 @@ def pe_frequencies(d: int, dtype: torch.dtype = torch.float32, base: float = PE_
     return torch.exp(torch.arange(0, d, 2, dtype=dtype) * (-math.log(base) / d))  # (d/2,)
 
 
-def sinusoidal_encoding(positions: int | torch.Tensor, d: int, dtype: torch.dtype = torch.float32,
-                        base: float = PE_BASE) -> torch.Tensor:
+def sinusoidal_encoding(
+    positions: int | torch.Tensor, d: int, dtype: torch.dtype = torch.float32, base: float = PE_BASE
+) -> torch.Tensor:
     """PE (len(positions), d): even columns sin(pos·ω_i), odd columns cos(pos·ω_i), all in `dtype`.
     `positions` is a count n (positions 0 .. n−1) or a tensor of positions (rounded to `dtype`)."""
     if d % 2:
@@ -468,16 +496,19 @@ def _claim_pe_rotation(seed: int) -> ClaimResult:
     return ClaimResult(
         claim_id="pe_rotation",
         statement="For any fixed offset k, PE(pos + k) is a linear function of PE(pos): the same rotation M_k "
-                  "for every pos.",
+        "for every pos.",
         measured=worst32,
         expected=f"max |PE(pos+k) − M_k PE(pos)| over pos < {ROTATION_POSITIONS}, k in {list(ROTATION_OFFSETS)}, "
-                 f"d = {D_MODEL}, float32 table: ≤ {ROTATION_ATOL_FLOAT32} "
-                 f"(float64 table: ≤ {ROTATION_ATOL_FLOAT64})",
+        f"d = {D_MODEL}, float32 table: ≤ {ROTATION_ATOL_FLOAT32} "
+        f"(float64 table: ≤ {ROTATION_ATOL_FLOAT64})",
         verdict="holds" if ok else "fails",
         source=f"{PAPER}, §3.5; {D2L_SELF_ATTENTION} (relative positional information)",
         details={
-            "k": list(ROTATION_OFFSETS), "positions": ROTATION_POSITIONS, "d": D_MODEL,
-            "error_float32": errors["float32"], "error_float64": errors["float64"],
+            "k": list(ROTATION_OFFSETS),
+            "positions": ROTATION_POSITIONS,
+            "d": D_MODEL,
+            "error_float32": errors["float32"],
+            "error_float64": errors["float64"],
             "numbers": _numbers(error_float64=(worst64, "1", "largest error, float64 table")),
         },
     )
@@ -490,7 +521,7 @@ DISTINCT_MARGIN = 10.0  # smallest distance ≥ this × the largest float32 roun
 # exact encodings away from its exact value, so rounding alone can put it as close to another position's
 # encoding as to its own (nearest-neighbour decoding is no longer guaranteed).
 NEARLY_EQUAL_FRACTION = 0.5
-NEARLY_EQUAL_SCAN = (1e3, 2.0 ** 25, 600)  # positions scanned: log-spaced from, to, count
+NEARLY_EQUAL_SCAN = (1e3, 2.0**25, 600)  # positions scanned: log-spaced from, to, count
 _DISTANCE_CHUNK = 2048
 
 
@@ -541,22 +572,30 @@ def _claim_pe_distinct(seed: int) -> ClaimResult:
         statement="Every position gets a distinct sinusoidal encoding.",
         measured=_num(dmin, 4),
         expected=f"smallest distance between two of the first {DISTINCT_POSITIONS:,} encodings (d = {D_MODEL}): "
-                 f"≥ {DISTINCT_MARGIN:g} × the largest float32 rounding error among them",
+        f"≥ {DISTINCT_MARGIN:g} × the largest float32 rounding error among them",
         verdict="holds" if ok else "fails",
         source=f"{PAPER}, §3.5; {D2L_SELF_ATTENTION} (absolute positional information)",
         details={
-            "positions": DISTINCT_POSITIONS, "d": D_MODEL, "closest_offset": abs(j - i),
-            "scan_positions": [int(v) for v in scan], "scan_float32_error": [_num(v) for v in scan_error],
+            "positions": DISTINCT_POSITIONS,
+            "d": D_MODEL,
+            "closest_offset": abs(j - i),
+            "scan_positions": [int(v) for v in scan],
+            "scan_float32_error": [_num(v) for v in scan_error],
             "nearly_equal_threshold": _num(NEARLY_EQUAL_FRACTION * dmin),
             "numbers": _numbers(
                 closest_offset=(abs(j - i), "1", "offset between the closest two positions"),
                 float32_error_max=(rounding, "1", f"largest float32 rounding error, pos < {DISTINCT_POSITIONS:,}"),
-                nearly_equal_from=(nearly_equal_from if nearly_equal_from is not None else f"beyond {int(hi):,}",
-                                   "positions",
-                                   f"first scanned position whose float32 rounding error ≥ {NEARLY_EQUAL_FRACTION:g}"
-                                   " × the smallest distance"),
-                identical_from=(identical_from if identical_confirmed else "not confirmed", "positions",
-                                "first position whose float32 encoding equals the next one's bit for bit"),
+                nearly_equal_from=(
+                    nearly_equal_from if nearly_equal_from is not None else f"beyond {int(hi):,}",
+                    "positions",
+                    f"first scanned position whose float32 rounding error ≥ {NEARLY_EQUAL_FRACTION:g}"
+                    " × the smallest distance",
+                ),
+                identical_from=(
+                    identical_from if identical_confirmed else "not confirmed",
+                    "positions",
+                    "first position whose float32 encoding equals the next one's bit for bit",
+                ),
             ),
         },
     )
@@ -597,25 +636,32 @@ def _claim_pe_wavelengths(seed: int) -> ClaimResult:
     lam0, ratio, residual = geometric_fit(lam)
     end = lam0 * ratio ** (D_MODEL // 2)  # the progression continued to i = d/2, where 10000^(2i/d) = 10000
     span = end / lam0
-    ok = (abs(lam0 / (2 * math.pi) - 1) <= WAVELENGTH_REL_TOL
-          and abs(end / (PE_BASE * 2 * math.pi) - 1) <= WAVELENGTH_REL_TOL
-          and residual <= GEOMETRIC_TOL)
+    ok = (
+        abs(lam0 / (2 * math.pi) - 1) <= WAVELENGTH_REL_TOL
+        and abs(end / (PE_BASE * 2 * math.pi) - 1) <= WAVELENGTH_REL_TOL
+        and residual <= GEOMETRIC_TOL
+    )
     return ClaimResult(
         claim_id="pe_wavelengths",
         statement="The wavelengths of the sinusoidal encoding form a geometric progression from 2π to 10000·2π.",
         measured=_num(span, 5),
         expected=f"fitted λ(d/2) / λ(0) = {PE_BASE:g} (each within {WAVELENGTH_REL_TOL:.0%} of 2π and 10000·2π), "
-                 f"log λ linear in i (residual ≤ {GEOMETRIC_TOL})",
+        f"log λ linear in i (residual ≤ {GEOMETRIC_TOL})",
         verdict="holds" if ok else "fails",
         source=f"{PAPER}, §3.5",
         details={
-            "i": list(range(len(lam))), "wavelength": [_num(v) for v in lam], "d": D_MODEL,
+            "i": list(range(len(lam))),
+            "wavelength": [_num(v) for v in lam],
+            "d": D_MODEL,
             "positions": WAVELENGTH_POSITIONS,
             "numbers": _numbers(
                 first_over_2pi=(lam0 / (2 * math.pi), "1", "fitted λ_0 / 2π"),
                 ratio=(ratio, "1", "ratio of consecutive wavelengths"),
-                largest_present_over_2pi=(float(lam[-1]) / (2 * math.pi), "1",
-                                          "largest wavelength present / 2π (i = d/2 − 1: 10000^(1 − 2/d))"),
+                largest_present_over_2pi=(
+                    float(lam[-1]) / (2 * math.pi),
+                    "1",
+                    "largest wavelength present / 2π (i = d/2 − 1: 10000^(1 − 2/d))",
+                ),
                 log_residual=(residual, "1", "largest |log λ − fitted line|"),
             ),
         },
@@ -641,14 +687,15 @@ def _claim_pe_variance(seed: int) -> ClaimResult:
     return ClaimResult(
         claim_id="pe_variance_one_third",
         statement="Sinusoidal positional encodings have variance about 1/3 (study-note claim used to argue for "
-                  "the √d_model embedding scale).",
+        "the √d_model embedding scale).",
         measured=_num(overall, 4),
         expected=f"variance of all entries, pos < {PE_VARIANCE_POSITIONS:,}, d = {D_MODEL}: within "
-                 f"{ONE_THIRD_REL_TOL:.0%} of 1/3",
+        f"{ONE_THIRD_REL_TOL:.0%} of 1/3",
         verdict="holds" if abs(overall * 3 - 1) <= ONE_THIRD_REL_TOL else "fails",
         source=f"study notes (not in the paper); cf. {PAPER}, §3.4 and §3.5",
         details={
-            "dim": list(range(D_MODEL)), "variance_per_dim": [_num(v, 4) for v in per_dim],
+            "dim": list(range(D_MODEL)),
+            "variance_per_dim": [_num(v, 4) for v in per_dim],
             "numbers": _numbers(
                 second_moment=(second_moment, "1", "mean of PE² (sin² + cos² = 1 per pair: exactly 1/2)"),
                 high_freq_variance=(float(per_dim[:2].mean()), "1", "variance of the fastest pair (i = 0)"),
@@ -679,7 +726,7 @@ def _claim_embedding_scale(seed: int) -> ClaimResult:
         torch.manual_seed(seed)
         default = nn.Embedding(EMBEDDING_VOCAB, D_MODEL)  # PyTorch's default init: N(0, 1)
         small = nn.Embedding(EMBEDDING_VOCAB, D_MODEL)
-        nn.init.normal_(small.weight, std=D_MODEL ** -0.5)  # N(0, 1/d_model), as with tied output weights
+        nn.init.normal_(small.weight, std=D_MODEL**-0.5)  # N(0, 1/d_model), as with tied output weights
     var_default, var_pe = scaled_embedding_ratio(default, tokens, pe)
     var_small, _ = scaled_embedding_ratio(small, tokens, pe)
     ratios = {"N(0,1)": var_default / var_pe, "N(0,1/d)": var_small / var_pe}
@@ -687,16 +734,18 @@ def _claim_embedding_scale(seed: int) -> ClaimResult:
     return ClaimResult(
         claim_id="embedding_scale",
         statement="Multiplying the embeddings by √d_model makes the embedding's scale dominate the positional "
-                  "encoding's.",
+        "encoding's.",
         measured=_num(ratios["N(0,1)"], 4),
         expected=f"var(√d · embedding) / var(PE), d = {D_MODEL}, PyTorch's default N(0,1) init: "
-                 f"≥ {DOMINATES_RATIO:g}; "
-                 f"likewise for an N(0,1/d) init",
+        f"≥ {DOMINATES_RATIO:g}; "
+        f"likewise for an N(0,1/d) init",
         verdict={2: "holds", 1: "partly", 0: "fails"}[dominating],
         source=f"{PAPER}, §3.4 (Embeddings and Softmax)",
         details={
-            "init": list(ratios), "ratio": [_num(r) for r in ratios.values()],
-            "var_scaled_embedding": [_num(var_default), _num(var_small)], "var_pe": _num(var_pe),
+            "init": list(ratios),
+            "ratio": [_num(r) for r in ratios.values()],
+            "var_scaled_embedding": [_num(var_default), _num(var_small)],
+            "var_pe": _num(var_pe),
             "numbers": _numbers(
                 ratio_small_init=(ratios["N(0,1/d)"], "1", "variance ratio with an N(0, 1/d) init"),
                 var_pe=(var_pe, "1", "variance of the encoding"),
@@ -735,8 +784,8 @@ def _claim_causal_mask(seed: int) -> ClaimResult:
         changes = []
         for i in range(0, s["n"] - 1, 16):
             k2, v2 = k.clone(), v.clone()
-            k2[:, :, i + 1:] = torch.randn(k2[:, :, i + 1:].shape, generator=gen) * 100
-            v2[:, :, i + 1:] = torch.randn(v2[:, :, i + 1:].shape, generator=gen) * 100
+            k2[:, :, i + 1 :] = torch.randn(k2[:, :, i + 1 :].shape, generator=gen) * 100
+            v2[:, :, i + 1 :] = torch.randn(v2[:, :, i + 1 :].shape, generator=gen) * 100
             out2 = F.scaled_dot_product_attention(q, k2, v2, is_causal=True)
             changes.append(float((out2[:, :, : i + 1] - out[:, :, : i + 1]).abs().max()))
     fused = max(changes)
@@ -744,14 +793,17 @@ def _claim_causal_mask(seed: int) -> ClaimResult:
     return ClaimResult(
         claim_id="causal_mask",
         statement="A causal mask (−∞ on future positions before the softmax) gives exactly zero weight to "
-                  "future positions.",
+        "future positions.",
         measured=explicit,
         expected=f"largest weight on a future position after the softmax: {FUTURE_WEIGHT_MAX} exactly; "
-                 f"fused SDPA(is_causal) outputs unchanged when future keys and values change",
+        f"fused SDPA(is_causal) outputs unchanged when future keys and values change",
         verdict="holds" if ok else "fails",
         source=f"{PAPER}, §3.2.3",
-        details={**s, "sdpa_change_per_prefix": changes,
-                 "numbers": _numbers(sdpa_change=(fused, "1", "largest change of fused outputs"))},
+        details={
+            **s,
+            "sdpa_change_per_prefix": changes,
+            "numbers": _numbers(sdpa_change=(fused, "1", "largest change of fused outputs")),
+        },
     )
 
 
@@ -780,17 +832,20 @@ def _claim_extrapolation(seed: int) -> ClaimResult:
     ok = learned.startswith("IndexError") and finite
     return ClaimResult(
         claim_id="extrapolation",
-        statement="A learned position table cannot represent positions beyond its length; the sinusoidal "
-                  "function can.",
+        statement="A learned position table cannot represent positions beyond its length; the sinusoidal function can.",
         measured=f"learned: {learned}; sinusoidal: {'finite' if finite else 'not finite'} vector",
         expected=f"at position max_len + 1 = {beyond}: the learned nn.Embedding({EXTRAPOLATION_MAX_LEN}, {D_MODEL}) "
-                 f"raises IndexError, the sinusoid gives a finite vector",
+        f"raises IndexError, the sinusoid gives a finite vector",
         verdict="holds" if ok else "fails",
         source=f"{PAPER}, §3.5 (sinusoids 'may allow the model to extrapolate to sequence lengths longer than "
-               f"the ones encountered during training')",
-        details={"max_len": EXTRAPOLATION_MAX_LEN, "position": beyond,
-                 "numbers": _numbers(sinusoid_norm=(float(pe.double().norm()), "1",
-                                                    "norm of the sinusoidal encoding there (√(d/2))"))},
+        f"the ones encountered during training')",
+        details={
+            "max_len": EXTRAPOLATION_MAX_LEN,
+            "position": beyond,
+            "numbers": _numbers(
+                sinusoid_norm=(float(pe.double().norm()), "1", "norm of the sinusoidal encoding there (√(d/2))")
+            ),
+        },
     )
 
 

@@ -2,14 +2,14 @@
 calls the probes and the storage. Exit codes (the interface): 0 done; 2 bad input, one line on stderr
 naming the bad value and what is allowed, no traceback; 1 any other failure (a traceback only with
 --debug)."""
+
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 import sys
 import traceback
+from dataclasses import replace
 from pathlib import Path
-
 
 import models
 
@@ -43,6 +43,7 @@ def _int_list(name: str):
                 raise argparse.ArgumentTypeError(f"{value} is not positive; sizes must be >= 1")
             values.append(value)
         return values
+
     return parse
 
 
@@ -52,6 +53,7 @@ def _positive_int(name: str):
         if len(values) != 1:
             raise argparse.ArgumentTypeError(f"{text!r}: give one positive integer")
         return values[0]
+
     return parse
 
 
@@ -64,6 +66,7 @@ def _positive_float(name: str):
         if not value > 0:
             raise argparse.ArgumentTypeError(f"{text!r}: must be positive")
         return value
+
     return parse
 
 
@@ -92,8 +95,15 @@ def _grid_specs(args) -> list[PointSpec]:
     if missing:
         raise BadInput(f"run: give --preset NAME or a grid; missing {' '.join(missing)}")
     return expand_grid(
-        layers=args.layers, n=args.n, d=args.d, k=args.k or [3], heads=[args.heads or 1], window=[args.window],
-        batch=[args.batch or 1], devices=resolve_devices(args.device), dtypes=[args.dtype or "float32"],
+        layers=args.layers,
+        n=args.n,
+        d=args.d,
+        k=args.k or [3],
+        heads=[args.heads or 1],
+        window=[args.window],
+        batch=[args.batch or 1],
+        devices=resolve_devices(args.device),
+        dtypes=[args.dtype or "float32"],
     )
 
 
@@ -117,8 +127,11 @@ def cmd_run(args, argv) -> int:
 
     grid_given = [f"--{name}" for name in GRID_OPTIONS if getattr(args, name) is not None]
     if args.resume is not None:
-        given = (["--preset"] if args.preset else []) + grid_given + [
-            f"--{name.replace('_', '-')}" for name in POLICY_OPTIONS if getattr(args, name) is not None]
+        given = (
+            (["--preset"] if args.preset else [])
+            + grid_given
+            + [f"--{name.replace('_', '-')}" for name in POLICY_OPTIONS if getattr(args, name) is not None]
+        )
         if given:
             raise BadInput(f"--resume {args.resume}: finishes the run as planned; drop {' '.join(given)}")
         run = Run.resume(args.resume)
@@ -130,18 +143,30 @@ def cmd_run(args, argv) -> int:
             specs, policy = preset.specs(resolve_devices(args.device), dtype=args.dtype), preset.timing
         else:
             specs, policy = _grid_specs(args), TimingPolicy()
-        run = Run.create(specs, _policy(args, policy), out=args.out, command=argv, preset=args.preset,
-                         threads=args.threads, seed=args.seed)
+        run = Run.create(
+            specs,
+            _policy(args, policy),
+            out=args.out,
+            command=argv,
+            preset=args.preset,
+            threads=args.threads,
+            seed=args.seed,
+        )
     try:
         meta = run.execute(progress=not args.no_progress)
     except KeyboardInterrupt:
-        print(f"interrupted: the passes finished so far are stored in {run.dir}; finish the run with "
-              f"`python -m bench run --resume {run.dir}`", file=sys.stderr)
+        print(
+            f"interrupted: the passes finished so far are stored in {run.dir}; finish the run with "
+            f"`python -m bench run --resume {run.dir}`",
+            file=sys.stderr,
+        )
         return 1
     summary = ", ".join(f"{v} {k}" for k, v in meta["status_counts"].items())
-    print(f"run {run.dir.name}: {meta['points_stored']} points ({summary}; {meta['points_noisy']} noisy, "
-          f"{meta['points_remeasured']} measured again, {meta['points_unreliable']} unreliable) in "
-          f"{meta['measure_s']:.0f} s on {meta['threads']} thread(s) -> {run.dir}")
+    print(
+        f"run {run.dir.name}: {meta['points_stored']} points ({summary}; {meta['points_noisy']} noisy, "
+        f"{meta['points_remeasured']} measured again, {meta['points_unreliable']} unreliable) in "
+        f"{meta['measure_s']:.0f} s on {meta['threads']} thread(s) -> {run.dir}"
+    )
     return 0
 
 
@@ -187,8 +212,10 @@ def cmd_report(args, argv) -> int:
     from .report.build import build_report  # noqa: PLC0415
 
     written = build_report(args.results, args.out, skip_bad=args.skip_bad)
-    print(f"report: {written['points']} points from {written['runs']} runs -> {args.out / 'report.md'} "
-          f"and report.html ({written['figures']} figures, {written['numbers']} citable numbers)")
+    print(
+        f"report: {written['points']} points from {written['runs']} runs -> {args.out / 'report.md'} "
+        f"and report.html ({written['figures']} figures, {written['numbers']} citable numbers)"
+    )
     return 0
 
 
@@ -229,8 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m bench", description=__doc__.split("\n")[0], parents=[common])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    run = sub.add_parser("run", parents=[common], help="measure a preset or a grid of points",
-                         description="Measure time, FLOPs and memory of every point of a preset or a grid.")
+    run = sub.add_parser(
+        "run",
+        parents=[common],
+        help="measure a preset or a grid of points",
+        description="Measure time, FLOPs and memory of every point of a preset or a grid.",
+    )
     run.add_argument("--preset", help="a preset from presets.toml (see `list`)")
     run.add_argument("--layers", type=_layer_list, help="comma-separated layer names")
     run.add_argument("--n", type=_int_list("n"), help="sequence lengths, e.g. 64,128,256")
@@ -238,26 +269,50 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--k", type=_int_list("k"), help="odd kernel sizes of the convolutions (default 3)")
     run.add_argument("--heads", type=_positive_int("heads"), default=None, help="attention heads (default 1)")
     run.add_argument("--batch", type=_positive_int("batch"), default=None, help="batch size (default 1)")
-    run.add_argument("--window", type=_positive_int("window"), default=None,
-                     help="r, the window of attention_local (required for it)")
-    run.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto",
-                     help="cpu, cuda, or auto: every device present (default)")
+    run.add_argument(
+        "--window",
+        type=_positive_int("window"),
+        default=None,
+        help="r, the window of attention_local (required for it)",
+    )
+    run.add_argument(
+        "--device",
+        choices=["cpu", "cuda", "auto"],
+        default="auto",
+        help="cpu, cuda, or auto: every device present (default)",
+    )
     run.add_argument("--dtype", choices=list(models.DTYPES), default=None, help="default float32")
-    run.add_argument("--threads", type=_positive_int("threads"), default=None,
-                     help="torch intra-op threads, pinned for the run (default: the physical cores other "
-                          "processes leave free, less one for the system; see bench/load.py)")
+    run.add_argument(
+        "--threads",
+        type=_positive_int("threads"),
+        default=None,
+        help="torch intra-op threads, pinned for the run (default: the physical cores other "
+        "processes leave free, less one for the system; see bench/load.py)",
+    )
     run.add_argument("--rounds", type=_positive_int("rounds"), default=None, help="minimum timed rounds")
-    run.add_argument("--target-time", type=_positive_float("target-time"), default=None,
-                     help="seconds of timed rounds per point, roughly (default: the preset's)")
-    run.add_argument("--passes", type=_positive_int("passes"), default=None,
-                     help="interleaved passes over the plan (default: the preset's)")
+    run.add_argument(
+        "--target-time",
+        type=_positive_float("target-time"),
+        default=None,
+        help="seconds of timed rounds per point, roughly (default: the preset's)",
+    )
+    run.add_argument(
+        "--passes",
+        type=_positive_int("passes"),
+        default=None,
+        help="interleaved passes over the plan (default: the preset's)",
+    )
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--out", type=Path, help="a new or empty folder for the run (default results/<run-id>)")
     run.add_argument("--resume", type=Path, help="finish an interrupted or killed run in this folder")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    paths = sub.add_parser("paths", parents=[common], help="the path-length and sequential-depth study",
-                           description="Measure layers to cross the sequence, path hops and sequential depth.")
+    paths = sub.add_parser(
+        "paths",
+        parents=[common],
+        help="the path-length and sequential-depth study",
+        description="Measure layers to cross the sequence, path hops and sequential depth.",
+    )
     paths.add_argument("--preset", help="take layers, n, k and window from a preset")
     paths.add_argument("--layers", type=_layer_list)
     paths.add_argument("--n", type=_int_list("n"))
@@ -265,29 +320,57 @@ def build_parser() -> argparse.ArgumentParser:
     paths.add_argument("--window", type=_positive_int("window"), help="r of attention_local (default 16)")
     paths.add_argument("--out", type=Path, help="a run folder to add paths.csv to, or a new folder")
 
-    claims = sub.add_parser("claims", parents=[common], help="check the textbook claims by measurement",
-                            description="Measure each textbook claim about self-attention; write claims.csv.")
+    claims = sub.add_parser(
+        "claims",
+        parents=[common],
+        help="check the textbook claims by measurement",
+        description="Measure each textbook claim about self-attention; write claims.csv.",
+    )
     claims.add_argument("--seed", type=int, default=0)
     claims.add_argument("--out", type=Path, help="a run folder to add claims.csv to, or a new folder")
 
-    report = sub.add_parser("report", parents=[common], help="regenerate reports/ from stored runs (measures nothing)",
-                            description="Write report.md, report.html, figures/, fits.csv, numbers.json, table.tex.")
-    report.add_argument("--results", type=Path, nargs="+", default=None,
-                        help="run folders, or folders of runs (default: every run under results/)")
+    report = sub.add_parser(
+        "report",
+        parents=[common],
+        help="regenerate reports/ from stored runs (measures nothing)",
+        description="Write report.md, report.html, figures/, fits.csv, numbers.json, table.tex.",
+    )
+    report.add_argument(
+        "--results",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="run folders, or folders of runs (default: every run under results/)",
+    )
     report.add_argument("--out", type=Path, default=storage.RESULTS_ROOT.parent / "reports")
     report.add_argument("--skip-bad", action="store_true", help="report the other runs when one is damaged")
 
-    cite = sub.add_parser("cite", parents=[common], help="one measured number with its provenance",
-                          description="Print one number of reports/numbers.json as a sentence to paste.")
+    cite = sub.add_parser(
+        "cite",
+        parents=[common],
+        help="one measured number with its provenance",
+        description="Print one number of reports/numbers.json as a sentence to paste.",
+    )
     cite.add_argument("key", help="a key of numbers.json, e.g. cpu.attention.time.exponent_n")
     cite.add_argument("--reports", type=Path, default=storage.RESULTS_ROOT.parent / "reports")
 
-    sub.add_parser("list", parents=[common], help="presets, layers, stored runs", description="List presets, layers and stored runs.")
+    sub.add_parser(
+        "list",
+        parents=[common],
+        help="presets, layers, stored runs",
+        description="List presets, layers and stored runs.",
+    )
     return parser
 
 
-COMMANDS = {"run": cmd_run, "paths": cmd_paths, "claims": cmd_claims, "report": cmd_report,
-            "cite": cmd_cite, "list": cmd_list}
+COMMANDS = {
+    "run": cmd_run,
+    "paths": cmd_paths,
+    "claims": cmd_claims,
+    "report": cmd_report,
+    "cite": cmd_cite,
+    "list": cmd_list,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # any other failure: a message, the traceback only with --debug
         if debug:
             traceback.print_exc()
-        print(f"error: {type(exc).__name__}: {exc}" if not isinstance(exc, RunFailed) else f"error: {exc}",
-              file=sys.stderr)
+        print(
+            f"error: {type(exc).__name__}: {exc}" if not isinstance(exc, RunFailed) else f"error: {exc}",
+            file=sys.stderr,
+        )
         return 1

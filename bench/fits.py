@@ -49,6 +49,7 @@ range and growing with its own exponent, more than the time tolerance away from 
 (element-wise operations run far below the matmul rate, so a few % of the FLOPs can be a large share of
 the time).
 """
+
 from __future__ import annotations
 
 import math
@@ -88,20 +89,28 @@ def _tolerances_text() -> str:
 
 
 RANGE_RULE_TEXT = {
-    "flops": (f"a fixed range (FLOPs are exact): the upper half of each sweep, at least {MIN_FIT_POINTS} points, "
-              f"and for attention every point with n ≥ {ATTENTION_N_OVER_D}·d"),
-    "memory": (f"a fixed range: the upper half of each sweep, at least {MIN_FIT_POINTS} points, and for attention "
-               f"every point with n ≥ {ATTENTION_N_OVER_D}·d"),
-    "time": (f"the measured asymptotic range: along each sweep, from the first point that is both on the rate "
-             f"plateau (achieved rate, counted FLOPs / median time, within {_g(100 * PLATEAU_FRACTION)} % of the "
-             f"sweep's best) and in Table 1's regime (every local exponent of the counted FLOPs from there on "
-             f"within ± {_g(TOLERANCE['flops'])} of the table's) to the end; "
-             f"points judged unreliable are left out; fewer than {MIN_FIT_POINTS} points there is "
-             f"\"not asymptotic yet\""),
+    "flops": (
+        f"a fixed range (FLOPs are exact): the upper half of each sweep, at least {MIN_FIT_POINTS} points, "
+        f"and for attention every point with n ≥ {ATTENTION_N_OVER_D}·d"
+    ),
+    "memory": (
+        f"a fixed range: the upper half of each sweep, at least {MIN_FIT_POINTS} points, and for attention "
+        f"every point with n ≥ {ATTENTION_N_OVER_D}·d"
+    ),
+    "time": (
+        f"the measured asymptotic range: along each sweep, from the first point that is both on the rate "
+        f"plateau (achieved rate, counted FLOPs / median time, within {_g(100 * PLATEAU_FRACTION)} % of the "
+        f"sweep's best) and in Table 1's regime (every local exponent of the counted FLOPs from there on "
+        f"within ± {_g(TOLERANCE['flops'])} of the table's) to the end; "
+        f"points judged unreliable are left out; fewer than {MIN_FIT_POINTS} points there is "
+        f'"not asymptotic yet"'
+    ),
 }
-ASYMPTOTIC_RULE_TEXT = (f"time over {RANGE_RULE_TEXT['time']}; FLOPs and memory over {RANGE_RULE_TEXT['memory']}; "
-                        f"{_g(100 * CONFIDENCE)} % intervals from the regression and, for time, the points' own "
-                        f"{_g(100 * POINT_CI_CONFIDENCE)} % intervals")
+ASYMPTOTIC_RULE_TEXT = (
+    f"time over {RANGE_RULE_TEXT['time']}; FLOPs and memory over {RANGE_RULE_TEXT['memory']}; "
+    f"{_g(100 * CONFIDENCE)} % intervals from the regression and, for time, the points' own "
+    f"{_g(100 * POINT_CI_CONFIDENCE)} % intervals"
+)
 
 
 def method_text() -> str:
@@ -122,14 +131,16 @@ def method_text() -> str:
         f"{RANGE_RULE_TEXT['memory']}. Where a time fit is not consistent, the reason names what Table 1 "
         f"leaves out when the data shows it: a per-call cost above {_g(100 * PER_CALL_SHARE_THRESHOLD)} % of "
         f"the time, or element-wise work above {_g(100 * ELEMENTWISE_SHARE_THRESHOLD)} % of the FLOPs that "
-        f"grows at another rate than the matrix products.")
+        f"grows at another rate than the matrix products."
+    )
 
 
 def _require_sizes(layer: str, points: pd.DataFrame, sizes) -> None:
     for size in sizes:
         if size not in points or points[size].isna().any():
-            raise ValueError(f"{layer}: size {size!r} missing (needed by its formula); "
-                             f"a {layer} point must store {size}")
+            raise ValueError(
+                f"{layer}: size {size!r} missing (needed by its formula); a {layer} point must store {size}"
+            )
 
 
 def table1_cost(layer: str, n, d, k, window) -> np.ndarray:
@@ -149,9 +160,15 @@ def table1_cost(layer: str, n, d, k, window) -> np.ndarray:
 
 
 TABLE1_TEXT = {
-    "conv": "O(k·n·d²)", "conv_dilated": "O(k·n·d²)", "conv_separable": "O(k·n·d + n·d²)",
-    "rnn": "O(n·d²)", "gru": "O(n·d²)", "lstm": "O(n·d²)",
-    "attention": "O(n²·d)", "attention_math": "O(n²·d)", "attention_local": "O(r·n·d)",
+    "conv": "O(k·n·d²)",
+    "conv_dilated": "O(k·n·d²)",
+    "conv_separable": "O(k·n·d + n·d²)",
+    "rnn": "O(n·d²)",
+    "gru": "O(n·d²)",
+    "lstm": "O(n·d²)",
+    "attention": "O(n²·d)",
+    "attention_math": "O(n²·d)",
+    "attention_local": "O(r·n·d)",
 }
 
 
@@ -201,8 +218,9 @@ def power_law_fit(x, y, sigma_log=None, confidence: float = CONFIDENCE) -> Power
     h_meas = 0.0 if sigma_log is None else measurement_halfwidth(np.exp(lx), sigma_log, confidence)
     half = math.hypot(h_reg, h_meas) if not math.isnan(h_reg) else math.nan
     slope = float(res.slope)
-    return PowerFit(slope, slope - half, slope + half, float(res.intercept), m, float(res.rvalue**2),
-                    float(h_reg), float(h_meas))
+    return PowerFit(
+        slope, slope - half, slope + half, float(res.intercept), m, float(res.rvalue**2), float(h_reg), float(h_meas)
+    )
 
 
 def judge(ci_low: float, ci_high: float, predicted: float, tolerance: float) -> tuple[str, str]:
@@ -244,7 +262,7 @@ def table1_regime_start(sweep: pd.DataFrame, variable: str, layer: str) -> int |
     within = []
     for i in range(len(sweep) - 1):
         local = math.log(flops[i + 1] / flops[i]) / math.log(x[i + 1] / x[i])
-        predicted = predicted_exponent("flops", layer, sweep.iloc[i:i + 2], variable)
+        predicted = predicted_exponent("flops", layer, sweep.iloc[i : i + 2], variable)
         within.append(abs(local - predicted) <= TOLERANCE["flops"])
     start = len(within)  # the last pair that fails, plus one
     while start > 0 and within[start - 1]:
@@ -261,6 +279,7 @@ def plateau_start(rates) -> int:
 @dataclass(frozen=True)
 class OverheadFit:
     """time ≈ per_call_s + flops / rate_flops_per_s: a fixed cost per call and an asymptotic rate R."""
+
     per_call_s: float
     rate_flops_per_s: float  # inf when time does not grow with the FLOPs
 
@@ -302,6 +321,7 @@ def _pct(fraction: float) -> str:
 @dataclass(frozen=True)
 class TimeRange:
     """The time fit range of one sweep and what was learnt choosing it."""
+
     data: pd.DataFrame  # the points to fit (may be fewer than MIN_FIT_POINTS)
     sweep: pd.DataFrame  # the sweep's reliable points with a time, sorted
     rule: str
@@ -319,8 +339,15 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
     reliable = timed[keep]
     left_out = int((~keep).sum())
     if len(reliable) < MIN_FIT_POINTS:
-        return TimeRange(reliable, reliable, "plateau", left_out,
-                         f"too few points ({len(reliable)} < {MIN_FIT_POINTS})", None, math.nan)
+        return TimeRange(
+            reliable,
+            reliable,
+            "plateau",
+            left_out,
+            f"too few points ({len(reliable)} < {MIN_FIT_POINTS})",
+            None,
+            math.nan,
+        )
     flops, t = reliable["flops_counted"].to_numpy(float), reliable["time_median_s"].to_numpy(float)
     if not (np.isfinite(flops).all() and (flops > 0).all()):
         data = asymptotic_range(reliable, variable, layer)
@@ -332,11 +359,18 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
     if regime is None:
         exponent = float(stats.linregress(np.log(reliable[variable].to_numpy(float)), np.log(flops)).slope)
         predicted = predicted_exponent("flops", layer, reliable, variable)
-        return TimeRange(reliable.iloc[0:0], reliable, "plateau", left_out,
-                         f"Table 1's term does not set the counted FLOPs here (their exponent {exponent:.2f} "
-                         f"against {predicted:.2f} over {variable} = {int(reliable[variable].iloc[0])}–"
-                         f"{int(reliable[variable].iloc[-1])}), so time cannot test it", overhead, math.nan)
-    data = reliable.iloc[max(plateau_start(rates), regime):]
+        return TimeRange(
+            reliable.iloc[0:0],
+            reliable,
+            "plateau",
+            left_out,
+            f"Table 1's term does not set the counted FLOPs here (their exponent {exponent:.2f} "
+            f"against {predicted:.2f} over {variable} = {int(reliable[variable].iloc[0])}–"
+            f"{int(reliable[variable].iloc[-1])}), so time cannot test it",
+            overhead,
+            math.nan,
+        )
+    data = reliable.iloc[max(plateau_start(rates), regime) :]
     if len(data) >= MIN_FIT_POINTS:
         return TimeRange(data, reliable, "plateau", left_out, "", overhead, math.nan)
     peak = reliable[PEAK_COLUMN].to_numpy(float) if PEAK_COLUMN in reliable else np.full(len(rates), np.nan)
@@ -368,8 +402,10 @@ def time_explanation(tr: TimeRange, variable: str) -> tuple[str, dict]:
         share = c / (c + float(data["flops_counted"].iloc[0]) / rate) if c > 0 else 0.0  # of the modelled time
         numbers["per_call_s"], numbers["per_call_share"] = c, share
         if share > PER_CALL_SHARE_THRESHOLD:
-            out.append(f"a per-call cost c = {_g(c)} s is {_pct(share)} % of the time at {variable} = "
-                       f"{int(data[variable].iloc[0])} (t = c + f/R over the sweep)")
+            out.append(
+                f"a per-call cost c = {_g(c)} s is {_pct(share)} % of the time at {variable} = "
+                f"{int(data[variable].iloc[0])} (t = c + f/R over the sweep)"
+            )
     if "flops_elementwise" in data and data[variable].nunique() >= 2:
         elem, matmul = data["flops_elementwise"].to_numpy(float), data["flops_counted"].to_numpy(float)
         if np.isfinite(elem).all() and (elem > 0).all() and (matmul > 0).all():
@@ -379,9 +415,11 @@ def time_explanation(tr: TimeRange, variable: str) -> tuple[str, dict]:
             matmul_exp = float(stats.linregress(np.log(x), np.log(matmul)).slope)
             numbers.update(elementwise_share=float(shares.max()), elementwise_exponent=elem_exp)
             if shares.max() > ELEMENTWISE_SHARE_THRESHOLD and abs(elem_exp - matmul_exp) > TOLERANCE["time"]:
-                out.append(f"element-wise work (softmax, gates; not in Table 1) is {_pct(shares[0])} % → "
-                           f"{_pct(shares[-1])} % of the FLOPs over {variable} = {int(x[0])}–{int(x[-1])} and grows "
-                           f"as {variable}^{elem_exp:.2f}, the matrix products as {variable}^{matmul_exp:.2f}")
+                out.append(
+                    f"element-wise work (softmax, gates; not in Table 1) is {_pct(shares[0])} % → "
+                    f"{_pct(shares[-1])} % of the FLOPs over {variable} = {int(x[0])}–{int(x[-1])} and grows "
+                    f"as {variable}^{elem_exp:.2f}, the matrix products as {variable}^{matmul_exp:.2f}"
+                )
     return "; ".join(out), numbers
 
 
@@ -424,12 +462,40 @@ def sweeps(points: pd.DataFrame, variable: str):
 # -------------------------------------------------------------------------------------------- the table
 FIT_COLUMNS = [
     # the interface's columns first (shared/interface.md)
-    "layer", "device", "metric", "variable", "exponent", "ci_low", "ci_high", "predicted", "verdict",
-    "reason", "explanation", "tolerance", "range_rule", "x_min", "x_max", "points",
-    "sweep_x_min", "sweep_x_max", "sweep_points", "unreliable_left_out",
-    "measurement_uncertainty", "halfwidth_regression", "halfwidth_measurement",
-    "plateau_size", "per_call_s", "per_call_share", "elementwise_share", "elementwise_exponent",
-    "source", "run_id", "dtype", "batch", "fixed", "r2",
+    "layer",
+    "device",
+    "metric",
+    "variable",
+    "exponent",
+    "ci_low",
+    "ci_high",
+    "predicted",
+    "verdict",
+    "reason",
+    "explanation",
+    "tolerance",
+    "range_rule",
+    "x_min",
+    "x_max",
+    "points",
+    "sweep_x_min",
+    "sweep_x_max",
+    "sweep_points",
+    "unreliable_left_out",
+    "measurement_uncertainty",
+    "halfwidth_regression",
+    "halfwidth_measurement",
+    "plateau_size",
+    "per_call_s",
+    "per_call_share",
+    "elementwise_share",
+    "elementwise_exponent",
+    "source",
+    "run_id",
+    "dtype",
+    "batch",
+    "fixed",
+    "r2",
 ]
 
 
@@ -453,17 +519,34 @@ def _fit_row(metric: str, layer: str, data: pd.DataFrame, variable: str, column:
     fit = power_law_fit(data[variable], data[column], sigma_log=sigma)
     predicted = predicted_exponent(metric, layer, data, variable)
     verdict, reason = judge(fit.ci_low, fit.ci_high, predicted, TOLERANCE[metric])
-    return dict(exponent=fit.exponent, ci_low=fit.ci_low, ci_high=fit.ci_high, r2=fit.r2, predicted=predicted,
-                verdict=verdict, reason=reason, measurement_uncertainty=uncertainty,
-                halfwidth_regression=fit.halfwidth_regression, halfwidth_measurement=fit.halfwidth_measurement)
+    return dict(
+        exponent=fit.exponent,
+        ci_low=fit.ci_low,
+        ci_high=fit.ci_high,
+        r2=fit.r2,
+        predicted=predicted,
+        verdict=verdict,
+        reason=reason,
+        measurement_uncertainty=uncertainty,
+        halfwidth_regression=fit.halfwidth_regression,
+        halfwidth_measurement=fit.halfwidth_measurement,
+    )
 
 
 def _no_fit(metric: str, layer: str, sweep: pd.DataFrame, variable: str, reason: str) -> dict:
     predicted = predicted_exponent(metric, layer, sweep, variable) if sweep[variable].nunique() >= 2 else math.nan
-    return dict(exponent=math.nan, ci_low=math.nan, ci_high=math.nan, r2=math.nan, predicted=predicted,
-                verdict="inconclusive", reason=reason,
-                measurement_uncertainty="exact" if metric != "time" else _measurement_sigma(sweep)[1],
-                halfwidth_regression=math.nan, halfwidth_measurement=math.nan)
+    return dict(
+        exponent=math.nan,
+        ci_low=math.nan,
+        ci_high=math.nan,
+        r2=math.nan,
+        predicted=predicted,
+        verdict="inconclusive",
+        reason=reason,
+        measurement_uncertainty="exact" if metric != "time" else _measurement_sigma(sweep)[1],
+        halfwidth_regression=math.nan,
+        halfwidth_measurement=math.nan,
+    )
 
 
 def _time_row(layer: str, sweep: pd.DataFrame, variable: str) -> dict:
@@ -474,17 +557,23 @@ def _time_row(layer: str, sweep: pd.DataFrame, variable: str) -> dict:
     else:
         row = _fit_row("time", layer, data, variable, "time_median_s")
     if tr.left_out:
-        row["reason"] += f"; {tr.left_out} unreliable point{'s' if tr.left_out != 1 else ''} left out, " \
-                         f"{len(tr.sweep)} left"
+        row["reason"] += (
+            f"; {tr.left_out} unreliable point{'s' if tr.left_out != 1 else ''} left out, {len(tr.sweep)} left"
+        )
     row["explanation"] = ""
     if row["verdict"] != "consistent" and len(tr.sweep) >= MIN_FIT_POINTS:
         row["explanation"], numbers = time_explanation(tr, variable)
         row.update(numbers)
         if row["explanation"]:
             row["reason"] += f"; {row['explanation']}"
-    row.update(range_rule=tr.rule, unreliable_left_out=tr.left_out, plateau_size=tr.plateau_size,
-               x_min=data[variable].min() if len(data) else math.nan,
-               x_max=data[variable].max() if len(data) else math.nan, points=len(data))
+    row.update(
+        range_rule=tr.rule,
+        unreliable_left_out=tr.left_out,
+        plateau_size=tr.plateau_size,
+        x_min=data[variable].min() if len(data) else math.nan,
+        x_max=data[variable].max() if len(data) else math.nan,
+        points=len(data),
+    )
     return row
 
 
@@ -496,9 +585,14 @@ def _fixed_row(metric: str, layer: str, sweep: pd.DataFrame, variable: str) -> d
         row = _no_fit(metric, layer, sweep, variable, f"too few points ({len(data)} < {MIN_FIT_POINTS})")
     else:
         row = _fit_row(metric, layer, data, variable, column)
-    row.update(explanation="", range_rule="fixed", unreliable_left_out=0,
-               x_min=data[variable].min() if len(data) else math.nan,
-               x_max=data[variable].max() if len(data) else math.nan, points=len(data))
+    row.update(
+        explanation="",
+        range_rule="fixed",
+        unreliable_left_out=0,
+        x_min=data[variable].min() if len(data) else math.nan,
+        x_max=data[variable].max() if len(data) else math.nan,
+        points=len(data),
+    )
     return row
 
 
@@ -512,19 +606,32 @@ def fit_table(points: pd.DataFrame) -> pd.DataFrame:
             layer = fixed["layer"]
             sweep = sweep.sort_values(variable)
             for metric in METRIC_COLUMN:
-                row = (_time_row(layer, sweep, variable) if metric == "time"
-                       else _fixed_row(metric, layer, sweep, variable))
-                row.update({
-                    "layer": layer, "device": fixed["device"], "metric": metric, "variable": variable,
-                    "tolerance": TOLERANCE[metric],
-                    "source": fixed.get("source", fixed["device"]),
-                    "run_id": sweep["run_id"].iloc[-1] if "run_id" in sweep else "",
-                    "dtype": fixed["dtype"], "batch": fixed["batch"],
-                    "fixed": ", ".join(f"{k}={int(v)}" for k, v in fixed.items()
-                                       if k in ("n", "d", "k", "heads", "window") and not pd.isna(v)),
-                    "sweep_x_min": sweep[variable].min(), "sweep_x_max": sweep[variable].max(),
-                    "sweep_points": len(sweep),
-                })
+                row = (
+                    _time_row(layer, sweep, variable)
+                    if metric == "time"
+                    else _fixed_row(metric, layer, sweep, variable)
+                )
+                row.update(
+                    {
+                        "layer": layer,
+                        "device": fixed["device"],
+                        "metric": metric,
+                        "variable": variable,
+                        "tolerance": TOLERANCE[metric],
+                        "source": fixed.get("source", fixed["device"]),
+                        "run_id": sweep["run_id"].iloc[-1] if "run_id" in sweep else "",
+                        "dtype": fixed["dtype"],
+                        "batch": fixed["batch"],
+                        "fixed": ", ".join(
+                            f"{k}={int(v)}"
+                            for k, v in fixed.items()
+                            if k in ("n", "d", "k", "heads", "window") and not pd.isna(v)
+                        ),
+                        "sweep_x_min": sweep[variable].min(),
+                        "sweep_x_max": sweep[variable].max(),
+                        "sweep_points": len(sweep),
+                    }
+                )
                 rows.append(row)
     return pd.DataFrame(rows, columns=FIT_COLUMNS)
 

@@ -14,6 +14,7 @@ Method:
   RESERVED_CORES for the operating system and whatever starts during the run, at least 1.
 - A machine is called busy when other processes take at least BUSY_CORES cores.
 """
+
 from __future__ import annotations
 
 import os
@@ -69,8 +70,12 @@ class LoadMeter:
     def read(self) -> Load:
         wall = max(time.monotonic() - self._t0, 1e-6)
         others = (_busy_cpu_s() - self._busy0) - (_own_cpu_s(self._process) - self._own0)
-        return Load(others_busy_cores=max(others, 0.0) / wall, loadavg_1m=psutil.getloadavg()[0],
-                    logical_cores=psutil.cpu_count() or 1, wall_s=wall)
+        return Load(
+            others_busy_cores=max(others, 0.0) / wall,
+            loadavg_1m=psutil.getloadavg()[0],
+            logical_cores=psutil.cpu_count() or 1,
+            wall_s=wall,
+        )
 
 
 def sample_load(window_s: float = SAMPLE_WINDOW_S) -> Load:
@@ -89,9 +94,11 @@ def choose_threads(load: Load, cores: int) -> tuple[int, str]:
     taken = round(load.others_busy_cores)
     reserved = RESERVED_CORES if cores > 1 else 0
     threads = max(1, cores - taken - reserved)
-    why = (f"{cores} physical cores, other processes busy on {load.others_busy_cores:.2f} of them "
-           f"(load average {load.loadavg_1m:.2f}), {reserved} left to the system: {threads} thread"
-           f"{'s' if threads != 1 else ''}")
+    why = (
+        f"{cores} physical cores, other processes busy on {load.others_busy_cores:.2f} of them "
+        f"(load average {load.loadavg_1m:.2f}), {reserved} left to the system: {threads} thread"
+        f"{'s' if threads != 1 else ''}"
+    )
     return threads, why
 
 
@@ -99,6 +106,8 @@ def busy_warning(load: Load) -> str | None:
     """One line when the machine is busy, else None."""
     if not load.busy:
         return None
-    return (f"warning: the machine is busy (other processes take {load.others_busy_cores:.1f} of "
-            f"{load.logical_cores} cores, load average {load.loadavg_1m:.2f}); timings will be slower and "
-            f"points that stay unstable are flagged time_reliable=False")
+    return (
+        f"warning: the machine is busy (other processes take {load.others_busy_cores:.1f} of "
+        f"{load.logical_cores} cores, load average {load.loadavg_1m:.2f}); timings will be slower and "
+        f"points that stay unstable are flagged time_reliable=False"
+    )

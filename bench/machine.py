@@ -1,4 +1,5 @@
 """Provenance of a run: the machine, its devices, the software and the commit. Pure: returns dicts."""
+
 from __future__ import annotations
 
 import os
@@ -51,8 +52,14 @@ def devices(cpu_name: str) -> list[dict]:
     if cuda_available():
         for i in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(i)
-            out.append({"device": f"cuda:{i}", "name": props.name, "memory_bytes": props.total_memory,
-                        "capability": f"{props.major}.{props.minor}"})
+            out.append(
+                {
+                    "device": f"cuda:{i}",
+                    "name": props.name,
+                    "memory_bytes": props.total_memory,
+                    "capability": f"{props.major}.{props.minor}",
+                }
+            )
     return out
 
 

@@ -46,14 +46,15 @@ reuses freed pages, larger where libraries allocate outside PyTorch). How it is 
   and after is a measured lower bound of the peak, not the peak itself.
 - `None` and both RSS fields None: only where psutil cannot read this process's RSS at all.
 """
+
 from __future__ import annotations
 
 import os
 import sys
 import tempfile
 import threading
-from contextlib import contextmanager
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -180,8 +181,11 @@ def _kineto_quiet():
             os.dup2(saved, 2)
             os.close(saved)
             capture.seek(0)
-            kept = [line for line in capture.read().decode(errors="replace").splitlines(keepends=True)
-                    if not any(mark in line for mark in _KINETO_NOISE)]
+            kept = [
+                line
+                for line in capture.read().decode(errors="replace").splitlines(keepends=True)
+                if not any(mark in line for mark in _KINETO_NOISE)
+            ]
             if kept:
                 sys.stderr.write("".join(kept))
                 sys.stderr.flush()

@@ -50,6 +50,7 @@ Three measurements (the `paths.csv` columns):
     So recurrent layers are measured on `.reference()`, the same on every device (`seq_depth_of` says
     which was measured), and the forward's depth is kept beside it as `seq_depth_forward`.
 """
+
 from __future__ import annotations
 
 import math
@@ -77,12 +78,34 @@ DEFAULT_WINDOW = 16
 SOURCE = 0  # input position whose influence is followed (before the margin shift)
 
 COLUMNS = [  # interface order first (shared/interface.md), then the details
-    "layer", "n", "k", "layers_to_cross", "layers_to_cross_formula", "path_hops", "seq_depth",
-    "window", "d", "margin", "layers_to_cross_no_margin", "path_hops_of", "seq_depth_of",
-    "seq_depth_forward", "error",
+    "layer",
+    "n",
+    "k",
+    "layers_to_cross",
+    "layers_to_cross_formula",
+    "path_hops",
+    "seq_depth",
+    "window",
+    "d",
+    "margin",
+    "layers_to_cross_no_margin",
+    "path_hops_of",
+    "seq_depth_of",
+    "seq_depth_forward",
+    "error",
 ]
-_INT_COLUMNS = ["k", "layers_to_cross", "layers_to_cross_formula", "path_hops", "seq_depth", "window", "d",
-                "margin", "layers_to_cross_no_margin", "seq_depth_forward"]
+_INT_COLUMNS = [
+    "k",
+    "layers_to_cross",
+    "layers_to_cross_formula",
+    "path_hops",
+    "seq_depth",
+    "window",
+    "d",
+    "margin",
+    "layers_to_cross_no_margin",
+    "seq_depth_forward",
+]
 
 Probe = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -146,8 +169,9 @@ def ends_margin(name: str, n: int, k: int) -> int:
     return k * n if name == "conv_dilated" else 0
 
 
-def stack_layer(name: str, index: int, d: int, k: int, window: int, seed: int = 0,
-                dtype: torch.dtype = PROBE_DTYPE) -> nn.Module:
+def stack_layer(
+    name: str, index: int, d: int, k: int, window: int, seed: int = 0, dtype: torch.dtype = PROBE_DTYPE
+) -> nn.Module:
     """Layer `index` (0-based) of the measured stack: a fresh layer (seed + index); for conv_dilated at
     dilation k^index."""
     dilation = k**index if name == "conv_dilated" else 1
@@ -162,8 +186,16 @@ def probe_input(length: int, d: int, seed: int = 0, dtype: torch.dtype = PROBE_D
 
 @pinned_threads(PROBE_THREADS)
 def layers_to_cross(
-    name: str, n: int, k: int = 3, window: int = DEFAULT_WINDOW, d: int = DEFAULT_D, *,
-    margin: int | None = None, max_layers: int | None = None, probe: Probe = reached_by_poison, seed: int = 0,
+    name: str,
+    n: int,
+    k: int = 3,
+    window: int = DEFAULT_WINDOW,
+    d: int = DEFAULT_D,
+    *,
+    margin: int | None = None,
+    max_layers: int | None = None,
+    probe: Probe = reached_by_poison,
+    seed: int = 0,
 ) -> int:
     """The fewest stacked layers of kind `name` after which output n-1 depends on input 0 (measured).
 
@@ -184,7 +216,8 @@ def layers_to_cross(
             raise NeverCrosses(
                 f"conv_dilated k={k}, n={n}, margin={margin}: after {depth - 1} layers input 0 reaches positions "
                 f"{_span(reached, source)} but not n-1={n - 1}; the next dilation, {k ** (depth - 1)}, puts every "
-                f"tap but the centre outside the {length} positions, so no further layer can help")
+                f"tap but the centre outside the {length} positions, so no further layer can help"
+            )
         layer = stack_layer(name, depth - 1, d, k, window, seed)
         x, now = probe(layer, x, reached)
         if now[target]:
@@ -193,10 +226,13 @@ def layers_to_cross(
         if same_structure and torch.equal(now, reached):  # the same map every layer: a fixed point
             raise NeverCrosses(
                 f"{_describe(name, n, k, window)}: layer {depth} adds no position (input 0 reaches "
-                f"{_span(reached, source)}), so no stack of these layers links input 0 to output n-1={n - 1}")
+                f"{_span(reached, source)}), so no stack of these layers links input 0 to output n-1={n - 1}"
+            )
         reached = now
-    raise NeverCrosses(f"{_describe(name, n, k, window)}: capped at {cap} layers; input 0 reaches "
-                       f"{_span(reached, source)}, not n-1={n - 1}")
+    raise NeverCrosses(
+        f"{_describe(name, n, k, window)}: capped at {cap} layers; input 0 reaches "
+        f"{_span(reached, source)}, not n-1={n - 1}"
+    )
 
 
 def _describe(name: str, n: int, k: int, window: int) -> str:
@@ -241,8 +277,14 @@ _aten = torch.ops.aten
 # Operators that read only a tensor's shape, dtype and device, never its values (x.new_zeros(...) for the
 # initial state): reading x through them moves no information.
 _METADATA_ONLY = {
-    _aten.new_zeros.default, _aten.new_ones.default, _aten.new_empty.default, _aten.new_full.default,
-    _aten.zeros_like.default, _aten.ones_like.default, _aten.empty_like.default, _aten.full_like.default,
+    _aten.new_zeros.default,
+    _aten.new_ones.default,
+    _aten.new_empty.default,
+    _aten.new_full.default,
+    _aten.zeros_like.default,
+    _aten.ones_like.default,
+    _aten.empty_like.default,
+    _aten.full_like.default,
 }
 
 
@@ -283,8 +325,10 @@ class CellStepMode(TorchDispatchMode):
             return func(*args, **kwargs)
         dim = args[1] if len(args) > 1 else None
         if func is not _aten.select.int or args[0] is not self.x or dim not in (1, -2):
-            raise UnsupportedReference(f"{func} reads the whole input; cell steps are told apart only when the "
-                                       "reference reads x position by position (x[:, t])")
+            raise UnsupportedReference(
+                f"{func} reads the whole input; cell steps are told apart only when the "
+                "reference reads x position by position (x[:, t])"
+            )
         out = func(*args, **kwargs)
         self.step = args[2] % self.x.shape[1]
         if self.step == self.source:
@@ -302,8 +346,9 @@ def recurrent_path_hops(layer: nn.Module, x: torch.Tensor) -> list[int | None]:
     return [None if tag is None else tag[0] for tag in mode.stacked]
 
 
-def path_hops(name: str, n: int, k: int = 3, window: int = DEFAULT_WINDOW, d: int = DEFAULT_D,
-              layers_crossed: int | None = None) -> tuple[int, str]:
+def path_hops(
+    name: str, n: int, k: int = 3, window: int = DEFAULT_WINDOW, d: int = DEFAULT_D, layers_crossed: int | None = None
+) -> tuple[int, str]:
     """(hops from input 0 to output n-1, how they were counted). Recurrent: cell steps on `.reference()`
     (one layer crosses). Others: one hop per layer, so the layers of the stack that crosses."""
     _check(name, n)
@@ -353,8 +398,9 @@ def seq_depth(fn: Callable, *inputs: torch.Tensor) -> int:
     return max(mode.depth_of(t) for t in tree_leaves(out) if isinstance(t, torch.Tensor))
 
 
-def layer_seq_depth(name: str, n: int, k: int = 3, window: int = DEFAULT_WINDOW, d: int = DEFAULT_D,
-                    reference: bool = True) -> tuple[int, str]:
+def layer_seq_depth(
+    name: str, n: int, k: int = 3, window: int = DEFAULT_WINDOW, d: int = DEFAULT_D, reference: bool = True
+) -> tuple[int, str]:
     """(operator depth of one layer's forward pass at length n, what ran): the transparent `.reference()`
     for recurrent layers unless reference=False, `forward` otherwise."""
     _check(name, n)
@@ -368,8 +414,15 @@ def layer_seq_depth(name: str, n: int, k: int = 3, window: int = DEFAULT_WINDOW,
 def paths_row(name: str, n: int, k: int | None, window: int = DEFAULT_WINDOW, d: int = DEFAULT_D) -> dict:
     """One row of paths.csv. A stack that never crosses is recorded (NaN and the reason in `error`)."""
     kk = 3 if k is None else k  # layers without k ignore it
-    row = {"layer": name, "n": n, "k": k, "window": window if name == "attention_local" else None, "d": d,
-           "margin": ends_margin(name, n, kk), "error": ""}
+    row = {
+        "layer": name,
+        "n": n,
+        "k": k,
+        "window": window if name == "attention_local" else None,
+        "d": d,
+        "margin": ends_margin(name, n, kk),
+        "error": "",
+    }
     errors = []
     try:
         row["layers_to_cross"] = layers_to_cross(name, n, kk, window, d)
@@ -398,17 +451,17 @@ def paths_row(name: str, n: int, k: int | None, window: int = DEFAULT_WINDOW, d:
     return row
 
 
-def paths_table(layers: Sequence[str], ns: Sequence[int], ks: Sequence[int], window: int = DEFAULT_WINDOW,
-                d: int = DEFAULT_D) -> pd.DataFrame:
+def paths_table(
+    layers: Sequence[str], ns: Sequence[int], ks: Sequence[int], window: int = DEFAULT_WINDOW, d: int = DEFAULT_D
+) -> pd.DataFrame:
     """The path-length and sequential-depth study: one row per (layer, n, k) for the layers that use k,
     one per (layer, n) with k empty for the others. Pure: returns the table, writes nothing."""
     for name in layers:
         _check(name, 2)
     with pinned_threads(PROBE_THREADS):
-        rows = [paths_row(name, n, k, window, d)
-                for name in layers
-                for k in (ks if _uses_k(name) else [None])
-                for n in ns]
+        rows = [
+            paths_row(name, n, k, window, d) for name in layers for k in (ks if _uses_k(name) else [None]) for n in ns
+        ]
     table = pd.DataFrame(rows, columns=COLUMNS)
     for column in _INT_COLUMNS:
         table[column] = table[column].astype("Int64")
@@ -416,7 +469,20 @@ def paths_table(layers: Sequence[str], ns: Sequence[int], ks: Sequence[int], win
 
 
 __all__ = [
-    "NeverCrosses", "UnsupportedReference", "CellStepMode", "OperatorDepthMode", "reached_by_poison",
-    "reached_by_tangent", "ends_margin", "stack_layer", "layers_to_cross", "layers_to_cross_formula",
-    "recurrent_path_hops", "path_hops", "seq_depth", "layer_seq_depth", "paths_row", "paths_table",
+    "NeverCrosses",
+    "UnsupportedReference",
+    "CellStepMode",
+    "OperatorDepthMode",
+    "reached_by_poison",
+    "reached_by_tangent",
+    "ends_margin",
+    "stack_layer",
+    "layers_to_cross",
+    "layers_to_cross_formula",
+    "recurrent_path_hops",
+    "path_hops",
+    "seq_depth",
+    "layer_seq_depth",
+    "paths_row",
+    "paths_table",
 ]

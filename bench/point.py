@@ -4,6 +4,7 @@ call down). Returns values; bench.run schedules the passes and stores what comes
 
 The row of a finished point (`point_row`) joins the statistics of all its passes (bench.timing.summarize)
 with the probes of its first pass."""
+
 from __future__ import annotations
 
 import gc
@@ -60,8 +61,9 @@ def _free(device: str, collect: bool) -> None:
         torch.cuda.empty_cache()
 
 
-def measure_pass(spec: PointSpec, policy: TimingPolicy, plan: tuple[int, int] | None, seed: int = 0,
-                 with_probes: bool = False) -> PassResult | PassFailure:
+def measure_pass(
+    spec: PointSpec, policy: TimingPolicy, plan: tuple[int, int] | None, seed: int = 0, with_probes: bool = False
+) -> PassResult | PassFailure:
     """Time one pass of `spec`: calibrate first if `plan` (rounds, iterations) is None, then time
     policy.rounds_per_pass(rounds) rounds; with `with_probes`, count FLOPs and measure memory after.
     Frees what it allocated (and empties the CUDA cache) before it returns."""
@@ -88,16 +90,21 @@ def measure_pass(spec: PointSpec, policy: TimingPolicy, plan: tuple[int, int] | 
                 counted = count_flops(forward)
                 memory = measure_memory(forward, spec.device)
                 probes = dict(
-                    flops_counted=counted.total, flops_uncounted_ops=";".join(counted.uncounted_ops),
+                    flops_counted=counted.total,
+                    flops_uncounted_ops=";".join(counted.uncounted_ops),
                     flops_elementwise=counted.elementwise,
-                    mem_peak_bytes=memory.peak_bytes, mem_rss_peak_bytes=memory.rss_peak_bytes,
-                    mem_rss_base_bytes=memory.rss_base_bytes, mem_method=memory.method)
+                    mem_peak_bytes=memory.peak_bytes,
+                    mem_rss_peak_bytes=memory.rss_peak_bytes,
+                    mem_rss_base_bytes=memory.rss_base_bytes,
+                    mem_method=memory.method,
+                )
         failed = False
         return PassResult(times, rounds, iterations, record, round(load.others_busy_cores, 4), probes)
     except Exception as exc:  # recorded with the point, never dropped; the sweep goes on
         text = f"{type(exc).__name__}: {exc}"
-        return PassFailure("oom" if is_oom(exc) else "error", text.splitlines()[0][:500],
-                           "".join(traceback.format_exception(exc)))
+        return PassFailure(
+            "oom" if is_oom(exc) else "error", text.splitlines()[0][:500], "".join(traceback.format_exception(exc))
+        )
     finally:
         layer = x = None  # noqa: F841 - drop references so the memory is freed before the next point
         _free(spec.device, collect=failed)
@@ -106,20 +113,37 @@ def measure_pass(spec: PointSpec, policy: TimingPolicy, plan: tuple[int, int] | 
 def base_row(spec: PointSpec, threads: int) -> dict:
     """The columns every row has, measured or not: the spec, its id, the threads, the closed forms."""
     cfg = spec.config()
-    return dict(spec.as_row(), point_id=spec.point_id, threads=threads,
-                flops_analytic=models.analytic_flops(spec.layer, spec.batch, spec.n, cfg),
-                mem_analytic_bytes=models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg))
+    return dict(
+        spec.as_row(),
+        point_id=spec.point_id,
+        threads=threads,
+        flops_analytic=models.analytic_flops(spec.layer, spec.batch, spec.n, cfg),
+        mem_analytic_bytes=models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg),
+    )
 
 
-def point_row(spec: PointSpec, threads: int, timing: Timing, probes: dict, attempts: int,
-              others_busy_cores: float) -> dict:
+def point_row(
+    spec: PointSpec, threads: int, timing: Timing, probes: dict, attempts: int, others_busy_cores: float
+) -> dict:
     """The points.csv row of a point whose passes are all done."""
     return dict(
-        base_row(spec, threads), **probes,
-        time_median_s=timing.median_s, time_iqr_s=timing.iqr_s, time_mean_s=timing.mean_s,
-        time_min_s=timing.min_s, time_ci_low_s=timing.ci_low_s, time_ci_high_s=timing.ci_high_s,
-        rounds=timing.rounds, iterations=timing.iterations, passes=timing.passes,
-        time_pass_spread=round(timing.pass_spread, 4), time_noisy=timing.noisy, time_reliable=timing.reliable,
-        time_flag=timing.flag, attempts=attempts, load_others_cores=round(others_busy_cores, 3),
-        status="ok", error="",
+        base_row(spec, threads),
+        **probes,
+        time_median_s=timing.median_s,
+        time_iqr_s=timing.iqr_s,
+        time_mean_s=timing.mean_s,
+        time_min_s=timing.min_s,
+        time_ci_low_s=timing.ci_low_s,
+        time_ci_high_s=timing.ci_high_s,
+        rounds=timing.rounds,
+        iterations=timing.iterations,
+        passes=timing.passes,
+        time_pass_spread=round(timing.pass_spread, 4),
+        time_noisy=timing.noisy,
+        time_reliable=timing.reliable,
+        time_flag=timing.flag,
+        attempts=attempts,
+        load_others_cores=round(others_busy_cores, 3),
+        status="ok",
+        error="",
     )

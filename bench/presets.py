@@ -1,4 +1,5 @@
 """Presets: named sweeps stored as data in presets.toml."""
+
 from __future__ import annotations
 
 import tomllib
@@ -26,9 +27,15 @@ class Preset:
         specs: list[PointSpec] = []
         for grid in self.grids:
             for spec in expand_grid(
-                layers=grid["layers"], n=grid["n"], d=grid["d"], k=grid.get("k", [3]),
-                heads=grid.get("heads", [1]), window=grid.get("window", [None]), batch=grid.get("batch", [1]),
-                devices=devices, dtypes=[dtype] if dtype else grid.get("dtype", ["float32"]),
+                layers=grid["layers"],
+                n=grid["n"],
+                d=grid["d"],
+                k=grid.get("k", [3]),
+                heads=grid.get("heads", [1]),
+                window=grid.get("window", [None]),
+                batch=grid.get("batch", [1]),
+                devices=devices,
+                dtypes=[dtype] if dtype else grid.get("dtype", ["float32"]),
                 dilation=grid.get("dilation", [None]),
             ):
                 if spec not in specs:
@@ -46,8 +53,11 @@ def load_presets(path: Path = PRESETS_FILE) -> dict[str, Preset]:
             if unknown:
                 raise ValueError(f"{path}: preset {name!r} has unknown grid keys {sorted(unknown)}")
         presets[name] = Preset(
-            name=name, description=body.get("description", ""), grids=tuple(body.get("grid", [])),
-            timing=TimingPolicy(**body.get("timing", {})), paths=body.get("paths"),
+            name=name,
+            description=body.get("description", ""),
+            grids=tuple(body.get("grid", [])),
+            timing=TimingPolicy(**body.get("timing", {})),
+            paths=body.get("paths"),
         )
     return presets
 

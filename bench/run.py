@@ -16,16 +16,17 @@ its row at once, with the full traceback in errors.log, and is not visited again
 The machine's load is watched throughout (bench.load): before the run, to choose the thread count and warn
 if the machine is busy; during each pass and each point's timed rounds, stored in meta.json and the rows.
 """
+
 from __future__ import annotations
 
 import signal
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
-from typing import Callable
 
 import torch
 from tqdm import tqdm
@@ -42,8 +43,16 @@ from .threads import pinned_threads
 from .timing import Timing, TimingPolicy, method_constants, pass_order, summarize
 
 ATTEMPTS = 2  # a point's sets of passes at most: the first, and one re-measurement if unreliable
-EXTRA_RECORD_KEYS = ("point_id", "attempt", "pass", "rounds_planned", "iterations", "others_busy_cores",
-                     "probes", "spec")
+EXTRA_RECORD_KEYS = (
+    "point_id",
+    "attempt",
+    "pass",
+    "rounds_planned",
+    "iterations",
+    "others_busy_cores",
+    "probes",
+    "spec",
+)
 
 
 def decide_threads(requested: int | None) -> tuple[int, str, Load]:
@@ -63,8 +72,10 @@ def device_peak_key(device: str, dtype: str) -> str:
 @contextmanager
 def _sigterm_as_interrupt():
     """A scheduler's SIGTERM ends the run like Ctrl-C: cleanly, with status `interrupted`."""
+
     def handler(signum, frame):
         raise KeyboardInterrupt
+
     try:
         old = signal.signal(signal.SIGTERM, handler)
     except ValueError:  # not the main thread
@@ -79,7 +90,14 @@ def _sigterm_as_interrupt():
 def _larger(spec: PointSpec, than: PointSpec) -> bool:
     """Same layer, device, dtype and other settings, and at least as large in n, d and batch."""
     same = (spec.layer, spec.device, spec.dtype, spec.k, spec.heads, spec.window, spec.dilation) == (
-        than.layer, than.device, than.dtype, than.k, than.heads, than.window, than.dilation)
+        than.layer,
+        than.device,
+        than.dtype,
+        than.k,
+        than.heads,
+        than.window,
+        than.dilation,
+    )
     return same and spec.n >= than.n and spec.d >= than.d and spec.batch >= than.batch and spec != than
 
 
@@ -107,25 +125,43 @@ class Run:
 
     # ------------------------------------------------------------------------------------ create
     @classmethod
-    def create(cls, specs: list[PointSpec], policy: TimingPolicy, *, out: Path | None, command: list[str],
-               preset: str | None, threads: int | None = None, seed: int = 0,
-               log: Callable[[str], None] = _stderr) -> "Run":
+    def create(
+        cls,
+        specs: list[PointSpec],
+        policy: TimingPolicy,
+        *,
+        out: Path | None,
+        command: list[str],
+        preset: str | None,
+        threads: int | None = None,
+        seed: int = 0,
+        log: Callable[[str], None] = _stderr,
+    ) -> Run:
         """A new run folder with meta.json and plan.json; the thread count chosen from the free cores
         unless given."""
         threads, why, load = decide_threads(threads)
         run_dir = new_run_folder(out, "-".join(sorted({s.device for s in specs})))
         meta = run_meta("run", command, preset, threads)
-        meta.update(run_id=run_dir.name, points_planned=len(specs), threads_reason=why, load_before=load.as_dict(),
-                    timing_policy=policy.as_dict(), timing_method=method_constants(), load_passes=[])
-        storage.write_json(run_dir / "plan.json", {"specs": [s.as_row() for s in specs],
-                                                   "timing_policy": policy.as_dict(), "seed": seed})
+        meta.update(
+            run_id=run_dir.name,
+            points_planned=len(specs),
+            threads_reason=why,
+            load_before=load.as_dict(),
+            timing_policy=policy.as_dict(),
+            timing_method=method_constants(),
+            load_passes=[],
+        )
+        storage.write_json(
+            run_dir / "plan.json",
+            {"specs": [s.as_row() for s in specs], "timing_policy": policy.as_dict(), "seed": seed},
+        )
         storage.write_json(run_dir / "meta.json", meta)
         run = cls(run_dir, meta, specs, policy, seed, log)
         run._announce(load)
         return run
 
     @classmethod
-    def resume(cls, run_dir: Path, log: Callable[[str], None] = _stderr) -> "Run":
+    def resume(cls, run_dir: Path, log: Callable[[str], None] = _stderr) -> Run:
         if not run_dir.is_dir() or not storage.is_run_dir(run_dir):
             raise BadInput(f"--resume {run_dir}: not a run folder (no meta.json there)")
         meta = storage.read_json(run_dir / "meta.json")
@@ -166,8 +202,11 @@ class Run:
                 self._measure_peaks("start")
                 pending = [s for s in self.specs if s.point_id not in state.rows]
                 self._passes(pending, 0, state, progress)
-                flagged = [s for s in pending if s.point_id not in state.rows
-                           and not self._timing(s, 0, state).reliable] if self.policy.remeasure else []
+                flagged = (
+                    [s for s in pending if s.point_id not in state.rows and not self._timing(s, 0, state).reliable]
+                    if self.policy.remeasure
+                    else []
+                )
                 if flagged:
                     self.log(f"measuring {len(flagged)} unreliable point(s) again")
                     self._passes(flagged, 1, state, progress)
@@ -213,8 +252,14 @@ class Run:
     def _passes(self, specs: list[PointSpec], attempt: int, state: _State, progress: bool) -> None:
         """`policy.passes` passes over `specs`, skipping the passes already stored."""
         todo = sum(1 for p in range(self.policy.passes) for s in specs if (s.point_id, attempt, p) not in state.records)
-        bar = tqdm(total=todo, desc="points" if attempt == 0 else "again", unit="pt", disable=not progress,
-                   file=sys.stderr, dynamic_ncols=True)
+        bar = tqdm(
+            total=todo,
+            desc="points" if attempt == 0 else "again",
+            unit="pt",
+            disable=not progress,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
         try:
             for p in range(self.policy.passes):
                 first = attempt == 0 and p == 0
@@ -224,8 +269,9 @@ class Run:
                 for spec in order:
                     if spec.point_id in state.rows or (spec.point_id, attempt, p) in state.records:
                         continue
-                    bar.set_postfix_str(f"pass {p + 1}/{self.policy.passes} {spec.layer} n={spec.n} d={spec.d}",
-                                        refresh=False)
+                    bar.set_postfix_str(
+                        f"pass {p + 1}/{self.policy.passes} {spec.layer} n={spec.n} d={spec.d}", refresh=False
+                    )
                     self._visit(spec, attempt, p, state)
                     visited += 1
                     bar.update(1)
@@ -239,8 +285,7 @@ class Run:
         if first:
             blocker = next((o for o in state.ooms if _larger(spec, o)), None)
             if blocker is not None:
-                reason = (f"larger than n={blocker.n} d={blocker.d} batch={blocker.batch}, which ran out of "
-                          f"memory")
+                reason = f"larger than n={blocker.n} d={blocker.d} batch={blocker.batch}, which ran out of memory"
                 self._store_row(spec, dict(base_row(spec, self.threads), status="skipped", error=reason), state)
                 return
         plan = None if first else self._plan(spec, state)
@@ -252,9 +297,16 @@ class Run:
             if result.status == "oom":
                 state.ooms.append(spec)
             return
-        record = dict(result.record, point_id=spec.point_id, attempt=attempt, spec=spec.as_row(),
-                      rounds_planned=result.rounds_planned, iterations=result.iterations,
-                      others_busy_cores=result.others_busy_cores, probes=result.probes)
+        record = dict(
+            result.record,
+            point_id=spec.point_id,
+            attempt=attempt,
+            spec=spec.as_row(),
+            rounds_planned=result.rounds_planned,
+            iterations=result.iterations,
+            others_busy_cores=result.others_busy_cores,
+            probes=result.probes,
+        )
         record["pass"] = p
         storage.append_timing_record(self.dir, record)
         state.records[(spec.point_id, attempt, p)] = record
@@ -268,8 +320,10 @@ class Run:
         self.meta.setdefault("load_passes", []).append(dict(attempt=attempt, **{"pass": p}, **load.as_dict()))
         storage.write_json(self.dir / "meta.json", self.meta)
         if load.busy:
-            self.log(f"pass {p + 1}: other processes took {load.others_busy_cores:.1f} cores "
-                     f"(load average {load.loadavg_1m:.2f})")
+            self.log(
+                f"pass {p + 1}: other processes took {load.others_busy_cores:.1f} cores "
+                f"(load average {load.loadavg_1m:.2f})"
+            )
 
     def _records(self, spec: PointSpec, attempt: int, state: _State) -> list[dict]:
         return [state.records[(spec.point_id, attempt, p)] for p in range(self.policy.passes)]
@@ -277,12 +331,14 @@ class Run:
     def _timing(self, spec: PointSpec, attempt: int, state: _State) -> Timing:
         records = self._records(spec, attempt, state)
         template = {k: v for k, v in records[0].items() if k not in ("pass", "attempt", "others_busy_cores", "probes")}
-        return summarize([r["stats"]["data"] for r in records], int(records[0]["iterations"]), spec.key,
-                         template=template)
+        return summarize(
+            [r["stats"]["data"] for r in records], int(records[0]["iterations"]), spec.key, template=template
+        )
 
     def _last_attempt(self, spec: PointSpec, state: _State) -> int:
-        done = [a for a in range(ATTEMPTS)
-                if all((spec.point_id, a, p) in state.records for p in range(self.policy.passes))]
+        done = [
+            a for a in range(ATTEMPTS) if all((spec.point_id, a, p) in state.records for p in range(self.policy.passes))
+        ]
         if not done:
             raise RunFailed(f"{self.dir}: point {spec.key} has no complete set of passes")
         return max(done)
@@ -291,8 +347,14 @@ class Run:
         attempt = self._last_attempt(spec, state)
         timing = self._timing(spec, attempt, state)
         others = fmean(r["others_busy_cores"] for r in self._records(spec, attempt, state))
-        return point_row(spec, self.threads, timing, state.records[(spec.point_id, 0, 0)]["probes"],
-                         attempts=attempt + 1, others_busy_cores=others)
+        return point_row(
+            spec,
+            self.threads,
+            timing,
+            state.records[(spec.point_id, 0, 0)]["probes"],
+            attempts=attempt + 1,
+            others_busy_cores=others,
+        )
 
     def _store_row(self, spec: PointSpec, row: dict, state: _State) -> None:
         row["finished_utc"] = storage.utc_now()
@@ -304,10 +366,15 @@ class Run:
         df = storage.read_points(self.dir)
         ok = df[df["status"] == "ok"]
         by_id = {s.point_id: s for s in self.specs}
-        benchmarks = [self._timing(by_id[pid], self._last_attempt(by_id[pid], state), state).record
-                      for pid in ok["point_id"] if pid in by_id]
+        benchmarks = [
+            self._timing(by_id[pid], self._last_attempt(by_id[pid], state), state).record
+            for pid in ok["point_id"]
+            if pid in by_id
+        ]
         self.meta.update(
-            status="finished", finished_utc=storage.utc_now(), points_stored=int(len(df)),
+            status="finished",
+            finished_utc=storage.utc_now(),
+            points_stored=int(len(df)),
             status_counts={k: int(v) for k, v in df["status"].value_counts().items()},
             points_noisy=int(ok["time_noisy"].astype(bool).sum()) if len(ok) else 0,
             points_unreliable=int((~ok["time_reliable"].astype(bool)).sum()) if len(ok) else 0,
@@ -315,23 +382,36 @@ class Run:
             measure_s=round(elapsed_s, 1),
         )
         storage.write_json(self.dir / "meta.json", self.meta)
-        storage.write_json(self.dir / "pytest-benchmark.json", {
-            "machine_info": self.meta["machine_info"], "commit_info": self.meta["commit_info"],
-            "benchmarks": benchmarks, "datetime": self.meta["started_utc"], "version": _pytest_benchmark_version(),
-        })
+        storage.write_json(
+            self.dir / "pytest-benchmark.json",
+            {
+                "machine_info": self.meta["machine_info"],
+                "commit_info": self.meta["commit_info"],
+                "benchmarks": benchmarks,
+                "datetime": self.meta["started_utc"],
+                "version": _pytest_benchmark_version(),
+            },
+        )
         return self.meta
 
 
 def _pytest_benchmark_version() -> str:
     from importlib.metadata import version  # noqa: PLC0415
+
     return version("pytest-benchmark")
 
 
 def run_meta(kind: str, command: list[str], preset: str | None, threads: int) -> dict:
     """meta.json of a new run folder of any kind (a sweep, paths, claims)."""
     return {
-        "run_id": None, "kind": kind, "started_utc": storage.utc_now(), "finished_utc": None,
-        "status": "running", "command": " ".join(command), "preset": preset, **machine.run_meta(threads),
+        "run_id": None,
+        "kind": kind,
+        "started_utc": storage.utc_now(),
+        "finished_utc": None,
+        "status": "running",
+        "command": " ".join(command),
+        "preset": preset,
+        **machine.run_meta(threads),
     }
 
 

@@ -1,4 +1,5 @@
 """Sweep points: frozen specs, expanded from a grid and validated before anything is measured."""
+
 from __future__ import annotations
 
 import hashlib
@@ -8,6 +9,7 @@ from dataclasses import asdict, dataclass, fields
 import models
 
 from .errors import BadInput
+
 
 @dataclass(frozen=True, order=True)
 class PointSpec:
@@ -87,7 +89,15 @@ def default_dilation(k: int) -> int:
 
 
 def expand_grid(
-    layers, n, d, k=(3,), heads=(1,), window=(None,), batch=(1,), devices=("cpu",), dtypes=("float32",),
+    layers,
+    n,
+    d,
+    k=(3,),
+    heads=(1,),
+    window=(None,),
+    batch=(1,),
+    devices=("cpu",),
+    dtypes=("float32",),
     dilation=(None,),
 ) -> list[PointSpec]:
     """The cartesian product, with sizes a layer does not use set to None, so no point is repeated.
@@ -102,15 +112,20 @@ def expand_grid(
             raise BadInput(f"layer {layer!r} is not built; allowed: {', '.join(models.LAYERS)}")
         uses = models.LAYERS[layer].uses
         spec = PointSpec(
-            layer=layer, n=nn, d=dd, batch=b,
+            layer=layer,
+            n=nn,
+            d=dd,
+            batch=b,
             k=kk if "k" in uses else None,
             heads=hh if "heads" in uses else None,
             window=ww if "window" in uses else None,
-            dilation=(dil or (default_dilation(kk) if isinstance(kk, int) else None)) if layer == "conv_dilated" else None,
-            device=device, dtype=dtype,
+            dilation=(dil or (default_dilation(kk) if isinstance(kk, int) else None))
+            if layer == "conv_dilated"
+            else None,
+            device=device,
+            dtype=dtype,
         )
         if spec not in seen:
             seen.add(spec)
             specs.append(spec)
     return [validate(s) for s in specs]
-

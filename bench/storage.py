@@ -12,13 +12,14 @@ and fsync), so a killed process leaves at most one partial last line, which `rea
 `repair_tail` removes before a resume appends; JSON files are written to a temporary file and renamed.
 A run folder is never overwritten: `new_run_dir` refuses an existing one.
 """
+
 from __future__ import annotations
 
 import csv
 import io
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -27,27 +28,60 @@ from .errors import BadInput, RunFailed
 
 POINT_COLUMNS = [
     # the spec
-    "layer", "device", "dtype", "batch", "n", "d", "k", "heads", "window", "dilation",
+    "layer",
+    "device",
+    "dtype",
+    "batch",
+    "n",
+    "d",
+    "k",
+    "heads",
+    "window",
+    "dilation",
     # time (seconds per forward pass) and its spread
-    "time_median_s", "time_iqr_s", "time_mean_s", "time_min_s", "time_ci_low_s", "time_ci_high_s",
-    "rounds", "iterations", "passes", "time_pass_spread", "time_noisy", "time_reliable", "time_flag", "attempts",
+    "time_median_s",
+    "time_iqr_s",
+    "time_mean_s",
+    "time_min_s",
+    "time_ci_low_s",
+    "time_ci_high_s",
+    "rounds",
+    "iterations",
+    "passes",
+    "time_pass_spread",
+    "time_noisy",
+    "time_reliable",
+    "time_flag",
+    "attempts",
     # compute
-    "flops_analytic", "flops_counted", "flops_uncounted_ops", "flops_elementwise",
+    "flops_analytic",
+    "flops_counted",
+    "flops_uncounted_ops",
+    "flops_elementwise",
     # memory
-    "mem_peak_bytes", "mem_rss_peak_bytes", "mem_rss_base_bytes", "mem_analytic_bytes", "mem_method",
+    "mem_peak_bytes",
+    "mem_rss_peak_bytes",
+    "mem_rss_base_bytes",
+    "mem_analytic_bytes",
+    "mem_method",
     # bookkeeping
-    "threads", "load_others_cores", "status", "error", "point_id", "finished_utc",
+    "threads",
+    "load_others_cores",
+    "status",
+    "error",
+    "point_id",
+    "finished_utc",
 ]
 STATUSES = ("ok", "oom", "error", "skipped")
 RESULTS_ROOT = Path(__file__).resolve().parent.parent / "results"
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def make_run_id(device_tag: str, now: datetime | None = None) -> str:
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return f"{now:%Y%m%dT%H%M%SZ}-{device_tag}"
 
 
@@ -67,8 +101,10 @@ def new_run_dir(root: Path, run_id: str) -> Path:
 def claim_out_dir(path: Path) -> Path:
     """--out DIR: a new or empty folder; a folder that holds anything is never overwritten."""
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise BadInput(f"--out {path}: exists and is not empty; runs are never overwritten "
-                       f"(choose a new folder, or --resume {path} to finish it)")
+        raise BadInput(
+            f"--out {path}: exists and is not empty; runs are never overwritten "
+            f"(choose a new folder, or --resume {path} to finish it)"
+        )
     path.mkdir(parents=True, exist_ok=True)
     return path
 

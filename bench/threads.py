@@ -3,6 +3,7 @@
 A context manager that also works as a decorator (`@pinned_threads(1)`). The sweep pins the threads it
 records in meta.json; the path and claims probes pin one thread, since they run many tiny operators
 whose thread barriers cost more than the threads bring on a small shared machine."""
+
 from __future__ import annotations
 
 from contextlib import contextmanager

@@ -27,15 +27,16 @@ asv's rounds):
   CI_RELATIVE_WIDTH of it. A run measures unreliable points again at its end (bench.run).
 The caller sets inference mode and pins threads; this module only times.
 """
+
 from __future__ import annotations
 
 import inspect
 import math
 import random
 import time
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
-from typing import Callable, Hashable, Sequence
 
 import numpy as np
 from pytest_benchmark.fixture import BenchmarkFixture
@@ -81,9 +82,15 @@ class TimingPolicy:
 
 def method_constants() -> dict:
     """The thresholds of this module, stored with each run so its report states the method it used."""
-    return {"noisy_iqr_ratio": NOISY_IQR_RATIO, "warmup_rounds": WARMUP_ROUNDS,
-            "min_rounds_per_pass": MIN_ROUNDS_PER_PASS, "confidence": CONFIDENCE, "stall_ratio": STALL_RATIO,
-            "pass_spread_ratio": PASS_SPREAD_RATIO, "ci_relative_width": CI_RELATIVE_WIDTH}
+    return {
+        "noisy_iqr_ratio": NOISY_IQR_RATIO,
+        "warmup_rounds": WARMUP_ROUNDS,
+        "min_rounds_per_pass": MIN_ROUNDS_PER_PASS,
+        "confidence": CONFIDENCE,
+        "stall_ratio": STALL_RATIO,
+        "pass_spread_ratio": PASS_SPREAD_RATIO,
+        "ci_relative_width": CI_RELATIVE_WIDTH,
+    }
 
 
 def pass_order(keys: Sequence[Hashable], pass_index: int, seed: int = 0) -> list:
@@ -151,8 +158,9 @@ def assess(median_s: float, min_s: float, pass_spread: float, ci: tuple[float, f
     return not flags, "; ".join(flags)
 
 
-def summarize(pass_times_s: Sequence[Sequence[float]], iterations: int, name: str = "point",
-              template: dict | None = None) -> Timing:
+def summarize(
+    pass_times_s: Sequence[Sequence[float]], iterations: int, name: str = "point", template: dict | None = None
+) -> Timing:
     """The statistics of a point over the rounds of all its passes (pytest-benchmark's Stats), and one
     pytest-benchmark record holding them all (built on `template`, a record of one of its passes)."""
     passes = tuple(tuple(float(t) for t in p) for p in pass_times_s if len(p))
@@ -168,9 +176,20 @@ def summarize(pass_times_s: Sequence[Sequence[float]], iterations: int, name: st
     reliable, flag = assess(st.median, st.min, spread, ci)
     record = dict(template or {"name": name, "fullname": name})
     record["stats"] = dict(st.as_dict(), data=list(st.data), iterations=iterations)
-    return Timing(pass_times_s=passes, iterations=iterations, median_s=st.median, iqr_s=st.iqr, mean_s=st.mean,
-                  min_s=st.min, ci_low_s=ci[0], ci_high_s=ci[1], pass_spread=spread, reliable=reliable,
-                  flag=flag, record=record)
+    return Timing(
+        pass_times_s=passes,
+        iterations=iterations,
+        median_s=st.median,
+        iqr_s=st.iqr,
+        mean_s=st.mean,
+        min_s=st.min,
+        ci_low_s=ci[0],
+        ci_high_s=ci[1],
+        pass_spread=spread,
+        reliable=reliable,
+        flag=flag,
+        record=record,
+    )
 
 
 class _QuietLogger:
@@ -185,10 +204,25 @@ class _QuietLogger:
 def _fixture(name: str, clock: Callable[[], float]) -> BenchmarkFixture:
     node = SimpleNamespace(name=name, nodeid=name)
     options = dict(
-        node=node, disable_gc=False, timer=NameWrapper(clock), min_rounds=1, min_time=0.0, max_time=1.0,
-        precision=None, confidence=None, warmup=False, warmup_iterations=0, calibration_precision=10,
-        add_stats=lambda stats: None, logger=_QuietLogger(), warner=lambda *a, **k: None, disabled=False,
-        cprofile=False, cprofile_loops=None, cprofile_dump=None, group=None,
+        node=node,
+        disable_gc=False,
+        timer=NameWrapper(clock),
+        min_rounds=1,
+        min_time=0.0,
+        max_time=1.0,
+        precision=None,
+        confidence=None,
+        warmup=False,
+        warmup_iterations=0,
+        calibration_precision=10,
+        add_stats=lambda stats: None,
+        logger=_QuietLogger(),
+        warner=lambda *a, **k: None,
+        disabled=False,
+        cprofile=False,
+        cprofile_loops=None,
+        cprofile_dump=None,
+        group=None,
     )
     # Older pytest-benchmark releases (on some GPU images) take fewer arguments: pass what this one takes.
     accepted = inspect.signature(BenchmarkFixture.__init__).parameters
@@ -203,11 +237,13 @@ def synced(fn: Callable[[], object], sync: Callable[[], None] | None) -> Callabl
     def target():
         fn()
         sync()
+
     return target
 
 
-def calibrate(target: Callable[[], object], policy: TimingPolicy,
-              clock: Callable[[], float] = time.perf_counter) -> tuple[int, int]:
+def calibrate(
+    target: Callable[[], object], policy: TimingPolicy, clock: Callable[[], float] = time.perf_counter
+) -> tuple[int, int]:
     """(rounds, iterations) of a point from one warm call; the first call pays lazy initialisation."""
     target()
     start = clock()
@@ -215,8 +251,13 @@ def calibrate(target: Callable[[], object], policy: TimingPolicy,
     return policy.plan(clock() - start)
 
 
-def time_rounds(target: Callable[[], object], rounds: int, iterations: int,
-                clock: Callable[[], float] = time.perf_counter, name: str = "point") -> tuple[tuple[float, ...], dict]:
+def time_rounds(
+    target: Callable[[], object],
+    rounds: int,
+    iterations: int,
+    clock: Callable[[], float] = time.perf_counter,
+    name: str = "point",
+) -> tuple[tuple[float, ...], dict]:
     """One pass: an untimed warm call, then pytest-benchmark's pedantic rounds. Returns the per-call time
     of each timed round and pytest-benchmark's JSON record of them."""
     target()
@@ -225,9 +266,14 @@ def time_rounds(target: Callable[[], object], rounds: int, iterations: int,
     return tuple(fixture.stats.stats.data), fixture.stats.as_dict(include_data=True)
 
 
-def interleaved(fns: dict[Hashable, Callable[[], object]], policy: TimingPolicy = TimingPolicy(), *,
-                sync: Callable[[], None] | None = None, clock: Callable[[], float] = time.perf_counter,
-                seed: int = 0) -> dict[Hashable, Timing]:
+def interleaved(
+    fns: dict[Hashable, Callable[[], object]],
+    policy: TimingPolicy = TimingPolicy(),
+    *,
+    sync: Callable[[], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    seed: int = 0,
+) -> dict[Hashable, Timing]:
     """Time several callables against each other: calibrated one by one, then `policy.passes` passes,
     each timing a share of every callable's rounds in a shuffled order. For callables that stay built
     between passes (the claims, the matmul peak); a sweep, which rebuilds its layers, runs the same steps
@@ -248,18 +294,25 @@ def method_text(policy: dict, constants: dict | None = None) -> str:
     they were when it ran (meta.json `timing_policy`, `timing_method`), for the report and the README."""
     c = dict(method_constants(), **(constants or {}))
     p = dict(asdict(TimingPolicy()), **policy)
-    text = (f"Each point's rounds (each round at least {p['min_round_s'] * 1e3:g} ms of repeated calls; "
-            f"{p['min_rounds']} to {p['max_rounds']} rounds, about {p['target_s']:g} s of them) are split over "
-            f"{p['passes']} interleaved passes, at least {c['min_rounds_per_pass']} rounds each; every pass visits "
-            f"every point in a new shuffled order (the first in plan order, smallest first), and each visit "
-            f"builds the layer, makes one untimed call and {c['warmup_rounds']} untimed round. Median over all "
-            f"rounds, with its {c['confidence']:.0%} interval from order statistics. A point is flagged noisy "
-            f"when its IQR exceeds {c['noisy_iqr_ratio']:.0%} of its median, and unreliable when its median is "
-            f"more than {c['stall_ratio']:g}x its fastest round (stalled or bimodal rounds), when the median of "
-            f"its passes' medians is more than {c['pass_spread_ratio']:g}x its fastest pass's (a slow phase "
-            f"over most of its passes), or when the interval of its median is wider than "
-            f"{c['ci_relative_width']:.0%} of it")
-    text += (("; unreliable points are measured again in a second set of passes at the end of the run, and "
-              "those still unreliable are kept, flagged and left out of the time fits.")
-             if p.get("remeasure", True) else "; unreliable points are kept, flagged and left out of the time fits.")
+    text = (
+        f"Each point's rounds (each round at least {p['min_round_s'] * 1e3:g} ms of repeated calls; "
+        f"{p['min_rounds']} to {p['max_rounds']} rounds, about {p['target_s']:g} s of them) are split over "
+        f"{p['passes']} interleaved passes, at least {c['min_rounds_per_pass']} rounds each; every pass visits "
+        f"every point in a new shuffled order (the first in plan order, smallest first), and each visit "
+        f"builds the layer, makes one untimed call and {c['warmup_rounds']} untimed round. Median over all "
+        f"rounds, with its {c['confidence']:.0%} interval from order statistics. A point is flagged noisy "
+        f"when its IQR exceeds {c['noisy_iqr_ratio']:.0%} of its median, and unreliable when its median is "
+        f"more than {c['stall_ratio']:g}x its fastest round (stalled or bimodal rounds), when the median of "
+        f"its passes' medians is more than {c['pass_spread_ratio']:g}x its fastest pass's (a slow phase "
+        f"over most of its passes), or when the interval of its median is wider than "
+        f"{c['ci_relative_width']:.0%} of it"
+    )
+    text += (
+        (
+            "; unreliable points are measured again in a second set of passes at the end of the run, and "
+            "those still unreliable are kept, flagged and left out of the time fits."
+        )
+        if p.get("remeasure", True)
+        else "; unreliable points are kept, flagged and left out of the time fits."
+    )
     return text

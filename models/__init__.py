@@ -7,6 +7,7 @@ Each layer class carries its analytic cost next to its code:
   - `activation_bytes(batch, n, cfg, elem_bytes)`: an estimate of the activations the forward pass holds.
   - `uses`: which of the sizes k, heads, window the layer reads.
 """
+
 from __future__ import annotations
 
 import torch

@@ -9,6 +9,7 @@ biases and the softmax excluded (torch.utils.flop_counter's convention). Restric
 All three share the projections, so `attention` and `attention_math` built from the same seed have the
 same weights and tests prove them equal.
 """
+
 from __future__ import annotations
 
 import math

@@ -4,6 +4,7 @@ Every layer maps a float tensor of shape (batch, n, d) to one of the same shape.
 not use (k for attention, heads for a convolution) are ignored by it; `models.LAYERS[name].uses` says
 which ones matter, so a sweep does not repeat a point over a size the layer never reads.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -5,6 +5,7 @@ maximum path length O(n/k) for contiguous kernels and O(log_k n) for dilated one
 convolution O(k·n·d + n·d²).
 FLOPs follow torch.utils.flop_counter: 2 per multiply-accumulate, biases excluded.
 """
+
 from __future__ import annotations
 
 import torch

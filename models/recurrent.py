@@ -9,6 +9,7 @@ The fused layers run as one library kernel (oneDNN on the CPU, cuDNN on a GPU) t
 time. `reference()` runs the same weights as a transparent Python loop over cells, one step per
 position, so the chain of n dependent steps is visible to operator-level probes (`bench.paths`).
 """
+
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
 """bench.claims: each measurement on a small case whose answer is known exactly, then the whole set of
 claims (once per module: it takes seconds) and the report section built from its stored form."""
+
 from __future__ import annotations
 
 import itertools
@@ -13,9 +14,9 @@ from torch import nn
 
 import models
 from bench import claims as C
-from bench.timing import TimingPolicy
 from bench.report.claims import claims_section, parse_details, parse_measured
 from bench.report.context import ReportContext
+from bench.timing import TimingPolicy
 from models import LayerConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -108,6 +109,7 @@ def test_interleaved_times_with_a_fake_clock():
     def costs(seconds):
         def fn():
             now[0] += seconds
+
         return fn
 
     threads = torch.get_num_threads()
@@ -261,6 +263,7 @@ def measured():
     return C.measure_claims(seed=0)
 
 
+@pytest.mark.slow
 def test_measure_claims_fills_every_field(measured):
     assert len(measured) >= 12
     ids = [r.claim_id for r in measured]
@@ -273,6 +276,7 @@ def test_measure_claims_fills_every_field(measured):
         json.dumps(r.details)  # storable
 
 
+@pytest.mark.slow
 def test_measure_claims_known_outcomes(measured):
     by_id = {r.claim_id: r for r in measured}
     assert by_id["pe_variance_one_third"].verdict == "fails"  # sin² averages 1/2, not 1/3
@@ -297,8 +301,9 @@ def _context_from_csv(frame: pd.DataFrame, tmp_path, run_id="claims-run") -> Rep
     # As the report reads it: claims.csv through pandas, with the run id added.
     frame.to_csv(tmp_path / "claims.csv", index=False)
     stored = pd.read_csv(tmp_path / "claims.csv").assign(run_id=run_id)
-    return ReportContext(points=pd.DataFrame(), runs={run_id: {"cpu_model": "test cpu"}}, out_dir=tmp_path / "reports",
-                         claims=stored)
+    return ReportContext(
+        points=pd.DataFrame(), runs={run_id: {"cpu_model": "test cpu"}}, out_dir=tmp_path / "reports", claims=stored
+    )
 
 
 def test_claims_section_from_stored_csv(measured, tmp_path):
@@ -315,8 +320,9 @@ def test_claims_section_from_stored_csv(measured, tmp_path):
 
 
 def test_claims_section_without_details_or_claims(tmp_path):
-    frame = pd.DataFrame([{"claim_id": "toy", "statement": "s", "measured": "1.5", "expected": "e",
-                           "verdict": "holds", "source": "src"}])
+    frame = pd.DataFrame(
+        [{"claim_id": "toy", "statement": "s", "measured": "1.5", "expected": "e", "verdict": "holds", "source": "src"}]
+    )
     ctx = _context_from_csv(frame, tmp_path)
     text = claims_section(ctx)
     assert "toy" in text and ctx.numbers["claims.toy.measured"].value == 1.5 and not ctx.figures

@@ -1,5 +1,6 @@
 """The command line: bad input is exit 2 with one line; runs store what the interface says; a run killed
 part-way is finished by --resume with every point exactly once."""
+
 import json
 import signal
 import subprocess
@@ -10,11 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from conftest import cuda
 
 from bench import storage
 from bench.cli import main
 from bench.spec import PointSpec
-from conftest import cuda
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--rounds", "6", "--target-time", "0.01", "--passes", "3", "--no-progress"]
@@ -26,28 +27,31 @@ def _bad(capsys, argv):
     return code, err
 
 
-@pytest.mark.parametrize("argv,named", [
-    (["run", "--layers", "conv", "--n", "0", "--d", "8"], "0"),
-    (["run", "--layers", "conv", "--n", "64,abc", "--d", "8"], "'abc'"),
-    (["run", "--layers", "conv", "--n", "-5", "--d", "8"], "-5"),
-    (["run", "--layers", "conv", "--n", "64", "--d", "8", "--k", "4"], "k=4"),
-    (["run", "--layers", "attention", "--n", "64", "--d", "10", "--heads", "3"], "heads=3"),
-    (["run", "--layers", "transformer", "--n", "64", "--d", "8"], "'transformer'"),
-    (["run", "--preset", "huge"], "'huge'"),
-    (["run", "--layers", "conv", "--n", "64", "--d", "8", "--device", "tpu"], "'tpu'"),
-    (["run", "--layers", "conv", "--n", "64", "--d", "8", "--dtype", "float64"], "'float64'"),
-    (["run", "--layers", "attention_local", "--n", "64", "--d", "8", "--window", "128"], "window=128"),
-    (["run", "--layers", "attention_local", "--n", "64", "--d", "8"], "--window"),
-    (["run", "--resume", "/nonexistent/run"], "/nonexistent/run"),
-    (["report", "--results", "/nonexistent/results"], "/nonexistent/results"),
-    (["paths", "--layers", "conv", "--n", "64", "--k", "4"], "4"),
-    (["run", "--layers", "conv", "--d", "8"], "--n"),
-    (["run", "--preset", "quick", "--n", "64"], "not both"),
-    (["run", "--preset", "quick", "--batch", "8"], "--batch"),
-    (["run", "--resume", "/tmp/x", "--layers", "conv"], "--layers"),
-    (["run", "--resume", "/tmp/x", "--passes", "3"], "--passes"),
-    (["run", "--layers", "conv", "--n", "64", "--d", "8", "--passes", "0"], "0"),
-])
+@pytest.mark.parametrize(
+    "argv,named",
+    [
+        (["run", "--layers", "conv", "--n", "0", "--d", "8"], "0"),
+        (["run", "--layers", "conv", "--n", "64,abc", "--d", "8"], "'abc'"),
+        (["run", "--layers", "conv", "--n", "-5", "--d", "8"], "-5"),
+        (["run", "--layers", "conv", "--n", "64", "--d", "8", "--k", "4"], "k=4"),
+        (["run", "--layers", "attention", "--n", "64", "--d", "10", "--heads", "3"], "heads=3"),
+        (["run", "--layers", "transformer", "--n", "64", "--d", "8"], "'transformer'"),
+        (["run", "--preset", "huge"], "'huge'"),
+        (["run", "--layers", "conv", "--n", "64", "--d", "8", "--device", "tpu"], "'tpu'"),
+        (["run", "--layers", "conv", "--n", "64", "--d", "8", "--dtype", "float64"], "'float64'"),
+        (["run", "--layers", "attention_local", "--n", "64", "--d", "8", "--window", "128"], "window=128"),
+        (["run", "--layers", "attention_local", "--n", "64", "--d", "8"], "--window"),
+        (["run", "--resume", "/nonexistent/run"], "/nonexistent/run"),
+        (["report", "--results", "/nonexistent/results"], "/nonexistent/results"),
+        (["paths", "--layers", "conv", "--n", "64", "--k", "4"], "4"),
+        (["run", "--layers", "conv", "--d", "8"], "--n"),
+        (["run", "--preset", "quick", "--n", "64"], "not both"),
+        (["run", "--preset", "quick", "--batch", "8"], "--batch"),
+        (["run", "--resume", "/tmp/x", "--layers", "conv"], "--layers"),
+        (["run", "--resume", "/tmp/x", "--passes", "3"], "--passes"),
+        (["run", "--layers", "conv", "--n", "64", "--d", "8", "--passes", "0"], "0"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line_naming_it(capsys, argv, named):
     code, err = _bad(capsys, argv)
     assert code == 2
@@ -72,9 +76,15 @@ def test_out_folder_with_content_is_never_overwritten(capsys, tmp_path):
     assert code == 2 and "never overwritten" in err[0]
 
 
+@pytest.mark.slow
 def test_bad_input_from_a_real_process_has_no_traceback():
-    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--layers", "conv", "--n", "x", "--d", "8"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "run", "--layers", "conv", "--n", "x", "--d", "8"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr and "'x'" in proc.stderr
 
@@ -82,21 +92,73 @@ def test_bad_input_from_a_real_process_has_no_traceback():
 @pytest.mark.slow
 def test_run_writes_the_interface_files(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["run", "--layers", "conv,lstm,attention", "--n", "16,33", "--d", "12", "--heads", "3",
-                 "--batch", "2", "--device", "cpu", "--out", str(out), *FAST]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--layers",
+                "conv,lstm,attention",
+                "--n",
+                "16,33",
+                "--d",
+                "12",
+                "--heads",
+                "3",
+                "--batch",
+                "2",
+                "--device",
+                "cpu",
+                "--out",
+                str(out),
+                *FAST,
+            ]
+        )
+        == 0
+    )
     assert str(out) in capsys.readouterr().out
     meta = json.loads((out / "meta.json").read_text())
-    for key in ("run_id", "started_utc", "finished_utc", "status", "command", "preset", "git_commit",
-                "git_dirty", "python", "torch", "cpu_model", "cpu_cores", "threads", "devices"):
+    for key in (
+        "run_id",
+        "started_utc",
+        "finished_utc",
+        "status",
+        "command",
+        "preset",
+        "git_commit",
+        "git_dirty",
+        "python",
+        "torch",
+        "cpu_model",
+        "cpu_cores",
+        "threads",
+        "devices",
+    ):
         assert key in meta, key
     assert meta["status"] == "finished" and meta["matmul_peak"]["cpu"]["flops_per_s"] > 0
     peak = meta["matmul_peak"]["cpu"]  # measured at the start and at the end of the run, the better one kept
     assert set(peak["measured"]) == {"start", "end"}
     assert peak["flops_per_s"] == max(m["flops_per_s"] for m in peak["measured"].values())
     df = pd.read_csv(out / "points.csv")
-    for column in ("layer", "device", "dtype", "batch", "n", "d", "k", "heads", "window", "time_median_s",
-                   "time_iqr_s", "rounds", "flops_analytic", "flops_counted", "mem_peak_bytes",
-                   "mem_rss_peak_bytes", "status", "error"):
+    for column in (
+        "layer",
+        "device",
+        "dtype",
+        "batch",
+        "n",
+        "d",
+        "k",
+        "heads",
+        "window",
+        "time_median_s",
+        "time_iqr_s",
+        "rounds",
+        "flops_analytic",
+        "flops_counted",
+        "mem_peak_bytes",
+        "mem_rss_peak_bytes",
+        "status",
+        "error",
+    ):
         assert column in df.columns, column
     assert len(df) == 6 and (df["status"] == "ok").all() and (df["rounds"] >= 6).all() and (df["passes"] == 3).all()
     assert (df["time_ci_low_s"] <= df["time_median_s"]).all() and (df["time_median_s"] <= df["time_ci_high_s"]).all()
@@ -106,7 +168,8 @@ def test_run_writes_the_interface_files(tmp_path, capsys):
     # every pass of every point is kept raw in timings.jsonl
     records = storage.read_timing_records(out)
     assert sorted({(r["point_id"], r["pass"]) for r in records if r["attempt"] == 0}) == sorted(
-        (pid, p) for pid in df["point_id"] for p in range(3))
+        (pid, p) for pid in df["point_id"] for p in range(3)
+    )
     assert (df["flops_counted"] == df["flops_analytic"]).all()
     assert (df["mem_peak_bytes"] > 0).all() and (df["mem_rss_peak_bytes"] > 0).all()
     bench_json = json.loads((out / "pytest-benchmark.json").read_text())
@@ -118,8 +181,27 @@ def test_run_writes_the_interface_files(tmp_path, capsys):
 def test_oom_is_recorded_and_the_sweep_goes_on(tmp_path):
     """attention_math at n = 131072 needs a 64 GiB score matrix: more than any CI machine has."""
     out = tmp_path / "run"
-    assert main(["run", "--layers", "attention_math,conv", "--n", "128,131072,262144", "--d", "16", "--heads", "1",
-                 "--device", "cpu", "--out", str(out), *FAST]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--layers",
+                "attention_math,conv",
+                "--n",
+                "128,131072,262144",
+                "--d",
+                "16",
+                "--heads",
+                "1",
+                "--device",
+                "cpu",
+                "--out",
+                str(out),
+                *FAST,
+            ]
+        )
+        == 0
+    )
     df = pd.read_csv(out / "points.csv").set_index(["layer", "n"])
     assert df.loc[("attention_math", 131072), "status"] == "oom"
     assert "allocate" in df.loc[("attention_math", 131072), "error"]
@@ -133,8 +215,25 @@ def test_oom_is_recorded_and_the_sweep_goes_on(tmp_path):
 @pytest.mark.slow
 def test_killed_run_resumes_with_every_point_exactly_once(tmp_path):
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "bench", "run", "--layers", "conv,rnn,lstm,attention,attention_math",
-            "--n", "8,16,24", "--d", "4,8,12", "--heads", "2", "--device", "cpu", "--out", str(out), *FAST]
+    argv = [
+        sys.executable,
+        "-m",
+        "bench",
+        "run",
+        "--layers",
+        "conv,rnn,lstm,attention,attention_math",
+        "--n",
+        "8,16,24",
+        "--d",
+        "4,8,12",
+        "--heads",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        *FAST,
+    ]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     timings = out / "timings.jsonl"
     deadline = time.monotonic() + 120
@@ -148,8 +247,13 @@ def test_killed_run_resumes_with_every_point_exactly_once(tmp_path):
     passes_before = passes_before[: passes_before.rfind("\n") + 1]  # a line cut off by the kill is measured again
     assert 60 <= passes_before.count("\n") < 135
     assert json.loads((out / "meta.json").read_text())["status"] == "running"  # killed: no chance to say so
-    resumed = subprocess.run([sys.executable, "-m", "bench", "run", "--resume", str(out), "--no-progress"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "bench", "run", "--resume", str(out), "--no-progress"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr
     df = pd.read_csv(out / "points.csv")
     plan = [PointSpec(**s) for s in json.loads((out / "plan.json").read_text())["specs"]]
@@ -167,12 +271,33 @@ def test_killed_run_resumes_with_every_point_exactly_once(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_ends_the_run_as_interrupted(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--layers", "conv,lstm", "--n",
-                             "8,16,32,64,128,256,512", "--d", "4,8,16,32", "--device", "cpu", "--out", str(out),
-                             *FAST], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            "--layers",
+            "conv,lstm",
+            "--n",
+            "8,16,32,64,128,256,512",
+            "--d",
+            "4,8,16,32",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            *FAST,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not ((out / "timings.jsonl").exists()
-                                               and (out / "timings.jsonl").read_text().count("\n") >= 3):
+    while time.monotonic() < deadline and not (
+        (out / "timings.jsonl").exists() and (out / "timings.jsonl").read_text().count("\n") >= 3
+    ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
@@ -186,8 +311,21 @@ def test_ctrl_c_ends_the_run_as_interrupted(tmp_path):
 def test_a_gpu_run_counts_the_same_flops_as_the_cpu(tmp_path):
     """On a GPU: timing synchronized, memory from the CUDA allocator, cuDNN and fused attention counted,
     and each point's count equal to the CPU's for the same point."""
-    grid = ["--layers", "conv,lstm,gru,rnn,attention,attention_math,attention_local", "--n", "64,129",
-            "--d", "30", "--heads", "3", "--window", "16", "--batch", "2", *FAST]
+    grid = [
+        "--layers",
+        "conv,lstm,gru,rnn,attention,attention_math,attention_local",
+        "--n",
+        "64,129",
+        "--d",
+        "30",
+        "--heads",
+        "3",
+        "--window",
+        "16",
+        "--batch",
+        "2",
+        *FAST,
+    ]
     assert main(["run", *grid, "--device", "cuda", "--dtype", "bfloat16", "--out", str(tmp_path / "gpu16")]) == 0
     assert main(["run", *grid, "--device", "cuda", "--out", str(tmp_path / "gpu")]) == 0
     assert main(["run", *grid, "--device", "cpu", "--out", str(tmp_path / "cpu")]) == 0

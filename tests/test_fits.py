@@ -1,5 +1,6 @@
 """Fits: exponents and intervals on data whose answer is known, the fixed range rule of FLOPs and memory,
 crossovers. Verdicts, the measured range of time and the points' own uncertainty: test_verdicts.py."""
+
 import math
 
 import numpy as np
@@ -37,9 +38,24 @@ def test_two_points_have_no_interval():
 
 
 def _sweep(layer, ns, d, t):
-    return pd.DataFrame({"layer": layer, "device": "cpu", "dtype": "float32", "batch": 1, "n": ns, "d": d,
-                         "k": np.nan, "heads": 4, "window": np.nan, "status": "ok", "time_median_s": t,
-                         "flops_counted": t, "mem_peak_bytes": t, "run_id": "r"})
+    return pd.DataFrame(
+        {
+            "layer": layer,
+            "device": "cpu",
+            "dtype": "float32",
+            "batch": 1,
+            "n": ns,
+            "d": d,
+            "k": np.nan,
+            "heads": 4,
+            "window": np.nan,
+            "status": "ok",
+            "time_median_s": t,
+            "flops_counted": t,
+            "mem_peak_bytes": t,
+            "run_id": "r",
+        }
+    )
 
 
 def test_fixed_rule_of_flops_and_memory_keeps_upper_half_and_n_over_8d_for_attention():
@@ -64,8 +80,17 @@ def test_fit_table_verdicts_against_table1():
     lstm = table[(table.layer == "lstm") & (table.metric == "time")].iloc[0]
     assert lstm.predicted == pytest.approx(1) and lstm.verdict == "inconsistent"
     assert lstm.reason == "interval outside 1 ± 0.2"  # an exact power law: an interval of width 0
-    assert list(table.columns[:9]) == ["layer", "device", "metric", "variable", "exponent", "ci_low", "ci_high",
-                                       "predicted", "verdict"]
+    assert list(table.columns[:9]) == [
+        "layer",
+        "device",
+        "metric",
+        "variable",
+        "exponent",
+        "ci_low",
+        "ci_high",
+        "predicted",
+        "verdict",
+    ]
 
 
 def test_crossover_interpolates_log_log():

@@ -1,5 +1,6 @@
 """bench.flops: counted FLOPs against formulas written out by hand (2 FLOPs per multiply-accumulate,
 biases and softmax excluded), for every matched layer, and the rules for operators without a formula."""
+
 from __future__ import annotations
 
 import warnings
@@ -17,8 +18,9 @@ from models import LayerConfig
 aten = torch.ops.aten
 
 
-def counted(name: str, cfg: LayerConfig, batch: int, n: int, grad_mode=torch.inference_mode,
-            device: str = "cpu") -> flops.FlopCount:
+def counted(
+    name: str, cfg: LayerConfig, batch: int, n: int, grad_mode=torch.inference_mode, device: str = "cpu"
+) -> flops.FlopCount:
     layer = models.build(name, cfg, device=device)
     x = torch.randn(batch, n, cfg.d, device=device, dtype=cfg.torch_dtype)
 
@@ -72,9 +74,17 @@ def test_counted_flops_equal_the_hand_formula_and_the_analytic_count(name, size)
 def test_one_point_in_plain_numbers():
     # b=2, n=7, d=30, heads=3, k=3, r=5: e.g. conv 2·2·7·30·30·3 = 75,600; attention 100,800 + 11,760.
     cfg = LayerConfig(d=30, k=3, heads=3, window=5, dilation=2)
-    expected = {"conv": 75_600, "conv_dilated": 75_600, "conv_separable": 27_720, "rnn": 50_400,
-                "gru": 151_200, "lstm": 201_600, "attention": 112_560, "attention_math": 112_560,
-                "attention_local": 109_200}
+    expected = {
+        "conv": 75_600,
+        "conv_dilated": 75_600,
+        "conv_separable": 27_720,
+        "rnn": 50_400,
+        "gru": 151_200,
+        "lstm": 201_600,
+        "attention": 112_560,
+        "attention_math": 112_560,
+        "attention_local": 109_200,
+    }
     assert {name: counted(name, cfg, 2, 7).total for name in models.LAYERS} == expected
 
 
@@ -110,8 +120,7 @@ def test_attention_flops_quadruple_when_n_doubles_at_n_much_larger_than_d(name):
     assert large / small == pytest.approx(4, rel=0.03)
 
 
-@pytest.mark.parametrize("name", ["lstm", "gru", "rnn", "conv", "conv_dilated", "conv_separable",
-                                  "attention_local"])
+@pytest.mark.parametrize("name", ["lstm", "gru", "rnn", "conv", "conv_dilated", "conv_separable", "attention_local"])
 def test_linear_in_n_layers_exactly_double_when_n_doubles(name):
     cfg = LayerConfig(d=30, k=3, heads=3, window=5, dilation=2)
     assert counted(name, cfg, 2, 14).total == 2 * counted(name, cfg, 2, 7).total
@@ -153,12 +162,13 @@ def test_oneDNN_and_ATen_lstm_kernels_count_the_same():
 
 # The GPU formulas, checked on the CPU: the same nn.RNN layers counted op by op on the CPU.
 
-@pytest.mark.parametrize("kind, proj_size, batch_first", [("LSTM", 3, True), ("LSTM", 0, False),
-                                                          ("GRU", 0, False), ("RNN", 0, True)])
+
+@pytest.mark.parametrize(
+    "kind, proj_size, batch_first", [("LSTM", 3, True), ("LSTM", 0, False), ("GRU", 0, False), ("RNN", 0, True)]
+)
 def test_cudnn_rnn_formula_matches_the_cpu_count_of_the_same_layer(kind, proj_size, batch_first):
     extra = {"proj_size": proj_size} if proj_size else {}
-    layer = getattr(torch.nn, kind)(8, 6, num_layers=2, bidirectional=True, batch_first=batch_first,
-                                    **extra).eval()
+    layer = getattr(torch.nn, kind)(8, 6, num_layers=2, bidirectional=True, batch_first=batch_first, **extra).eval()
     x = torch.randn(2, 5, 8)  # 10 tokens either way round
     with torch.inference_mode():
         cpu = count_flops(lambda: layer(x))
@@ -185,13 +195,17 @@ def test_flash_attention_is_counted_on_the_head_size_before_cuda_padding():
     assert formula(q_padded.clone(), q_padded, q_padded) == 2 * 2 * 3 * 7 * 7 * (16 + 10)  # a real 16
 
 
-@pytest.mark.parametrize("fn, expected", [
-    (lambda: torch.dot(torch.randn(6), torch.randn(6)), 2 * 6),
-    (lambda: torch.mv(torch.randn(5, 6), torch.randn(6)), 2 * 5 * 6),
-    (lambda: torch.randn(5, 6) @ torch.randn(6), 2 * 5 * 6),
-    (lambda: torch.addmv(torch.randn(5), torch.randn(5, 6), torch.randn(6)), 2 * 5 * 6),
-    (lambda: torch.addbmm(torch.randn(3, 5), torch.randn(2, 3, 4), torch.randn(2, 4, 5)), 2 * 2 * 3 * 4 * 5),
-], ids=["dot", "mv", "matmul-2d-1d", "addmv", "addbmm"])
+@pytest.mark.parametrize(
+    "fn, expected",
+    [
+        (lambda: torch.dot(torch.randn(6), torch.randn(6)), 2 * 6),
+        (lambda: torch.mv(torch.randn(5, 6), torch.randn(6)), 2 * 5 * 6),
+        (lambda: torch.randn(5, 6) @ torch.randn(6), 2 * 5 * 6),
+        (lambda: torch.addmv(torch.randn(5), torch.randn(5, 6), torch.randn(6)), 2 * 5 * 6),
+        (lambda: torch.addbmm(torch.randn(3, 5), torch.randn(2, 3, 4), torch.randn(2, 4, 5)), 2 * 2 * 3 * 4 * 5),
+    ],
+    ids=["dot", "mv", "matmul-2d-1d", "addmv", "addbmm"],
+)
 def test_vector_products_torch_leaves_out(fn, expected):
     count = count_flops(fn)
     assert count.total == expected
@@ -199,6 +213,7 @@ def test_vector_products_torch_leaves_out(fn, expected):
 
 
 # Operators without a formula.
+
 
 def test_an_operator_that_may_multiply_matrices_without_a_formula_is_reported_not_zeroed():
     a, b = torch.randn(40, 30), torch.randn(50, 30)
@@ -213,8 +228,17 @@ def test_classification_of_operators():
     assert classify_op(aten.mm) == "counted"  # torch's own formula
     assert classify_op(aten.mkldnn_rnn_layer.default) == "counted"  # ours
     assert classify_op(aten._cudnn_rnn) == "counted"
-    for op in (aten.view, aten.softmax, aten._softmax, aten.masked_fill, aten.cat, aten.stack, aten.add,
-               aten.sum, aten._thnn_fused_lstm_cell):
+    for op in (
+        aten.view,
+        aten.softmax,
+        aten._softmax,
+        aten.masked_fill,
+        aten.cat,
+        aten.stack,
+        aten.add,
+        aten.sum,
+        aten._thnn_fused_lstm_cell,
+    ):
         assert classify_op(op) == "no_matrix_work", op
     for op in (aten._euclidean_dist, aten._int_mm, aten._trilinear, aten._linalg_solve_ex):
         assert classify_op(op) == "uncounted", op
@@ -229,6 +253,7 @@ def test_the_named_no_matrix_ops_exist_and_none_has_a_formula():
 
 
 # Element-wise work: 1 per output element of pointwise ops and softmax; fused kernels estimated.
+
 
 def test_elementwise_counts():
     b, n, d, heads = 2, 7, 30, 3

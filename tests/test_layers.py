@@ -1,4 +1,5 @@
 """The matched layers: shapes, fused against transparent references, fused against explicit attention."""
+
 import math
 
 import pytest

@@ -1,4 +1,5 @@
 """The load probe: thread choice from free cores, the busy warning, and a meter that sees another process."""
+
 import subprocess
 import sys
 import time
@@ -12,14 +13,17 @@ def _load(others: float) -> Load:
     return Load(others_busy_cores=others, loadavg_1m=others, logical_cores=2, wall_s=0.5)
 
 
-@pytest.mark.parametrize("cores,others,threads", [
-    (2, 0.02, 2 - RESERVED_CORES),  # quiet 2-core VM: one core left to the system
-    (2, 1.0, 1),  # one core busy elsewhere: never more threads than free cores, at least 1
-    (2, 1.9, 1),
-    (16, 0.3, 16 - RESERVED_CORES),
-    (16, 4.4, 16 - 4 - RESERVED_CORES),  # busy cores rounded
-    (1, 0.0, 1),  # one core: nothing to reserve
-])
+@pytest.mark.parametrize(
+    "cores,others,threads",
+    [
+        (2, 0.02, 2 - RESERVED_CORES),  # quiet 2-core VM: one core left to the system
+        (2, 1.0, 1),  # one core busy elsewhere: never more threads than free cores, at least 1
+        (2, 1.9, 1),
+        (16, 0.3, 16 - RESERVED_CORES),
+        (16, 4.4, 16 - 4 - RESERVED_CORES),  # busy cores rounded
+        (1, 0.0, 1),  # one core: nothing to reserve
+    ],
+)
 def test_threads_are_the_free_cores_less_the_reserve(cores, others, threads):
     chosen, why = choose_threads(_load(others), cores)
     assert chosen == threads

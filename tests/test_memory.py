@@ -1,4 +1,5 @@
 """bench.memory against allocations of known size, worked out by hand, and against the n² of attention."""
+
 from __future__ import annotations
 
 import sys
@@ -22,15 +23,25 @@ def _bytes(nbytes: int) -> torch.Tensor:
 
 # --- the replay, on hand-made events -------------------------------------------------------------------
 
+
 def test_replay_takes_the_maximum_of_the_running_sum():
-    events = [AllocationEvent(0, 1, 100), AllocationEvent(1, 2, 300), AllocationEvent(2, 1, -100),
-              AllocationEvent(3, 3, 200), AllocationEvent(4, 2, -300)]
+    events = [
+        AllocationEvent(0, 1, 100),
+        AllocationEvent(1, 2, 300),
+        AllocationEvent(2, 1, -100),
+        AllocationEvent(3, 3, 200),
+        AllocationEvent(4, 2, -300),
+    ]
     assert peak_live_bytes(events) == 500  # 100 + 300, then 300 + 200 at t=3
 
 
 def test_replay_sorts_by_time():
-    events = [AllocationEvent(3, 3, 200), AllocationEvent(2, 1, -100), AllocationEvent(0, 1, 100),
-              AllocationEvent(1, 2, 300)]
+    events = [
+        AllocationEvent(3, 3, 200),
+        AllocationEvent(2, 1, -100),
+        AllocationEvent(0, 1, 100),
+        AllocationEvent(1, 2, 300),
+    ]
     assert peak_live_bytes(events) == 500
 
 
@@ -52,6 +63,7 @@ def test_replay_of_nothing_is_zero():
 
 
 # --- the CPU measurement, against tensors of known size ------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "first, second, third",
@@ -129,6 +141,7 @@ def test_unsupported_device_is_a_value_error():
 
 # --- resident set -------------------------------------------------------------------------------------
 
+
 @pytest.mark.skipif(not ON_LINUX, reason="VmHWM is Linux's")
 def test_rss_fields_are_positive_on_linux():
     peak = measure_memory(lambda: _bytes(MiB), "cpu")
@@ -196,6 +209,7 @@ def test_attention_math_holds_at_least_one_score_matrix_per_head(n, heads):
 
 
 # --- GPU ------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -4,6 +4,7 @@ Conventions used in the hand reasoning below (models/): a centered conv with odd
 see inputs i - h .. i + h, h = (k-1)/2; attention_local with window r lets query i see keys
 i - r//2 .. i - r//2 + r - 1, so key j reaches queries up to j + r//2.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,11 +51,14 @@ def _row(table: pd.DataFrame, layer: str, n: int, k: int | None = None) -> pd.Se
 
 # ------------------------------------------------------------------------------------- layers_to_cross
 @pytest.mark.parametrize("layer", ["conv", "conv_separable"])
-@pytest.mark.parametrize(("k", "expected"), [
-    (3, 7),  # h = 1: after L layers input 0 reaches positions 0..L, so position 7 needs L = 7 = ceil(7/1)
-    (5, 4),  # h = 2: reaches 0..2L; 2L >= 7 first at L = 4 = ceil(7/2)
-    (7, 3),  # h = 3: reaches 0..3L; 3L >= 7 first at L = 3 = ceil(7/3)
-])
+@pytest.mark.parametrize(
+    ("k", "expected"),
+    [
+        (3, 7),  # h = 1: after L layers input 0 reaches positions 0..L, so position 7 needs L = 7 = ceil(7/1)
+        (5, 4),  # h = 2: reaches 0..2L; 2L >= 7 first at L = 4 = ceil(7/2)
+        (7, 3),  # h = 3: reaches 0..3L; 3L >= 7 first at L = 3 = ceil(7/3)
+    ],
+)
 def test_conv_stack_by_hand_n8(layer, k, expected):
     assert layers_to_cross(layer, 8, k) == expected == layers_to_cross_formula(layer, 8, k)
 
@@ -69,13 +73,16 @@ def test_conv_reached_set_grows_one_position_per_layer():
         assert reached.tolist() == [p <= index + 1 for p in range(8)]
 
 
-@pytest.mark.parametrize(("window", "expected"), [
-    (2, 7),  # r//2 = 1 position further per layer: ceil(7/1)
-    (3, 7),  # keys i-1..i+1: still 1 further per layer
-    (4, 4),  # keys i-2..i+1: key 0 reaches query 2, so 2 per layer: ceil(7/2)
-    (5, 4),  # keys i-2..i+2: 2 per layer
-    (8, 2),  # keys i-4..i+3: 4 per layer: ceil(7/4)
-])
+@pytest.mark.parametrize(
+    ("window", "expected"),
+    [
+        (2, 7),  # r//2 = 1 position further per layer: ceil(7/1)
+        (3, 7),  # keys i-1..i+1: still 1 further per layer
+        (4, 4),  # keys i-2..i+1: key 0 reaches query 2, so 2 per layer: ceil(7/2)
+        (5, 4),  # keys i-2..i+2: 2 per layer
+        (8, 2),  # keys i-4..i+3: 4 per layer: ceil(7/4)
+    ],
+)
 def test_attention_local_by_hand_n8(window, expected):
     assert layers_to_cross("attention_local", 8, window=window) == expected
     assert layers_to_cross_formula("attention_local", 8, window=window) == expected
@@ -117,11 +124,14 @@ def test_one_layer_crosses(layer):
     assert layers_to_cross(layer, 64) == 1 == layers_to_cross_formula(layer, 64)
 
 
-@pytest.mark.parametrize(("layer", "kwargs", "message"), [
-    ("conv", {"k": 1}, "adds no position"),  # a 1-tap kernel never moves information
-    ("attention_local", {"window": 1}, "adds no position"),  # each query sees only itself
-    ("conv", {"k": 3, "max_layers": 3}, "capped at 3 layers"),
-])
+@pytest.mark.parametrize(
+    ("layer", "kwargs", "message"),
+    [
+        ("conv", {"k": 1}, "adds no position"),  # a 1-tap kernel never moves information
+        ("attention_local", {"window": 1}, "adds no position"),  # each query sees only itself
+        ("conv", {"k": 3, "max_layers": 3}, "capped at 3 layers"),
+    ],
+)
 def test_a_stack_that_cannot_cross_says_so(layer, kwargs, message):
     with pytest.raises(NeverCrosses, match=message):
         layers_to_cross(layer, 8, **kwargs)
@@ -179,11 +189,16 @@ def test_hops_need_a_reference_that_reads_position_by_position():
         recurrent_path_hops(Whole(), torch.randn(1, 4, 3))
 
 
-@pytest.mark.parametrize(("layer", "n", "k", "expected"), [
-    ("lstm", 64, 3, 63), ("lstm", 256, 3, 255), ("rnn", 8, 3, 7),  # one cell step per position
-    ("attention", 64, 3, 1),  # one layer, one hop
-    ("conv", 8, 3, 7),  # 7 layers crossed, one hop each
-])
+@pytest.mark.parametrize(
+    ("layer", "n", "k", "expected"),
+    [
+        ("lstm", 64, 3, 63),
+        ("lstm", 256, 3, 255),
+        ("rnn", 8, 3, 7),  # one cell step per position
+        ("attention", 64, 3, 1),  # one layer, one hop
+        ("conv", 8, 3, 7),  # 7 layers crossed, one hop each
+    ],
+)
 def test_path_hops(layer, n, k, expected):
     assert path_hops(layer, n, k)[0] == expected
 
@@ -212,17 +227,20 @@ def test_views_and_parameters_add_no_depth():
     assert seq_depth(lambda x: x.t()[1:].unsqueeze(0), torch.randn(4, 2)) == 0
 
 
-@pytest.mark.parametrize(("layer", "per_step"), [
-    # Along the critical path (views free; the initial state x.new_zeros is depth 1):
-    # rnn:  h_t = tanh(gi + (h_{t-1} @ W_hh^T + b_hh)): mm, add, add, tanh = 4 per step.
-    ("rnn", 4),
-    # gru:  h_{t-1} -> mm, add b_hh, add i_r, sigmoid (r), mul h_n, add i_n, tanh (cand), mul (1-z),
-    #       add z*h = 9 per step.
-    ("gru", 9),
-    # lstm: c_t = sigmoid(f)*c_{t-1} + ...: h_{t-1} -> mm, add b_hh, add gi, sigmoid, mul, add = c_t
-    #       (6), then tanh(c_t), mul by sigmoid(o) = h_t (2 more): 8 per step.
-    ("lstm", 8),
-])
+@pytest.mark.parametrize(
+    ("layer", "per_step"),
+    [
+        # Along the critical path (views free; the initial state x.new_zeros is depth 1):
+        # rnn:  h_t = tanh(gi + (h_{t-1} @ W_hh^T + b_hh)): mm, add, add, tanh = 4 per step.
+        ("rnn", 4),
+        # gru:  h_{t-1} -> mm, add b_hh, add i_r, sigmoid (r), mul h_n, add i_n, tanh (cand), mul (1-z),
+        #       add z*h = 9 per step.
+        ("gru", 9),
+        # lstm: c_t = sigmoid(f)*c_{t-1} + ...: h_{t-1} -> mm, add b_hh, add gi, sigmoid, mul, add = c_t
+        #       (6), then tanh(c_t), mul by sigmoid(o) = h_t (2 more): 8 per step.
+        ("lstm", 8),
+    ],
+)
 @pytest.mark.parametrize("n", [2, 5, 16])
 def test_reference_depth_by_hand(layer, per_step, n):
     # Each loop step adds per_step; the first step starts from the depth-1 zero state so it also adds
@@ -239,8 +257,11 @@ def test_parallel_layers_have_constant_depth(layer):
 
 # ------------------------------------------------------------------------------------ the quick study
 def test_table_shape(quick_table):
-    assert list(quick_table.columns[:7]) == COLUMNS[:7] == [
-        "layer", "n", "k", "layers_to_cross", "layers_to_cross_formula", "path_hops", "seq_depth"]
+    assert (
+        list(quick_table.columns[:7])
+        == COLUMNS[:7]
+        == ["layer", "n", "k", "layers_to_cross", "layers_to_cross_formula", "path_hops", "seq_depth"]
+    )
     for layer in ALL:
         rows = quick_table[quick_table.layer == layer]
         if "k" in models.LAYERS[layer].uses:

@@ -1,5 +1,6 @@
 """The README states the method's numbers; each must be the code's (a changed constant fails here until the
 README says the same)."""
+
 from pathlib import Path
 
 import pytest
@@ -12,23 +13,26 @@ README_FLAT = " ".join(README.split())  # line breaks as spaces
 QUICK = get_preset("quick").timing
 
 
-@pytest.mark.parametrize("phrase", [
-    f"at least {QUICK.min_round_s * 1e3:g} ms of repeated calls in the quick preset",
-    f"split over {QUICK.passes} passes",
-    f"its IQR exceeds {timing.NOISY_IQR_RATIO:.0%}".replace("%", " %"),
-    f"more than {timing.STALL_RATIO:g}x its fastest round",
-    f"more than {timing.PASS_SPREAD_RATIO:g}x its fastest pass",
-    f"wider than {timing.CI_RELATIVE_WIDTH:.0%} of it".replace("%", " %"),
-    f"{timing.CONFIDENCE:.0%} interval from order statistics".replace("%", " %"),
-    f"watches the machine for {load.SAMPLE_WINDOW_S:g} s",
-    f"less {load.RESERVED_CORES} left to the system",
-    f"take at least {load.BUSY_CORES:g} cores",
-    f"within {fits.PLATEAU_FRACTION:.0%} of the sweep's best".replace("%", " %"),
-    f"within ± {fits.TOLERANCE['flops']:g} of the table's",
-    f"(attention: n ≥ {fits.ATTENTION_N_OVER_D}·d)",
-    f"± {fits.TOLERANCE['time']:g} for time, ± {fits.TOLERANCE['flops']:g} for FLOPs, "
-    f"± {fits.TOLERANCE['memory']:g} for memory",
-    f"an interval wider than {fits.MAX_VERDICT_WIDTH:g}, fewer than {fits.MIN_FIT_POINTS} points",
-])
+@pytest.mark.parametrize(
+    "phrase",
+    [
+        f"at least {QUICK.min_round_s * 1e3:g} ms of repeated calls in the quick preset",
+        f"split over {QUICK.passes} passes",
+        f"its IQR exceeds {timing.NOISY_IQR_RATIO:.0%}".replace("%", " %"),
+        f"more than {timing.STALL_RATIO:g}x its fastest round",
+        f"more than {timing.PASS_SPREAD_RATIO:g}x its fastest pass",
+        f"wider than {timing.CI_RELATIVE_WIDTH:.0%} of it".replace("%", " %"),
+        f"{timing.CONFIDENCE:.0%} interval from order statistics".replace("%", " %"),
+        f"watches the machine for {load.SAMPLE_WINDOW_S:g} s",
+        f"less {load.RESERVED_CORES} left to the system",
+        f"take at least {load.BUSY_CORES:g} cores",
+        f"within {fits.PLATEAU_FRACTION:.0%} of the sweep's best".replace("%", " %"),
+        f"within ± {fits.TOLERANCE['flops']:g} of the table's",
+        f"(attention: n ≥ {fits.ATTENTION_N_OVER_D}·d)",
+        f"± {fits.TOLERANCE['time']:g} for time, ± {fits.TOLERANCE['flops']:g} for FLOPs, "
+        f"± {fits.TOLERANCE['memory']:g} for memory",
+        f"an interval wider than {fits.MAX_VERDICT_WIDTH:g}, fewer than {fits.MIN_FIT_POINTS} points",
+    ],
+)
 def test_readme_states_the_codes_numbers(phrase):
     assert phrase in README_FLAT, phrase

@@ -1,5 +1,6 @@
 """The report from stored runs: files of the interface, every cited number resolvable, damaged runs
 named, --skip-bad reporting the others."""
+
 import json
 import shutil
 
@@ -16,22 +17,68 @@ FAST = ["--rounds", "6", "--target-time", "0.01", "--passes", "3", "--no-progres
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
-    assert main(["run", "--layers", "conv,lstm,attention,attention_math", "--n", "32,64,128,256", "--d", "8,16",
-                 "--heads", "2", "--device", "cpu", "--out", str(root / "a"), *FAST]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--layers",
+                "conv,lstm,attention,attention_math",
+                "--n",
+                "32,64,128,256",
+                "--d",
+                "8,16",
+                "--heads",
+                "2",
+                "--device",
+                "cpu",
+                "--out",
+                str(root / "a"),
+                *FAST,
+            ]
+        )
+        == 0
+    )
     assert main(["paths", "--layers", "conv,lstm,attention", "--n", "16,32", "--k", "3", "--out", str(root / "a")]) == 0
-    assert main(["run", "--layers", "conv", "--n", "32,64,128", "--d", "8", "--device", "cpu",
-                 "--out", str(root / "b"), *FAST]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--layers",
+                "conv",
+                "--n",
+                "32,64,128",
+                "--d",
+                "8",
+                "--device",
+                "cpu",
+                "--out",
+                str(root / "b"),
+                *FAST,
+            ]
+        )
+        == 0
+    )
     return root
 
 
+@pytest.mark.slow
 def test_report_writes_the_interface_files(two_runs, tmp_path, capsys):
     out = tmp_path / "reports"
     assert main(["report", "--results", str(two_runs), "--out", str(out)]) == 0
     for name in ("report.md", "report.html", "fits.csv", "numbers.json", "table.tex"):
         assert (out / name).exists(), name
     fits = pd.read_csv(out / "fits.csv")
-    assert list(fits.columns[:9]) == ["layer", "device", "metric", "variable", "exponent", "ci_low", "ci_high",
-                                      "predicted", "verdict"]
+    assert list(fits.columns[:9]) == [
+        "layer",
+        "device",
+        "metric",
+        "variable",
+        "exponent",
+        "ci_low",
+        "ci_high",
+        "predicted",
+        "verdict",
+    ]
     html = (out / "report.html").read_text()
     assert html.count("<img") >= 6
     for img in (out / "figures").iterdir():
@@ -45,6 +92,7 @@ def test_report_writes_the_interface_files(two_runs, tmp_path, capsys):
     assert key in sentence and numbers[key]["run_id"] in sentence
 
 
+@pytest.mark.slow
 def test_every_cited_number_appears_in_the_report(two_runs, tmp_path):
     out = tmp_path / "reports"
     assert main(["report", "--results", str(two_runs / "a"), "--out", str(out)]) == 0
@@ -54,6 +102,7 @@ def test_every_cited_number_appears_in_the_report(two_runs, tmp_path):
     assert not missing, missing[:5]
 
 
+@pytest.mark.slow
 def test_damaged_run_is_named_and_skip_bad_reports_the_others(two_runs, tmp_path, capsys):
     results = tmp_path / "results"
     shutil.copytree(two_runs, results)
@@ -78,25 +127,54 @@ def _write_run(root, run_id, new_format: bool):
         for n in (64, 128, 256, 512, 1024):
             t = 1e-3 * (n / 64) ** exponent
             flops = 1e9 * t  # a constant rate: every point is on the plateau
-            row = {"layer": layer, "device": "cpu", "dtype": "float32", "batch": 1, "n": n, "d": 32,
-                   "k": None, "heads": 4 if layer == "attention" else None, "window": None,
-                   "time_median_s": t, "time_iqr_s": 0.01 * t, "rounds": 10, "time_noisy": False,
-                   "flops_analytic": flops, "flops_counted": flops, "flops_uncounted_ops": None,
-                   "flops_elementwise": 0.01 * flops, "mem_peak_bytes": 1000 * n, "mem_rss_peak_bytes": 2e8,
-                   "mem_rss_base_bytes": 1e8, "status": "ok", "error": None, "point_id": f"{layer}{n}"}
+            row = {
+                "layer": layer,
+                "device": "cpu",
+                "dtype": "float32",
+                "batch": 1,
+                "n": n,
+                "d": 32,
+                "k": None,
+                "heads": 4 if layer == "attention" else None,
+                "window": None,
+                "time_median_s": t,
+                "time_iqr_s": 0.01 * t,
+                "rounds": 10,
+                "time_noisy": False,
+                "flops_analytic": flops,
+                "flops_counted": flops,
+                "flops_uncounted_ops": None,
+                "flops_elementwise": 0.01 * flops,
+                "mem_peak_bytes": 1000 * n,
+                "mem_rss_peak_bytes": 2e8,
+                "mem_rss_base_bytes": 1e8,
+                "status": "ok",
+                "error": None,
+                "point_id": f"{layer}{n}",
+            }
             if new_format:
                 stalled = layer == "attention" and n == 256
-                row.update(time_ci_low_s=0.99 * t, time_ci_high_s=1.01 * t, passes=3,
-                           time_reliable=not stalled, time_flag="stalled: median 3.1x the minimum" if stalled else "")
+                row.update(
+                    time_ci_low_s=0.99 * t,
+                    time_ci_high_s=1.01 * t,
+                    passes=3,
+                    time_reliable=not stalled,
+                    time_flag="stalled: median 3.1x the minimum" if stalled else "",
+                )
                 if stalled:
                     row["time_median_s"] = 3.1 * t
             rows.append(row)
     run = root / run_id
     run.mkdir(parents=True)
     pd.DataFrame(rows).to_csv(run / "points.csv", index=False)
-    meta = {"run_id": run_id, "kind": "run", "status": "finished", "started_utc": "2026-01-01T00:00:00+00:00",
-            "matmul_peak": {"cpu": {"flops_per_s": 2e9, "size": 512, "dtype": "float32"}},
-            "timing_policy": {"min_rounds": 6, "target_s": 0.25}}
+    meta = {
+        "run_id": run_id,
+        "kind": "run",
+        "status": "finished",
+        "started_utc": "2026-01-01T00:00:00+00:00",
+        "matmul_peak": {"cpu": {"flops_per_s": 2e9, "size": 512, "dtype": "float32"}},
+        "timing_policy": {"min_rounds": 6, "target_s": 0.25},
+    }
     (run / "meta.json").write_text(json.dumps(meta))
     return run
 
@@ -104,13 +182,24 @@ def _write_run(root, run_id, new_format: bool):
 @pytest.mark.parametrize("new_format", [True, False])
 def test_report_of_hand_made_runs_shows_verdicts_reasons_and_flags(tmp_path, new_format):
     from bench.report.build import build_report
+
     run = _write_run(tmp_path / "results", "r1", new_format)
     out = tmp_path / "reports"
     build_report([run], out)
     md = (out / "report.md").read_text()
     fits = pd.read_csv(out / "fits.csv")
-    assert list(fits.columns[:10]) == ["layer", "device", "metric", "variable", "exponent", "ci_low", "ci_high",
-                                       "predicted", "verdict", "reason"]
+    assert list(fits.columns[:10]) == [
+        "layer",
+        "device",
+        "metric",
+        "variable",
+        "exponent",
+        "ci_low",
+        "ci_high",
+        "predicted",
+        "verdict",
+        "reason",
+    ]
     assert set(fits["verdict"]) <= {"consistent", "inconsistent", "inconclusive"} and fits["reason"].notna().all()
     time = fits[fits.metric == "time"].set_index("layer")
     assert time.loc["lstm", "verdict"] == "consistent"

@@ -1,5 +1,6 @@
 """A run's life: interleaved passes in the stored order, unreliable points measured again, resume of a run
 whose passes are partly stored."""
+
 import json
 
 import pandas as pd
@@ -10,8 +11,24 @@ from bench import timing as T
 from bench.cli import main
 from bench.spec import PointSpec
 
-GRID = ["run", "--layers", "conv,lstm", "--n", "8,16,32", "--d", "4", "--device", "cpu",
-        "--rounds", "6", "--target-time", "0.01", "--passes", "3", "--no-progress"]
+GRID = [
+    "run",
+    "--layers",
+    "conv,lstm",
+    "--n",
+    "8,16,32",
+    "--d",
+    "4",
+    "--device",
+    "cpu",
+    "--rounds",
+    "6",
+    "--target-time",
+    "0.01",
+    "--passes",
+    "3",
+    "--no-progress",
+]
 
 
 def _plan(out):
@@ -33,8 +50,11 @@ def test_first_pass_in_plan_order_then_shuffled_passes(tmp_path):
     df = pd.read_csv(out / "points.csv")
     # each row's rounds are those of its passes, and its median is theirs
     for row in df.itertuples():
-        mine = [r for r in storage.read_timing_records(out)
-                if r["point_id"] == row.point_id and r["attempt"] == row.attempts - 1]
+        mine = [
+            r
+            for r in storage.read_timing_records(out)
+            if r["point_id"] == row.point_id and r["attempt"] == row.attempts - 1
+        ]
         data = [t for r in mine for t in r["stats"]["data"]]
         assert row.rounds == len(data) and row.time_median_s == pytest.approx(pd.Series(data).median())
 

@@ -1,4 +1,5 @@
 """Sweep points: grid expansion, presets as data, validation."""
+
 import pytest
 
 import models
@@ -63,15 +64,18 @@ def test_unknown_preset_is_bad_input():
         get_preset("nope")
 
 
-@pytest.mark.parametrize("spec,match", [
-    (PointSpec("conv", n=0, d=8, k=3), "n=0"),
-    (PointSpec("conv", n=8, d=8, k=4), "odd"),
-    (PointSpec("attention", n=8, d=10, heads=3), "divisible"),
-    (PointSpec("attention_local", n=8, d=8, heads=1, window=9), "at most n"),
-    (PointSpec("transformer", n=8, d=8), "not built"),
-    (PointSpec("lstm", n=8, d=8, dtype="float64"), "dtype"),
-    (PointSpec("lstm", n=8, d=8, device="tpu"), "device"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        (PointSpec("conv", n=0, d=8, k=3), "n=0"),
+        (PointSpec("conv", n=8, d=8, k=4), "odd"),
+        (PointSpec("attention", n=8, d=10, heads=3), "divisible"),
+        (PointSpec("attention_local", n=8, d=8, heads=1, window=9), "at most n"),
+        (PointSpec("transformer", n=8, d=8), "not built"),
+        (PointSpec("lstm", n=8, d=8, dtype="float64"), "dtype"),
+        (PointSpec("lstm", n=8, d=8, device="tpu"), "device"),
+    ],
+)
 def test_validation_names_the_bad_value(spec, match):
     with pytest.raises(BadInput, match=match):
         validate(spec)

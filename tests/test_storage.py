@@ -1,4 +1,5 @@
 """Run folders: whole-row appends, cut-off lines, atomic JSON, never overwritten."""
+
 import pytest
 
 from bench import storage

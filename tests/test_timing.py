@@ -1,5 +1,6 @@
 """The timing engine: interleaved passes on a fake clock, pytest-benchmark's statistics over them, the
 median's interval by order statistics, the reliability flags, and agreement with torch's Timer."""
+
 import itertools
 import math
 
@@ -63,6 +64,7 @@ def test_interleaved_passes_on_a_fake_clock():
         def fn():
             visits.append(name)
             clock.now += seconds
+
         return fn
 
     policy = TimingPolicy(min_rounds=6, max_rounds=6, target_s=0.0, min_round_s=0.01, passes=3)

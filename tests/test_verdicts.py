@@ -1,5 +1,6 @@
 """Verdicts, the measured asymptotic range of time sweeps, and the points' own uncertainty in the interval,
 each on small synthetic data whose answer is worked out by hand in the comments."""
+
 import math
 
 import numpy as np
@@ -12,8 +13,22 @@ from bench import fits
 def _sweep(layer="lstm", variable="n", xs=(64, 128, 256, 512), time_s=None, flops=None, **extra):
     """One sweep of ok points, other sizes fixed (n=512 or d=32, heads 4, batch 1)."""
     xs = np.asarray(xs, float)
-    df = pd.DataFrame({"layer": layer, "device": "cpu", "dtype": "float32", "batch": 1, "n": 512, "d": 32,
-                       "k": np.nan, "heads": 4, "window": np.nan, "status": "ok", "run_id": "r"}, index=range(len(xs)))
+    df = pd.DataFrame(
+        {
+            "layer": layer,
+            "device": "cpu",
+            "dtype": "float32",
+            "batch": 1,
+            "n": 512,
+            "d": 32,
+            "k": np.nan,
+            "heads": 4,
+            "window": np.nan,
+            "status": "ok",
+            "run_id": "r",
+        },
+        index=range(len(xs)),
+    )
     df[variable] = xs
     df["time_median_s"] = time_s if time_s is not None else 1e-6 * xs
     df["flops_counted"] = flops if flops is not None else 1e3 * xs
@@ -28,16 +43,19 @@ def _time_row(table):
 
 
 # ------------------------------------------------------------------------------------------------ verdicts
-@pytest.mark.parametrize("low, high, verdict, reason", [
-    (0.9, 1.1, "consistent", "interval within 1 ± 0.2"),
-    (0.8, 1.2, "consistent", "interval within 1 ± 0.2"),  # the band's edges belong to it
-    (1.25, 1.4, "inconsistent", "interval outside 1 ± 0.2"),
-    (0.3, 0.7, "inconsistent", "interval outside 1 ± 0.2"),
-    (1.1, 1.3, "inconclusive", "interval straddles the tolerance edge (1 ± 0.2)"),
-    (0.7, 1.3, "inconclusive", "interval straddles the tolerance edge (1 ± 0.2)"),  # wider than the band
-    (2.5, 3.6, "inconclusive", "interval too wide (width 1.1 > 1)"),  # wholly outside, but too wide
-    (math.nan, math.nan, "inconclusive", "no interval (the fit gives none)"),
-])
+@pytest.mark.parametrize(
+    "low, high, verdict, reason",
+    [
+        (0.9, 1.1, "consistent", "interval within 1 ± 0.2"),
+        (0.8, 1.2, "consistent", "interval within 1 ± 0.2"),  # the band's edges belong to it
+        (1.25, 1.4, "inconsistent", "interval outside 1 ± 0.2"),
+        (0.3, 0.7, "inconsistent", "interval outside 1 ± 0.2"),
+        (1.1, 1.3, "inconclusive", "interval straddles the tolerance edge (1 ± 0.2)"),
+        (0.7, 1.3, "inconclusive", "interval straddles the tolerance edge (1 ± 0.2)"),  # wider than the band
+        (2.5, 3.6, "inconclusive", "interval too wide (width 1.1 > 1)"),  # wholly outside, but too wide
+        (math.nan, math.nan, "inconclusive", "no interval (the fit gives none)"),
+    ],
+)
 def test_three_way_verdict(low, high, verdict, reason):
     assert fits.judge(low, high, 1.0, 0.2) == (verdict, reason)
 
@@ -197,14 +215,18 @@ def test_unreliable_points_are_left_out_of_time_fits_and_counted():
     # exact t ∝ n except two stalled points 5x slow; left out, the fit is exact and consistent
     ns = np.array([64, 128, 256, 512, 1024], float)
     t = 1e-6 * ns * np.array([1, 5, 1, 5, 1])
-    sweep = _sweep(xs=ns, time_s=t, time_reliable=[True, False, True, False, True],
-                   time_flag=["", "stalled: median 5x the minimum", "", "stalled", ""])
+    sweep = _sweep(
+        xs=ns,
+        time_s=t,
+        time_reliable=[True, False, True, False, True],
+        time_flag=["", "stalled: median 5x the minimum", "", "stalled", ""],
+    )
     table = fits.fit_table(sweep)
     row = _time_row(table)
     assert row.exponent == pytest.approx(1) and row.verdict == "consistent"
     assert row.unreliable_left_out == 2 and row.points == 3
     assert row.reason.endswith("2 unreliable points left out, 3 left")
-    assert (table[table.metric == "flops"].iloc[0].unreliable_left_out == 0)  # FLOPs do not depend on timing
+    assert table[table.metric == "flops"].iloc[0].unreliable_left_out == 0  # FLOPs do not depend on timing
 
 
 def test_too_few_reliable_points_left():
@@ -251,8 +273,16 @@ def test_a_missing_size_of_the_formula_is_an_error_naming_it(layer, size, metric
 
 def test_the_method_text_is_rendered_from_the_constants(monkeypatch):
     text = fits.method_text()
-    for needle in ("± 0.15 for flops", "± 0.2 for time", "± 0.35 for memory", "wider than 1,", "within 80 %",
-                   "fewer than 3 points", "per-call cost above 20 %", "above 5 % of the FLOPs"):
+    for needle in (
+        "± 0.15 for flops",
+        "± 0.2 for time",
+        "± 0.35 for memory",
+        "wider than 1,",
+        "within 80 %",
+        "fewer than 3 points",
+        "per-call cost above 20 %",
+        "above 5 % of the FLOPs",
+    ):
         assert needle in text, needle
     monkeypatch.setattr(fits, "MAX_VERDICT_WIDTH", 0.75)
     assert "wider than 0.75," in fits.method_text()

@@ -9,11 +9,12 @@ without it (an older or hand-written claims.csv) gets its paragraph and no figur
 in `details["numbers"]` ({name: {value, unit, label}}) are cited as `claims.<claim_id>.<name>`, the headline
 as `claims.<claim_id>.measured`; every number in the text goes through `ctx.cite`.
 """
+
 from __future__ import annotations
 
 import json
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import matplotlib.pyplot as plt
 
@@ -32,14 +33,17 @@ def claims_section(ctx: ReportContext) -> str:
     counts = rows["verdict"].value_counts()
     lines.append(
         f"Run `{run_id}` on {ctx.machine_of(run_id)} checked {len(rows)} claims: "
-        + ", ".join(f"{counts.get(v, 0)} {v}" for v in ("holds", "partly", "fails")) + ". "
+        + ", ".join(f"{counts.get(v, 0)} {v}" for v in ("holds", "partly", "fails"))
+        + ". "
         "Each claim's verdict follows a rule fixed in `bench/claims.py` before the run "
         "(`expected` states it); a failing claim is reported as failing."
     )
     lines += ["", "| claim | verdict | measured | expected |", "| --- | --- | --- | --- |"]
     for _, row in rows.iterrows():
-        lines.append(f"| `{row['claim_id']}` | {row['verdict']} | {_cite_measured(ctx, row, run_id)} | "
-                     f"{_cell(row['expected'])} |")
+        lines.append(
+            f"| `{row['claim_id']}` | {row['verdict']} | {_cite_measured(ctx, row, run_id)} | "
+            f"{_cell(row['expected'])} |"
+        )
     lines.append("")
     for _, row in rows.iterrows():
         lines += _paragraph(ctx, row, run_id)
@@ -86,20 +90,28 @@ def _unit(row) -> str:
 
 
 def _cite_measured(ctx: ReportContext, row, run_id: str) -> str:
-    return ctx.cite(f"claims.{row['claim_id']}.measured", parse_measured(row["measured"]), _unit(row), run_id,
-                    note=str(row["expected"]))
+    return ctx.cite(
+        f"claims.{row['claim_id']}.measured",
+        parse_measured(row["measured"]),
+        _unit(row),
+        run_id,
+        note=str(row["expected"]),
+    )
 
 
 def _paragraph(ctx: ReportContext, row, run_id: str) -> list[str]:
     claim_id = row["claim_id"]
     details = parse_details(row)
-    text = (f"**`{claim_id}`** — {VERDICT_MARK.get(row['verdict'], row['verdict'])}. {row['statement']} "
-            f"Measured {_cite_measured(ctx, row, run_id)}; expected: {row['expected']}.")
+    text = (
+        f"**`{claim_id}`** — {VERDICT_MARK.get(row['verdict'], row['verdict'])}. {row['statement']} "
+        f"Measured {_cite_measured(ctx, row, run_id)}; expected: {row['expected']}."
+    )
     extras = []
     for name, number in details.get("numbers", {}).items():
         value = number.get("value")
-        shown = ctx.cite(f"claims.{claim_id}.{name}", value, number.get("unit", "1"), run_id,
-                         note=number.get("label", ""))
+        shown = ctx.cite(
+            f"claims.{claim_id}.{name}", value, number.get("unit", "1"), run_id, note=number.get("label", "")
+        )
         extras.append(f"{number.get('label', name)}: {shown}")
     if extras:
         text += " Also measured: " + "; ".join(extras) + "."
@@ -158,8 +170,13 @@ def _fig_multihead_cost(d: dict):
     a.plot(h, [f / 1e6 for f in d["flops_counted"]], "o-", label="attention_math")
     if "flops_counted_attention" in d:
         a.plot(h, [f / 1e6 for f in d["flops_counted_attention"]], "s--", mfc="none", label="attention (SDPA)")
-    a.set(xscale="log", xlabel="heads h", ylabel="counted MFLOP", title="Counted FLOPs",
-          ylim=(0, max(d["flops_counted"]) / 1e6 * 1.2))
+    a.set(
+        xscale="log",
+        xlabel="heads h",
+        ylabel="counted MFLOP",
+        title="Counted FLOPs",
+        ylim=(0, max(d["flops_counted"]) / 1e6 * 1.2),
+    )
     b.plot(h, [t * 1e3 for t in d["time_median_s_attention_math"]], "o-", label="attention_math")
     b.plot(h, [t * 1e3 for t in d["time_median_s_attention"]], "s-", label="attention (SDPA)")
     b.set(xscale="log", xlabel="heads h", ylabel="median time (ms)", title="Time", ylim=(0, None))
@@ -167,8 +184,10 @@ def _fig_multihead_cost(d: dict):
         _ticks(ax, h)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    return fig, (f"Multi-head attention with d/h per head, b = {d['batch']}, n = {d['n']}, d = {d['d']}, "
-                 f"{d.get('time_threads', '?')} thread(s)")
+    return fig, (
+        f"Multi-head attention with d/h per head, b = {d['batch']}, n = {d['n']}, d = {d['d']}, "
+        f"{d.get('time_threads', '?')} thread(s)"
+    )
 
 
 def _fig_dot_vs_additive(d: dict):

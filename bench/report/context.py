@@ -5,6 +5,7 @@ key (it lands in `reports/numbers.json` with its unit, interval and provenance) 
 show. Figures go through `ctx.figure(...)`, which saves the PNG under `reports/figures/` and returns the
 markdown that embeds it. So every number and figure in the report is traceable to a stored run.
 """
+
 from __future__ import annotations
 
 import math
@@ -73,10 +74,21 @@ class ReportContext:
     def cite(self, key: str, value, unit: str, run_id: str, interval=None, note: str = "", digits: int = 3) -> str:
         """Register one number under `key` (stable, dotted: `cpu.attention.time.exponent_n`) and return
         its text for the report. A key cited twice must carry the same value."""
-        if isinstance(value, float) and value.is_integer() and unit in ("FLOP", "B", "layers", "steps", "ops", "positions", "points"):
+        if (
+            isinstance(value, float)
+            and value.is_integer()
+            and unit in ("FLOP", "B", "layers", "steps", "ops", "positions", "points")
+        ):
             value = int(value)
-        number = Number(key, value, unit, run_id, self.machine_of(run_id),
-                        None if interval is None else (float(interval[0]), float(interval[1])), note)
+        number = Number(
+            key,
+            value,
+            unit,
+            run_id,
+            self.machine_of(run_id),
+            None if interval is None else (float(interval[0]), float(interval[1])),
+            note,
+        )
         old = self.numbers.get(key)
         if old is not None and old.value != number.value:
             raise ValueError(f"number {key!r} cited twice with different values: {old.value} and {value}")

@@ -1,4 +1,5 @@
 """Reading stored runs for the report: run folders, or folders that hold run folders."""
+
 from __future__ import annotations
 
 import sys
@@ -55,5 +56,7 @@ def load_runs(paths: list[Path], skip_bad: bool = False):
     if not runs:
         raise BadInput(f"--results {' '.join(map(str, paths))}: no stored runs found")
     frames = {name: (pd.concat(dfs, ignore_index=True) if dfs else None) for name, dfs in tables.items()}
-    points = frames["points"] if frames["points"] is not None else pd.DataFrame(columns=storage.POINT_COLUMNS + ["run_id"])
+    points = (
+        frames["points"] if frames["points"] is not None else pd.DataFrame(columns=storage.POINT_COLUMNS + ["run_id"])
+    )
     return points, runs, frames["paths"], frames["claims"]

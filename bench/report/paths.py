@@ -1,4 +1,5 @@
 """Report section: maximum path length and sequential operations, from paths.csv (measured by bench.paths)."""
+
 from __future__ import annotations
 
 import math
@@ -14,8 +15,10 @@ from .context import ReportContext
 TITLE = "## Maximum path length and sequential operations\n"
 PLOT_LAYERS = ("conv", "conv_dilated", "attention_local", "attention")  # one line per k / window each
 FORMULA_TEXT = {
-    "conv": "⌈(n−1)/((k−1)/2)⌉", "conv_separable": "⌈(n−1)/((k−1)/2)⌉",
-    "conv_dilated": "⌈log_k(2(n−1)+1)⌉", "attention_local": "⌈(n−1)/(r//2)⌉",
+    "conv": "⌈(n−1)/((k−1)/2)⌉",
+    "conv_separable": "⌈(n−1)/((k−1)/2)⌉",
+    "conv_dilated": "⌈log_k(2(n−1)+1)⌉",
+    "attention_local": "⌈(n−1)/(r//2)⌉",
 }
 _IDENTITY = ["layer", "n", "k", "window"]
 
@@ -61,16 +64,19 @@ def _label(row) -> str:
 
 
 def _table(ctx: ReportContext, rows: pd.DataFrame) -> str:
-    lines = ["| layer | k | r | n | layers to cross (measured) | closed form | path hops | sequential depth "
-             "(ops) | depth measured on | forward depth (ops) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| layer | k | r | n | layers to cross (measured) | closed form | path hops | sequential depth "
+        "(ops) | depth measured on | forward depth (ops) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for _, row in rows.iterrows():
         k, r = _int(row.k), _int(row.window)
         lines.append(
             f"| {row.layer} | {'' if k is None else k} | {'' if r is None else r} | {int(row.n)} | "
             f"{_cite(ctx, row, 'layers_to_cross', 'layers')} | {_cite(ctx, row, 'layers_to_cross_formula', 'layers')} | "
             f"{_cite(ctx, row, 'path_hops', 'steps')} | {_cite(ctx, row, 'seq_depth', 'ops')} | "
-            f"{row.get('seq_depth_of', '')} | {_cite(ctx, row, 'seq_depth_forward', 'ops')} |")
+            f"{row.get('seq_depth_of', '')} | {_cite(ctx, row, 'seq_depth_forward', 'ops')} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -91,52 +97,66 @@ def _findings(ctx: ReportContext, rows: pd.DataFrame) -> list[str]:
     for layer in ("conv", "conv_separable", "conv_dilated", "attention_local"):
         for size, lo, hi in _ends(rows, layer):
             what = f"r = {size}" if layer == "attention_local" else f"k = {size}"
-            text = (f"- **{layer}** ({what}): {_cite(ctx, lo, 'layers_to_cross', 'layers')} at n = {int(lo.n)}, "
-                    f"{_cite(ctx, hi, 'layers_to_cross', 'layers')} at n = {int(hi.n)}; the closed form "
-                    f"{FORMULA_TEXT[layer]} gives {_cite(ctx, lo, 'layers_to_cross_formula', 'layers')} and "
-                    f"{_cite(ctx, hi, 'layers_to_cross_formula', 'layers')}.")
+            text = (
+                f"- **{layer}** ({what}): {_cite(ctx, lo, 'layers_to_cross', 'layers')} at n = {int(lo.n)}, "
+                f"{_cite(ctx, hi, 'layers_to_cross', 'layers')} at n = {int(hi.n)}; the closed form "
+                f"{FORMULA_TEXT[layer]} gives {_cite(ctx, lo, 'layers_to_cross_formula', 'layers')} and "
+                f"{_cite(ctx, hi, 'layers_to_cross_formula', 'layers')}."
+            )
             if layer == "conv_dilated":
-                text += (f" Measured with the two positions inside a longer sequence ({_cite(ctx, hi, 'margin', 'positions')} "
-                         f"more each side at n = {int(hi.n)}): the centered k^l stack has one path from 0 to "
-                         f"n−1, and for most n it runs outside 0..n−1, where zero padding cuts it. The same stack "
-                         f"zero-padded at length n itself: {_cite(ctx, lo, 'layers_to_cross_no_margin', 'layers')} at "
-                         f"n = {int(lo.n)}, {_cite(ctx, hi, 'layers_to_cross_no_margin', 'layers')} at n = {int(hi.n)} "
-                         f"(never: position n−1 is unreachable at any depth).")
+                text += (
+                    f" Measured with the two positions inside a longer sequence ({_cite(ctx, hi, 'margin', 'positions')} "
+                    f"more each side at n = {int(hi.n)}): the centered k^l stack has one path from 0 to "
+                    f"n−1, and for most n it runs outside 0..n−1, where zero padding cuts it. The same stack "
+                    f"zero-padded at length n itself: {_cite(ctx, lo, 'layers_to_cross_no_margin', 'layers')} at "
+                    f"n = {int(lo.n)}, {_cite(ctx, hi, 'layers_to_cross_no_margin', 'layers')} at n = {int(hi.n)} "
+                    f"(never: position n−1 is unreachable at any depth)."
+                )
             items.append(text)
     for layer in ("attention", "attention_math", *models.RECURRENT):
         for _, lo, hi in _ends(rows, layer):
-            items.append(f"- **{layer}**: {_cite(ctx, lo, 'layers_to_cross', 'layers')} at n = {int(lo.n)} and "
-                         f"{_cite(ctx, hi, 'layers_to_cross', 'layers')} at n = {int(hi.n)}; on its way to position n−1 "
-                         f"information from position 0 passes {_cite(ctx, lo, 'path_hops', 'steps')} and "
-                         f"{_cite(ctx, hi, 'path_hops', 'steps')} (dependent steps).")
+            items.append(
+                f"- **{layer}**: {_cite(ctx, lo, 'layers_to_cross', 'layers')} at n = {int(lo.n)} and "
+                f"{_cite(ctx, hi, 'layers_to_cross', 'layers')} at n = {int(hi.n)}; on its way to position n−1 "
+                f"information from position 0 passes {_cite(ctx, lo, 'path_hops', 'steps')} and "
+                f"{_cite(ctx, hi, 'path_hops', 'steps')} (dependent steps)."
+            )
     return items
 
 
 def _depth_text(ctx: ReportContext, rows: pd.DataFrame) -> str:
-    text = ("Sequential depth is the longest chain of dependent operators in one forward pass of one layer, "
-            "recorded at the operator level (each operator's outputs get 1 + the deepest of its inputs; views "
-            "count nothing). The recurrent layers' depth is measured on their transparent step-by-step "
-            "reference (`.reference()`, the same weights), because a fused library kernel hides its loop over "
-            "time: ")
+    text = (
+        "Sequential depth is the longest chain of dependent operators in one forward pass of one layer, "
+        "recorded at the operator level (each operator's outputs get 1 + the deepest of its inputs; views "
+        "count nothing). The recurrent layers' depth is measured on their transparent step-by-step "
+        "reference (`.reference()`, the same weights), because a fused library kernel hides its loop over "
+        "time: "
+    )
     parts = []
     for layer in models.RECURRENT:
         for _, lo, hi in _ends(rows, layer):
             ratio = hi.seq_depth / lo.seq_depth if lo.seq_depth else math.nan
-            parts.append(f"{layer}'s reference goes from {_cite(ctx, lo, 'seq_depth', 'ops')} at n = {int(lo.n)} to "
-                         f"{_cite(ctx, hi, 'seq_depth', 'ops')} at n = {int(hi.n)} "
-                         f"(×{ctx.cite(f'paths.{layer}.seq_depth.ratio_n{int(hi.n)}_n{int(lo.n)}', round(ratio, 2), '1', hi.run_id)} "
-                         f"for ×{ctx.cite(f'paths.{layer}.n_ratio_n{int(hi.n)}_n{int(lo.n)}', round(hi.n / lo.n, 2), '1', hi.run_id)} "
-                         f"in n), while its forward pass measures {_cite(ctx, lo, 'seq_depth_forward', 'ops')} and "
-                         f"{_cite(ctx, hi, 'seq_depth_forward', 'ops')}")
-    text += ("; ".join(parts) + ". " if parts else "")
-    text += ("(The paths study runs on the CPU in float32, where PyTorch runs nn.LSTM as one oneDNN operator, "
-             "whose depth does not see n, but nn.RNN and nn.GRU as a loop of per-step operators that the probe "
-             "does see.) ")
+            parts.append(
+                f"{layer}'s reference goes from {_cite(ctx, lo, 'seq_depth', 'ops')} at n = {int(lo.n)} to "
+                f"{_cite(ctx, hi, 'seq_depth', 'ops')} at n = {int(hi.n)} "
+                f"(×{ctx.cite(f'paths.{layer}.seq_depth.ratio_n{int(hi.n)}_n{int(lo.n)}', round(ratio, 2), '1', hi.run_id)} "
+                f"for ×{ctx.cite(f'paths.{layer}.n_ratio_n{int(hi.n)}_n{int(lo.n)}', round(hi.n / lo.n, 2), '1', hi.run_id)} "
+                f"in n), while its forward pass measures {_cite(ctx, lo, 'seq_depth_forward', 'ops')} and "
+                f"{_cite(ctx, hi, 'seq_depth_forward', 'ops')}"
+            )
+    text += "; ".join(parts) + ". " if parts else ""
+    text += (
+        "(The paths study runs on the CPU in float32, where PyTorch runs nn.LSTM as one oneDNN operator, "
+        "whose depth does not see n, but nn.RNN and nn.GRU as a loop of per-step operators that the probe "
+        "does see.) "
+    )
     consts = []
     for layer in ("attention", "attention_math", "attention_local", "conv", "conv_dilated", "conv_separable"):
         for _, lo, hi in _ends(rows, layer)[:1]:  # the depth of one layer does not depend on k or r
-            consts.append(f"{layer} {_cite(ctx, lo, 'seq_depth', 'ops')} at n = {int(lo.n)}, "
-                          f"{_cite(ctx, hi, 'seq_depth', 'ops')} at n = {int(hi.n)}")
+            consts.append(
+                f"{layer} {_cite(ctx, lo, 'seq_depth', 'ops')} at n = {int(lo.n)}, "
+                f"{_cite(ctx, hi, 'seq_depth', 'ops')} at n = {int(hi.n)}"
+            )
     if consts:
         text += "Attention and convolution stay constant in n: " + "; ".join(consts) + ".\n"
     return text
@@ -151,19 +171,35 @@ def _figure(ctx: ReportContext, rows: pd.DataFrame) -> str:
     series = list(dict.fromkeys(data["series"]))
     palette = dict(zip(series, sns.color_palette(n_colors=len(series))))
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    sns.lineplot(data=data, x="n", y="layers_to_cross", hue="series", hue_order=series, palette=palette,
-                 marker="o", ax=ax)
+    sns.lineplot(
+        data=data, x="n", y="layers_to_cross", hue="series", hue_order=series, palette=palette, marker="o", ax=ax
+    )
     for name, group in data.groupby("series"):
         formula = group.dropna(subset=["layers_to_cross_formula"]).sort_values("n")
-        ax.plot(formula["n"], formula["layers_to_cross_formula"].astype(float), linestyle="--", linewidth=1,
-                marker="x", markersize=9, color=palette[name])
+        ax.plot(
+            formula["n"],
+            formula["layers_to_cross_formula"].astype(float),
+            linestyle="--",
+            linewidth=1,
+            marker="x",
+            markersize=9,
+            color=palette[name],
+        )
     ax.set(xscale="log", yscale="log", xlabel="n (positions)", ylabel="layers for position 0 to reach n−1")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, title="measured (×, dashed: closed form)", title_fontsize=7, loc="upper left",
-              bbox_to_anchor=(1.01, 1.0))
-    return ctx.figure(fig, "paths_layers_to_cross",
-                      "Layers stacked until output n−1 depends on input 0, measured on the real layers (solid, dots) "
-                      "against the closed form (dashed, crosses), log-log.")
+    ax.legend(
+        fontsize=7,
+        title="measured (×, dashed: closed form)",
+        title_fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+    )
+    return ctx.figure(
+        fig,
+        "paths_layers_to_cross",
+        "Layers stacked until output n−1 depends on input 0, measured on the real layers (solid, dots) "
+        "against the closed form (dashed, crosses), log-log.",
+    )
 
 
 def paths_section(ctx: ReportContext) -> str:
@@ -188,7 +224,9 @@ def paths_section(ctx: ReportContext) -> str:
     if "error" in rows:
         failed = rows[rows["error"].notna() & (rows["error"].astype(str).str.strip() != "")]
         if len(failed):
-            parts.append("Stacks that never crossed (recorded, not dropped):\n\n"
-                         + "\n".join(f"- {_label(row)}, n = {int(row.n)}: {row.error}" for _, row in failed.iterrows())
-                         + "\n")
+            parts.append(
+                "Stacks that never crossed (recorded, not dropped):\n\n"
+                + "\n".join(f"- {_label(row)}, n = {int(row.n)}: {row.error}" for _, row in failed.iterrows())
+                + "\n"
+            )
     return "\n".join(part for part in parts if part)

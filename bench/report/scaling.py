@@ -1,5 +1,6 @@
 """Report sections on how measured quantities scale: compute (FLOPs), time, memory; the crossover of
 attention with the LSTM and the convolution; the fraction of the device's matmul peak."""
+
 from __future__ import annotations
 
 import math
@@ -34,14 +35,24 @@ def primary_sweeps(points: pd.DataFrame, variable: str) -> pd.DataFrame:
     return pd.concat([g for _, g in best.values()], ignore_index=True)
 
 
-def _loglog_plot(ctx: ReportContext, data: pd.DataFrame, variable: str, column: str, metric: str, name: str,
-                 caption: str) -> str:
+def _loglog_plot(
+    ctx: ReportContext, data: pd.DataFrame, variable: str, column: str, metric: str, name: str, caption: str
+) -> str:
     sources = sorted(data["source"].unique())
     fig, axes = plt.subplots(1, len(sources), figsize=(6.2 * len(sources), 4.4), squeeze=False)
     for ax, source in zip(axes[0], sources):
         part = data[data["source"] == source]
-        sns.lineplot(data=part, x=variable, y=column, hue="layer", style="layer", markers=True, dashes=False,
-                     hue_order=[l for l in LAYER_ORDER if l in set(part["layer"])], ax=ax)
+        sns.lineplot(
+            data=part,
+            x=variable,
+            y=column,
+            hue="layer",
+            style="layer",
+            markers=True,
+            dashes=False,
+            hue_order=[l for l in LAYER_ORDER if l in set(part["layer"])],
+            ax=ax,
+        )
         ax.set(xscale="log", yscale="log", xlabel=variable, ylabel=METRIC_LABEL[metric], title=f"{source}")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
@@ -63,15 +74,18 @@ def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, tuple]:
     the text is "–" for a row without a fit (too few points, not asymptotic yet)."""
     texts = {}
     for (source, layer, metric, variable), group in fit_rows.groupby(["source", "layer", "metric", "variable"]):
-        group = group.assign(span=group["sweep_x_max"] / group["sweep_x_min"], has_fit=group["exponent"].notna()) \
-            .sort_values(["has_fit", "span", "sweep_points"], ascending=False)
+        group = group.assign(
+            span=group["sweep_x_max"] / group["sweep_x_min"], has_fit=group["exponent"].notna()
+        ).sort_values(["has_fit", "span", "sweep_points"], ascending=False)
         for i, row in enumerate(group.itertuples()):
             text = "–"
             if row.has_fit:
-                note = (f"{metric} ∝ {variable}^e over {variable} = {int(row.x_min)}..{int(row.x_max)} ({row.fixed}, "
-                        f"batch {int(row.batch)}); predicted {row.predicted:.2f} "
-                        f"({fits.TABLE1_TEXT[layer] if metric != 'memory' else 'activation estimate'}); "
-                        f"verdict {row.verdict} (tolerance ±{row.tolerance:g}): {row.reason}")
+                note = (
+                    f"{metric} ∝ {variable}^e over {variable} = {int(row.x_min)}..{int(row.x_max)} ({row.fixed}, "
+                    f"batch {int(row.batch)}); predicted {row.predicted:.2f} "
+                    f"({fits.TABLE1_TEXT[layer] if metric != 'memory' else 'activation estimate'}); "
+                    f"verdict {row.verdict} (tolerance ±{row.tolerance:g}): {row.reason}"
+                )
                 interval = None if math.isnan(row.ci_low) else (round(row.ci_low, 3), round(row.ci_high, 3))
                 base = _fit_key(source, layer, metric, variable)
                 tag = row.fixed.replace(", ", ".").replace("=", "")
@@ -93,8 +107,10 @@ def _range_text(row) -> str:
         used = f"{row.variable} {int(row.x_min)}"
     else:
         used = f"{row.variable} {int(row.x_min)}–{int(row.x_max)}"
-    return (f"{used} ({int(row.points)} of {int(row.sweep_points)} points of {row.variable} {swept}; "
-            f"{row.range_rule}), {row.fixed}, batch {int(row.batch)}")
+    return (
+        f"{used} ({int(row.points)} of {int(row.sweep_points)} points of {row.variable} {swept}; "
+        f"{row.range_rule}), {row.fixed}, batch {int(row.batch)}"
+    )
 
 
 def fits_markdown(ctx: ReportContext, fit_rows: pd.DataFrame, metric: str, texts: dict) -> str:
@@ -106,31 +122,42 @@ def fits_markdown(ctx: ReportContext, fit_rows: pd.DataFrame, metric: str, texts
     note = ""
     if len(short):
         count = ctx.cite(f"all.{metric}.sweeps_too_short", len(short), "sweeps", short["run_id"].iloc[-1])
-        note = (f"Sweeps of fewer than {fits.MIN_FIT_POINTS} points, not fitted and not listed here "
-                f"(in fits.csv, verdict inconclusive): {count}.\n")
+        note = (
+            f"Sweeps of fewer than {fits.MIN_FIT_POINTS} points, not fitted and not listed here "
+            f"(in fits.csv, verdict inconclusive): {count}.\n"
+        )
     if rows.empty:
         return "_No sweep with enough points to fit._\n\n" + note
-    lines = ["| source | layer | variable | measured exponent [95 % CI] | predicted | verdict | reason | "
-             "measurement uncertainty | range used |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| source | layer | variable | measured exponent [95 % CI] | predicted | verdict | reason | "
+        "measurement uncertainty | range used |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for row in rows.sort_values(["source", "variable", "layer", "fixed", "batch"]).itertuples():
         text, verdict, primary = texts[_texts_key(row, metric)]
         tag = row.fixed.replace(", ", ".").replace("=", "")
         predicted = "–"
         if not math.isnan(row.predicted) and not math.isnan(row.exponent):
-            predicted = ctx.cite(f"{_fit_key(row.source, row.layer, metric, row.variable)}.{tag}.predicted",
-                                 round(row.predicted, 2), "1", row.run_id, digits=3)
+            predicted = ctx.cite(
+                f"{_fit_key(row.source, row.layer, metric, row.variable)}.{tag}.predicted",
+                round(row.predicted, 2),
+                "1",
+                row.run_id,
+                digits=3,
+            )
         elif not math.isnan(row.predicted):
             predicted = f"{row.predicted:.3g}"
-        lines.append(f"| {row.source} | {row.layer}{' *' if primary else ''} | {row.variable} | {text} | {predicted} | "
-                     f"{fits.VERDICT_MARK[verdict]} {verdict} | {row.reason} | {row.measurement_uncertainty} | "
-                     f"{_range_text(row)} |")
-    return ("\n".join(lines) + "\n\n\\* the sweep shown in the summary table (the widest one with a fit).\n\n"
-            + note)
+        lines.append(
+            f"| {row.source} | {row.layer}{' *' if primary else ''} | {row.variable} | {text} | {predicted} | "
+            f"{fits.VERDICT_MARK[verdict]} {verdict} | {row.reason} | {row.measurement_uncertainty} | "
+            f"{_range_text(row)} |"
+        )
+    return "\n".join(lines) + "\n\n\\* the sweep shown in the summary table (the widest one with a fit).\n\n" + note
 
 
-def scaling_section(ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict, metric: str, title: str,
-                    intro: str) -> str:
+def scaling_section(
+    ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict, metric: str, title: str, intro: str
+) -> str:
     column = fits.METRIC_COLUMN[metric]
     ok = ctx.points[(ctx.points["status"] == "ok") & ctx.points[column].notna()]
     parts = [f"## {title}\n", intro + "\n"]
@@ -138,11 +165,22 @@ def scaling_section(ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict, met
         data = primary_sweeps(ok, variable)
         if data.empty:
             continue
-        parts.append(_loglog_plot(ctx, data, variable, column, metric, f"{metric}_vs_{variable}",
-                                  f"{METRIC_LABEL[metric].capitalize()} against {variable}, log-log, per layer "
-                                  f"({', '.join(sorted(set(data['sweep'])))})"))
-    parts.append(f"Fitted exponents, over {fits.RANGE_RULE_TEXT[metric]}; verdicts as stated under the summary "
-                 f"table (tolerance ± {fits.TOLERANCE[metric]:g}):\n")
+        parts.append(
+            _loglog_plot(
+                ctx,
+                data,
+                variable,
+                column,
+                metric,
+                f"{metric}_vs_{variable}",
+                f"{METRIC_LABEL[metric].capitalize()} against {variable}, log-log, per layer "
+                f"({', '.join(sorted(set(data['sweep'])))})",
+            )
+        )
+    parts.append(
+        f"Fitted exponents, over {fits.RANGE_RULE_TEXT[metric]}; verdicts as stated under the summary "
+        f"table (tolerance ± {fits.TOLERANCE[metric]:g}):\n"
+    )
     parts.append(fits_markdown(ctx, fit_rows, metric, texts))
     return "\n".join(parts)
 
@@ -157,17 +195,30 @@ def flops_check(ctx: ReportContext) -> str:
     uncounted = both["flops_uncounted_ops"].astype(object).fillna("").astype(str)
     with_uncounted = int((uncounted != "").sum())
     run_id = both["run_id"].iloc[-1]
-    text = (f"Counted FLOPs equal the closed form at {ctx.cite('all.flops.points_equal', equal, 'points', run_id)}, "
-            f"out of {ctx.cite('all.flops.points_counted', len(both), 'points', run_id)} measured; "
-            f"points with operators that ran uncounted: {ctx.cite('all.flops.points_with_uncounted_ops', with_uncounted, 'points', run_id)}.")
+    text = (
+        f"Counted FLOPs equal the closed form at {ctx.cite('all.flops.points_equal', equal, 'points', run_id)}, "
+        f"out of {ctx.cite('all.flops.points_counted', len(both), 'points', run_id)} measured; "
+        f"points with operators that ran uncounted: {ctx.cite('all.flops.points_with_uncounted_ops', with_uncounted, 'points', run_id)}."
+    )
     bad = both[both["flops_counted"] != both["flops_analytic"]]
     if len(bad):
-        text += "\n\nPoints where they differ:\n\n" + bad[["source", "layer", "n", "d", "k", "flops_counted", "flops_analytic",
-                                                          "flops_uncounted_ops"]].to_markdown(index=False) + "\n"
+        text += (
+            "\n\nPoints where they differ:\n\n"
+            + bad[
+                ["source", "layer", "n", "d", "k", "flops_counted", "flops_analytic", "flops_uncounted_ops"]
+            ].to_markdown(index=False)
+            + "\n"
+        )
     if "flops_elementwise" in both and both["flops_elementwise"].notna().any():
-        share = (both["flops_elementwise"] / (both["flops_counted"] + both["flops_elementwise"])).groupby(both["layer"]).median()
-        items = ", ".join(f"{layer} {ctx.cite(f'all.{layer}.flops.elementwise_share_median', round(100 * v, 2), '%', run_id)}"
-                          for layer, v in share.items())
+        share = (
+            (both["flops_elementwise"] / (both["flops_counted"] + both["flops_elementwise"]))
+            .groupby(both["layer"])
+            .median()
+        )
+        items = ", ".join(
+            f"{layer} {ctx.cite(f'all.{layer}.flops.elementwise_share_median', round(100 * v, 2), '%', run_id)}"
+            for layer, v in share.items()
+        )
         text += f"\n\nElement-wise work (softmax, gates, activations; not in the counts above) as a share of all work, median over points: {items}.\n"
     return text + "\n"
 
@@ -182,24 +233,28 @@ def two_term_section(ctx: ReportContext) -> str:
         run_id = group["run_id"].iloc[-1]
         key = f"{source}.{layer}.time.two_term"
         ratio = ctx.cite(key + ".n_equal_over_d", round(a / b, 2), "1", run_id) if b > 0 else "–"
-        out.append(f"| {source} | {layer} | {ctx.cite(key + '.c', float(f'{c:.3g}'), 's', run_id)} | "
-                   f"{ctx.cite(key + '.a', float(f'{a:.3g}'), 's', run_id)} | "
-                   f"{ctx.cite(key + '.b', float(f'{b:.3g}'), 's', run_id)} | {ratio} | "
-                   f"{ctx.cite(key + '.rms_relative_error', round(100 * rms, 1), '%', run_id)} | {len(group)} |")
+        out.append(
+            f"| {source} | {layer} | {ctx.cite(key + '.c', float(f'{c:.3g}'), 's', run_id)} | "
+            f"{ctx.cite(key + '.a', float(f'{a:.3g}'), 's', run_id)} | "
+            f"{ctx.cite(key + '.b', float(f'{b:.3g}'), 's', run_id)} | {ratio} | "
+            f"{ctx.cite(key + '.rms_relative_error', round(100 * rms, 1), '%', run_id)} | {len(group)} |"
+        )
     if not out:
         return ""
-    return ("Two-term fit of attention's time over all its sizes, t ≈ c + a·n·d² + b·n²·d (non-negative least "
-            "squares on relative error): a fixed per-call cost, the projections' term and the scores' term. "
-            "The n²·d term is the larger one from n/d = a/b on.\n\n"
-            "| source | layer | c (s) | a (s per n·d²) | b (s per n²·d) | a/b | rms error | points |\n"
-            "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(out) + "\n")
+    return (
+        "Two-term fit of attention's time over all its sizes, t ≈ c + a·n·d² + b·n²·d (non-negative least "
+        "squares on relative error): a fixed per-call cost, the projections' term and the scores' term. "
+        "The n²·d term is the larger one from n/d = a/b on.\n\n"
+        "| source | layer | c (s) | a (s per n·d²) | b (s per n²·d) | a/b | rms error | points |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(out) + "\n"
+    )
 
 
 def crossover_section(ctx: ReportContext) -> str:
     """Where attention's time and FLOPs overtake the LSTM's and the convolution's, for each d."""
     ok = ctx.points[ctx.points["status"] == "ok"]
     rows, lines = [], []
-    for (source, d, batch, heads), att in ok[ok["layer"] == "attention"].groupby(["source", "d", "batch", "heads"]):
+    for (source, d, batch, _heads), att in ok[ok["layer"] == "attention"].groupby(["source", "d", "batch", "heads"]):
         group = ok[(ok["source"] == source) & (ok["d"] == d) & (ok["batch"] == batch)]
         att = att.set_index("n")
         for other in ("lstm", "conv"):
@@ -214,29 +269,51 @@ def crossover_section(ctx: ReportContext) -> str:
             # conv 2knd² (n* = (2k - 8)d/4, none for k <= 4: attention's projections alone cost more).
             predicted = int(2 * d) if other == "lstm" else None  # conv k = 3: 6nd² < 8nd², never
             base = f"{source}.crossover.attention_vs_{other}.d{int(d)}.batch{int(batch)}"
+
             def fmt(value, what):
                 if value is None:
-                    below = att.loc[common[0], "time_median_s" if what == "time" else "flops_counted"] >= \
-                        oth.loc[common[0], "time_median_s" if what == "time" else "flops_counted"]
+                    below = (
+                        att.loc[common[0], "time_median_s" if what == "time" else "flops_counted"]
+                        >= oth.loc[common[0], "time_median_s" if what == "time" else "flops_counted"]
+                    )
                     return f"none in n = {common[0]}..{common[-1]} (attention {'costlier' if below else 'cheaper'} throughout)"
                 return ctx.cite(f"{base}.{what}_n", int(round(value)), "positions", run_id)
-            lines.append(f"| {source} | {int(d)} | {int(batch)} | {other} | {fmt(measured, 'time')} | {fmt(counted, 'flops')} | "
-                         f"{'n < d (paper)' if other == 'lstm' else '-'} | "
-                         f"{ctx.cite(base + '.predicted_n', predicted, 'positions', run_id) if predicted else 'none: attention always costs more FLOPs'} |")
+
+            lines.append(
+                f"| {source} | {int(d)} | {int(batch)} | {other} | {fmt(measured, 'time')} | {fmt(counted, 'flops')} | "
+                f"{'n < d (paper)' if other == 'lstm' else '-'} | "
+                f"{ctx.cite(base + '.predicted_n', predicted, 'positions', run_id) if predicted else 'none: attention always costs more FLOPs'} |"
+            )
             if measured is not None:
-                rows.append({"source": source, "d": d, "vs": f"{other}, batch {int(batch)}", "n*": measured,
-                             "kind": "time, measured"})
+                rows.append(
+                    {
+                        "source": source,
+                        "d": d,
+                        "vs": f"{other}, batch {int(batch)}",
+                        "n*": measured,
+                        "kind": "time, measured",
+                    }
+                )
             if counted is not None:
-                rows.append({"source": source, "d": d, "vs": f"{other}, batch {int(batch)}", "n*": counted,
-                             "kind": "FLOPs, counted"})
+                rows.append(
+                    {
+                        "source": source,
+                        "d": d,
+                        "vs": f"{other}, batch {int(batch)}",
+                        "n*": counted,
+                        "kind": "FLOPs, counted",
+                    }
+                )
     if not lines:
         return "_No n-sweep with attention beside lstm or conv at the same d._\n"
-    text = ("Sequence length n* where attention becomes costlier than the other layer (log-log interpolation "
-            "between measured points). The paper's rule of thumb: self-attention is cheaper than a recurrent "
-            "layer when n < d (it compares only n²·d with n·d²); our counts include attention's four "
-            "projections, 8·n·d² + 4·n²·d against the LSTM's 16·n·d², so FLOPs cross at n* = 2d.\n\n"
-            "| source | d | batch | against | n* by time | n* by counted FLOPs | paper | n* by closed form |\n"
-            "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(lines) + "\n")
+    text = (
+        "Sequence length n* where attention becomes costlier than the other layer (log-log interpolation "
+        "between measured points). The paper's rule of thumb: self-attention is cheaper than a recurrent "
+        "layer when n < d (it compares only n²·d with n·d²); our counts include attention's four "
+        "projections, 8·n·d² + 4·n²·d against the LSTM's 16·n·d², so FLOPs cross at n* = 2d.\n\n"
+        "| source | d | batch | against | n* by time | n* by counted FLOPs | paper | n* by closed form |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(lines) + "\n"
+    )
     if rows:
         data = pd.DataFrame(rows)
         fig, ax = plt.subplots(figsize=(6.2, 4.4))
@@ -251,8 +328,11 @@ def crossover_section(ctx: ReportContext) -> str:
 
 
 def _stored_peaks(runs: dict[str, dict]) -> dict[tuple[str, str], dict]:
-    return {(run_id, device): peak for run_id, meta in runs.items()
-            for device, peak in (meta.get("matmul_peak") or {}).items()}
+    return {
+        (run_id, device): peak
+        for run_id, meta in runs.items()
+        for device, peak in (meta.get("matmul_peak") or {}).items()
+    }
 
 
 def _peak_keys(points: pd.DataFrame) -> pd.Series:
@@ -285,30 +365,49 @@ def peak_section(ctx: ReportContext) -> str:
             continue
         source = source.iloc[0]
         peak_value = float(f"{peak['flops_per_s']:.4g}")
-        lines.append(f"- {source}: matmul peak {ctx.cite(f'{source}.matmul_peak', peak_value, 'FLOP/s', run_id)} "
-                     f"({peak['size']}×{peak['size']} {peak.get('dtype', '')} matmul, median of the timed rounds).")
+        lines.append(
+            f"- {source}: matmul peak {ctx.cite(f'{source}.matmul_peak', peak_value, 'FLOP/s', run_id)} "
+            f"({peak['size']}×{peak['size']} {peak.get('dtype', '')} matmul, median of the timed rounds)."
+        )
     rows = []
     for (source, layer), group in ok.groupby(["source", "layer"]):
         top = group.sort_values(["flops_counted", "n"]).iloc[-1]
-        rows.append(f"| {source} | {layer} | n={int(top.n)}, d={int(top.d)}, batch={int(top.batch)} | "
-                    f"{ctx.cite(f'{source}.{layer}.fraction_of_peak.largest', round(100 * top.fraction, 1), '%', top.run_id)} | "
-                    f"{ctx.cite(f'{source}.{layer}.achieved_flops_per_s.largest', float(f'{top.achieved:.4g}'), 'FLOP/s', top.run_id)} |")
+        rows.append(
+            f"| {source} | {layer} | n={int(top.n)}, d={int(top.d)}, batch={int(top.batch)} | "
+            f"{ctx.cite(f'{source}.{layer}.fraction_of_peak.largest', round(100 * top.fraction, 1), '%', top.run_id)} | "
+            f"{ctx.cite(f'{source}.{layer}.achieved_flops_per_s.largest', float(f'{top.achieved:.4g}'), 'FLOP/s', top.run_id)} |"
+        )
     over = ok[ok["fraction"] > 1]
     fig, ax = plt.subplots(figsize=(6.8, 4.4))
-    sns.scatterplot(data=ok, x="flops_counted", y="fraction", hue="layer", style="source", ax=ax,
-                    hue_order=[l for l in LAYER_ORDER if l in set(ok["layer"])])
+    sns.scatterplot(
+        data=ok,
+        x="flops_counted",
+        y="fraction",
+        hue="layer",
+        style="source",
+        ax=ax,
+        hue_order=[l for l in LAYER_ORDER if l in set(ok["layer"])],
+    )
     ax.axhline(1.0, color="k", ls=":", lw=1)
-    ax.set(xscale="log", yscale="log", xlabel="FLOPs per forward pass", ylabel="achieved / matmul peak",
-           title="Fraction of the measured matmul peak")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="FLOPs per forward pass",
+        ylabel="achieved / matmul peak",
+        title="Fraction of the measured matmul peak",
+    )
     ax.legend(fontsize=7)
-    text = ("Each device's matrix-multiply peak is measured at the start and at the end of each run, and the better of the two kept (best of a few square matmuls each time). "
-            "Achieved FLOP/s = counted FLOPs / median time. Small problems are dominated by fixed per-call "
-            "overhead; recurrent layers at a small batch multiply a few d-vectors by d×d matrices one step after "
-            "another, matrix-vector work that keeps each weight in use for one multiply-add per load, so "
-            "they run far below the matmul peak however long the sequence.\n\n" + "\n".join(lines) + "\n\n"
-            "| source | layer | largest point | fraction of peak | achieved |\n| --- | --- | --- | --- | --- |\n"
-            + "\n".join(rows) + "\n\n")
-    text += (f"Points above the peak: {ctx.cite('all.fraction_of_peak.points_above_peak', len(over), 'points', ok['run_id'].iloc[-1])}.\n\n")
+    text = (
+        "Each device's matrix-multiply peak is measured at the start and at the end of each run, and the better of the two kept (best of a few square matmuls each time). "
+        "Achieved FLOP/s = counted FLOPs / median time. Small problems are dominated by fixed per-call "
+        "overhead; recurrent layers at a small batch multiply a few d-vectors by d×d matrices one step after "
+        "another, matrix-vector work that keeps each weight in use for one multiply-add per load, so "
+        "they run far below the matmul peak however long the sequence.\n\n" + "\n".join(lines) + "\n\n"
+        "| source | layer | largest point | fraction of peak | achieved |\n| --- | --- | --- | --- | --- |\n"
+        + "\n".join(rows)
+        + "\n\n"
+    )
+    text += f"Points above the peak: {ctx.cite('all.fraction_of_peak.points_above_peak', len(over), 'points', ok['run_id'].iloc[-1])}.\n\n"
     return text + ctx.figure(fig, "fraction_of_peak", "Achieved FLOP/s over the measured matmul peak, every point.")
 
 
@@ -320,11 +419,15 @@ def memory_pair_plot(ctx: ReportContext) -> str:
         return ""
     fig, ax = plt.subplots(figsize=(6.2, 4.4))
     sns.lineplot(data=data, x="n", y="mem_peak_bytes", hue="layer", style="source", markers=True, ax=ax)
-    ax.set(xscale="log", yscale="log", xlabel="n", ylabel="peak allocated bytes",
-           title="Fused against explicit attention")
+    ax.set(
+        xscale="log", yscale="log", xlabel="n", ylabel="peak allocated bytes", title="Fused against explicit attention"
+    )
     ax.grid(True, which="both", alpha=0.3)
-    return ctx.figure(fig, "memory_attention_pair", "Peak memory of attention (fused kernel) and attention_math "
-                      "(explicit n×n scores) against n.")
+    return ctx.figure(
+        fig,
+        "memory_attention_pair",
+        "Peak memory of attention (fused kernel) and attention_math (explicit n×n scores) against n.",
+    )
 
 
 def rss_table(ctx: ReportContext) -> str:
@@ -332,17 +435,30 @@ def rss_table(ctx: ReportContext) -> str:
     if ok.empty:
         return ""
     top = ok.sort_values("mem_peak_bytes").groupby(["source", "layer"]).tail(1)
-    lines = ["| source | layer | point | allocator peak | RSS growth (peak − before) |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        "| source | layer | point | allocator peak | RSS growth (peak − before) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for row in top.itertuples():
         key = f"{row.source}.{row.layer}.memory.largest_n{int(row.n)}_d{int(row.d)}_b{int(row.batch)}"
-        growth = ("–" if pd.isna(row.mem_rss_base_bytes) else
-                  ctx.cite(key + ".rss_growth_bytes", int(row.mem_rss_peak_bytes - row.mem_rss_base_bytes), "B", row.run_id))
-        lines.append(f"| {row.source} | {row.layer} | n={int(row.n)}, d={int(row.d)}, batch={int(row.batch)} | "
-                     f"{ctx.cite(key + '.peak_bytes', int(row.mem_peak_bytes), 'B', row.run_id)} | {growth} |")
-    return ("The allocator's figure against what the operating system saw (resident set, VmHWM): the allocator "
-            "reuses freed blocks and the OS counts pages touched, so they differ (an RSS growth of 0 B means the "
-            "allocation was served from memory the process already held); largest point per layer:\n\n"
-            + "\n".join(lines) + "\n")
+        growth = (
+            "–"
+            if pd.isna(row.mem_rss_base_bytes)
+            else ctx.cite(
+                key + ".rss_growth_bytes", int(row.mem_rss_peak_bytes - row.mem_rss_base_bytes), "B", row.run_id
+            )
+        )
+        lines.append(
+            f"| {row.source} | {row.layer} | n={int(row.n)}, d={int(row.d)}, batch={int(row.batch)} | "
+            f"{ctx.cite(key + '.peak_bytes', int(row.mem_peak_bytes), 'B', row.run_id)} | {growth} |"
+        )
+    return (
+        "The allocator's figure against what the operating system saw (resident set, VmHWM): the allocator "
+        "reuses freed blocks and the OS counts pages touched, so they differ (an RSS growth of 0 B means the "
+        "allocation was served from memory the process already held); largest point per layer:\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )
 
 
 def sequential_time_section(ctx: ReportContext) -> str:
@@ -368,8 +484,10 @@ def sequential_time_section(ctx: ReportContext) -> str:
             n_lo, n_hi = int(g.n.iloc[0]), int(g.n.iloc[-1])
             factor = g["time_median_s"].iloc[-1] / g["time_median_s"].iloc[0]
             key = f"{source}.{layer}.time.growth_n{n_lo}_to_n{n_hi}_b{int(batch)}_d{int(d)}"
-            growth.append(f"{layer} {ctx.cite(key, round(factor, 2), 'x', g.run_id.iloc[-1])} "
-                          f"(n = {n_lo} to {n_hi}, {n_hi // n_lo}x longer)")
+            growth.append(
+                f"{layer} {ctx.cite(key, round(factor, 2), 'x', g.run_id.iloc[-1])} "
+                f"(n = {n_lo} to {n_hi}, {n_hi // n_lo}x longer)"
+            )
         parts.append(f"- {source} (batch {int(batch)}, d = {int(d)}), time grows by: " + "; ".join(growth) + ".")
     if not frames:
         return ""
@@ -378,15 +496,31 @@ def sequential_time_section(ctx: ReportContext) -> str:
     fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.4), squeeze=False)
     for ax, panel in zip(axes[0], panels):
         sub = data[data["panel"] == panel]
-        sns.lineplot(data=sub, x="n", y="time_median_s", hue="layer", style="layer", markers=True, dashes=False,
-                     hue_order=[l for l in wanted if l in set(sub["layer"])], ax=ax)
+        sns.lineplot(
+            data=sub,
+            x="n",
+            y="time_median_s",
+            hue="layer",
+            style="layer",
+            markers=True,
+            dashes=False,
+            hue_order=[l for l in wanted if l in set(sub["layer"])],
+            ax=ax,
+        )
         ax.set(xscale="log", yscale="log", xlabel="n", ylabel="time per forward pass (s)", title=panel)
         ax.grid(True, which="both", alpha=0.3)
-    return ("### Sequential operations seen in time\n\nA recurrent layer must take its n steps one after "
-            "another; attention and convolution process all positions at once. Where the device has "
-            "parallel capacity to spare (a GPU at small batch and width), attention's and convolution's time "
-            "stays nearly flat in n until the device fills, while the recurrence's grows about linearly; "
-            "a CPU with few cores is already full, so there every layer's time grows with its work.\n\n"
-            + "\n".join(parts) + "\n\n"
-            + ctx.figure(fig, "time_sequential", "Time against n at the smallest batch and width swept: the "
-                         "recurrent layers' sequential steps against attention's and convolution's parallel pass."))
+    return (
+        "### Sequential operations seen in time\n\nA recurrent layer must take its n steps one after "
+        "another; attention and convolution process all positions at once. Where the device has "
+        "parallel capacity to spare (a GPU at small batch and width), attention's and convolution's time "
+        "stays nearly flat in n until the device fills, while the recurrence's grows about linearly; "
+        "a CPU with few cores is already full, so there every layer's time grows with its work.\n\n"
+        + "\n".join(parts)
+        + "\n\n"
+        + ctx.figure(
+            fig,
+            "time_sequential",
+            "Time against n at the smallest batch and width swept: the "
+            "recurrent layers' sequential steps against attention's and convolution's parallel pass.",
+        )
+    )
