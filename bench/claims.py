@@ -45,7 +45,7 @@ from bench.timing import TimingPolicy, interleaved
 from models import LayerConfig
 
 VERDICTS = ("holds", "fails", "partly")
-COLUMNS = ("claim_id", "statement", "measured", "expected", "verdict", "source")  # shared/interface.md
+COLUMNS = ("claim_id", "statement", "measured", "expected", "verdict", "source")  # bench/interface.md
 
 PAPER = "Vaswani et al. 2017, Attention Is All You Need"
 D2L_SELF_ATTENTION = "d2l.ai §11.6 Self-Attention and Positional Encoding"

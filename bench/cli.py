@@ -1,5 +1,5 @@
 """The command line: `python -m bench COMMAND`. Parses and validates everything before measuring, then
-calls the probes and the storage. Exit codes (the interface): 0 done; 2 bad input, one line on stderr
+calls the probes and the storage. Exit codes (bench/interface.md): 0 done; 2 bad input, one line on stderr
 naming the bad value and what is allowed, no traceback; 1 any other failure (a traceback only with
 --debug)."""
 

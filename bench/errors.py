@@ -1,4 +1,4 @@
-"""Errors the command line turns into exit codes (see the interface: 2 for bad input, 1 otherwise)."""
+"""Errors the command line turns into exit codes (bench/interface.md: 2 for bad input, 1 otherwise)."""
 
 
 class BadInput(ValueError):

@@ -461,7 +461,7 @@ def sweeps(points: pd.DataFrame, variable: str):
 
 # -------------------------------------------------------------------------------------------- the table
 FIT_COLUMNS = [
-    # the interface's columns first (shared/interface.md)
+    # the interface's columns first (bench/interface.md)
     "layer",
     "device",
     "metric",

@@ -77,7 +77,7 @@ DEFAULT_D = 8
 DEFAULT_WINDOW = 16
 SOURCE = 0  # input position whose influence is followed (before the margin shift)
 
-COLUMNS = [  # interface order first (shared/interface.md), then the details
+COLUMNS = [  # interface order first (bench/interface.md), then the details
     "layer",
     "n",
     "k",

@@ -3,7 +3,7 @@
 Cost (Vaswani et al. 2017, Table 1): O(n·d²) per layer, O(n) sequential operations, O(n) maximum path
 length. Each of the n steps multiplies the input x_t (d) and the previous hidden state h_{t-1} (d) by
 g weight blocks of d×d, g = 1 (RNN), 3 (GRU), 4 (LSTM): 2·g·(d² + d²) FLOPs per sequence element.
-Biases and the gate arithmetic (sigmoid, tanh, products) are not in the count (see the interface).
+Biases and the gate arithmetic (sigmoid, tanh, products) are not in the count (bench/interface.md, Conventions).
 
 The fused layers run as one library kernel (oneDNN on the CPU, cuDNN on a GPU) that hides its loop over
 time. `reference()` runs the same weights as a transparent Python loop over cells, one step per
