@@ -560,6 +560,7 @@ def _time_row(layer: str, sweep: pd.DataFrame, variable: str) -> dict:
         row["reason"] += (
             f"; {tr.left_out} unreliable point{'s' if tr.left_out != 1 else ''} left out, {len(tr.sweep)} left"
         )
+    row["reason"] += _unusable_text(_unusable(sweep, "time_median_s"), "time_median_s")
     row["explanation"] = ""
     if row["verdict"] != "consistent" and len(tr.sweep) >= MIN_FIT_POINTS:
         row["explanation"], numbers = time_explanation(tr, variable)
@@ -577,6 +578,15 @@ def _time_row(layer: str, sweep: pd.DataFrame, variable: str) -> dict:
     return row
 
 
+def _unusable(points: pd.DataFrame, column: str) -> int:
+    """Points whose value is missing or not positive (no logarithm): left out of a fit, and counted."""
+    return int((~(points[column].notna() & (points[column] > 0))).sum())
+
+
+def _unusable_text(count: int, column: str) -> str:
+    return f"; {count} point{'s' if count != 1 else ''} without a positive {column} left out" if count else ""
+
+
 def _fixed_row(metric: str, layer: str, sweep: pd.DataFrame, variable: str) -> dict:
     column = METRIC_COLUMN[metric]
     fit_range = asymptotic_range(sweep, variable, layer)
@@ -585,6 +595,7 @@ def _fixed_row(metric: str, layer: str, sweep: pd.DataFrame, variable: str) -> d
         row = _no_fit(metric, layer, sweep, variable, f"too few points ({len(data)} < {MIN_FIT_POINTS})")
     else:
         row = _fit_row(metric, layer, data, variable, column)
+    row["reason"] += _unusable_text(_unusable(fit_range, column), column)
     row.update(
         explanation="",
         range_rule="fixed",

@@ -1,4 +1,6 @@
-"""Provenance of a run: the machine, its devices, the software and the commit. Pure: returns dicts."""
+"""Provenance of a run: the machine, its devices, the software and the commit, returned as dicts. Not pure in
+one respect: `commit_info` runs git in the harness's repository by changing the working directory for the
+call (pytest-benchmark's get_commit_info reads the cwd) and restores it in a `finally`."""
 
 from __future__ import annotations
 

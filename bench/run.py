@@ -232,6 +232,11 @@ class Run:
                     if row["status"] == "oom" and row["point_id"] in by_id:
                         state.ooms.append(by_id[row["point_id"]])
         for record in storage.read_timing_records(self.dir):
+            if not {"point_id", "attempt", "pass"} <= set(record):
+                raise RunFailed(
+                    f"{self.dir / 'timings.jsonl'}: written by an older version without interleaved "
+                    f"passes; it cannot be resumed (start a new run)"
+                )
             state.records[(record["point_id"], record["attempt"], record["pass"])] = record
         return state
 

@@ -14,6 +14,7 @@ from torch import nn
 
 import models
 from bench import claims as C
+from bench.errors import RunFailed
 from bench.report.claims import claims_section, parse_details, parse_measured
 from bench.report.context import ReportContext
 from bench.timing import TimingPolicy
@@ -335,3 +336,7 @@ def test_parse_helpers():
     assert parse_measured("learned: IndexError") == "learned: IndexError"
     assert parse_details({"details": float("nan")}) == {}
     assert parse_details({"details": '{"a": 1}'}) == {"a": 1}
+    with pytest.raises(RunFailed, match="claim 'x'.*not valid JSON"):  # damaged, never read as {}
+        parse_details({"claim_id": "x", "details": '{"a": 1'})
+    with pytest.raises(RunFailed, match="not a JSON object"):
+        parse_details({"claim_id": "x", "details": "[1, 2]"})

@@ -91,3 +91,15 @@ def test_resume_measures_only_the_missing_passes(tmp_path):
     assert len(keys) == len(set(keys))
     assert len([k for k in keys if k[1] == 0]) == 6 * 3  # only the missing passes were measured
     assert sorted(pd.read_csv(out / "points.csv")["point_id"]) == sorted(s.point_id for s in _plan(out))
+
+
+def test_a_run_from_before_interleaving_cannot_be_resumed_and_says_why(tmp_path, capsys):
+    out = tmp_path / "old"
+    out.mkdir()
+    spec = PointSpec(layer="conv", n=8, d=4, k=3)
+    (out / "meta.json").write_text(json.dumps({"run_id": "old", "status": "running", "threads": 1}))
+    (out / "plan.json").write_text(json.dumps({"specs": [spec.as_row()], "timing_policy": {"min_rounds": 3}}))
+    (out / "timings.jsonl").write_text(json.dumps({"point_id": spec.point_id, "stats": {"data": [1.0]}}) + "\n")
+    assert main(["run", "--resume", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "older version" in err[-1] and "timings.jsonl" in err[-1]

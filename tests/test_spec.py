@@ -49,9 +49,13 @@ def test_preset_expands_to_the_grid_it_states():
 
 
 def test_every_preset_is_valid_on_cpu_and_cuda():
+    # expand_grid raises BadInput on a bad size in presets.toml (an even k, a window above n, heads not
+    # dividing d): every preset must expand on both devices, to distinct points that validate
     for preset in load_presets().values():
         for device in ("cpu", "cuda"):
-            assert all(s.device == device for s in preset.specs([device]))
+            specs = preset.specs([device])
+            assert specs and len(set(specs)) == len(specs), preset.name
+            assert all(validate(s) == s and s.device == device for s in specs)
 
 
 def test_dtype_override_and_devices():

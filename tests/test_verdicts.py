@@ -286,3 +286,21 @@ def test_the_method_text_is_rendered_from_the_constants(monkeypatch):
         assert needle in text, needle
     monkeypatch.setattr(fits, "MAX_VERDICT_WIDTH", 0.75)
     assert "wider than 0.75," in fits.method_text()
+
+
+def test_values_that_cannot_be_fitted_are_counted_in_the_reason():
+    sweep = _sweep(xs=(64, 128, 256, 512, 1024))
+    sweep.loc[sweep.n == 64, "mem_peak_bytes"] = 0  # e.g. an allocator that saw nothing
+    sweep.loc[sweep.n == 1024, "time_median_s"] = float("nan")
+    table = fits.fit_table(sweep).set_index("metric")
+    assert table.loc["time", "reason"].endswith("1 point without a positive time_median_s left out")
+    assert "without a positive" not in table.loc["flops", "reason"]
+    # the fixed range of memory is the upper half (256..1024): the zero at n = 64 is outside it, not counted
+    assert "without a positive" not in table.loc["memory", "reason"]
+    sweep.loc[sweep.n == 512, "mem_peak_bytes"] = -1
+    assert (
+        fits.fit_table(sweep)
+        .set_index("metric")
+        .loc["memory", "reason"]
+        .endswith("1 point without a positive mem_peak_bytes left out")
+    )

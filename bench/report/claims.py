@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import matplotlib.pyplot as plt
 
+from ..errors import RunFailed
 from .context import ReportContext
 
 VERDICT_MARK = {"holds": "holds", "fails": "**fails**", "partly": "*partly*"}
@@ -74,14 +75,18 @@ def parse_measured(value):
 
 
 def parse_details(row) -> dict:
+    """The JSON behind a claim's figure and numbers ({} where the row has none). Damaged JSON is an error
+    naming the claim, never read as {}."""
     raw = row.get("details") if hasattr(row, "get") else None
     if raw is None or (isinstance(raw, float) and math.isnan(raw)) or str(raw).strip() == "":
         return {}
     try:
         details = json.loads(raw)
-    except (TypeError, json.JSONDecodeError):
-        return {}
-    return details if isinstance(details, dict) else {}
+    except (TypeError, json.JSONDecodeError) as exc:
+        raise RunFailed(f"claims.csv: claim {row.get('claim_id')!r}: `details` is not valid JSON ({exc})") from None
+    if not isinstance(details, dict):
+        raise RunFailed(f"claims.csv: claim {row.get('claim_id')!r}: `details` is not a JSON object")
+    return details
 
 
 def _unit(row) -> str:
@@ -121,9 +126,9 @@ def _paragraph(ctx: ReportContext, row, run_id: str) -> list[str]:
     if draw is not None and details:
         try:
             fig, caption = draw(details)
-        except (KeyError, TypeError, ValueError):  # a details blob from another version: text only
-            fig = None
-        if fig is not None:
+        except (KeyError, TypeError, ValueError) as exc:  # a details blob from another version: said, not hidden
+            out += [f"_Figure omitted: the stored details lack what it draws ({type(exc).__name__}: {exc})._", ""]
+        else:
             out += [ctx.figure(fig, f"claims_{claim_id}", f"{caption} (run {run_id})"), ""]
     return out
 
