@@ -16,9 +16,9 @@ INTERVAL: the 95 % interval of e is e ± h with h = sqrt(h_reg² + h_meas²):
   holds part of the measurement noise. A run stored without those columns has no measurement
   uncertainty; its time fits say so (`measurement_uncertainty` "none stored") and use h_reg alone.
 
-RANGE: FLOPs and memory keep fixed rules: for attention and attention_math every point with
-n >= ATTENTION_N_OVER_D·d, where the table's n²·d term carries at least 80 % of the FLOPs
-(4·n²·d >= 4 × 8·n·d²); for every other layer the upper half of the sweep (x at or above the median x;
+RANGE: FLOPs and memory keep fixed rules: for a layer whose Table 1 row sets `fit_n_over_d` (attention:
+8, where its n²·d term carries at least 80 % of the FLOPs, 4·n²·d >= 4 × 8·n·d²) every point with
+n >= fit_n_over_d·d; for every other layer the upper half of the sweep (x at or above the median x;
 at least MIN_FIT_POINTS points, the largest ones if the upper half has fewer). TIME uses what the data
 shows: points whose timing was judged unreliable (time_reliable False) are left out and counted; along
 the sweep (sorted by x) the achieved rate is flops_counted / time_median_s, and the fit range is the
@@ -64,7 +64,6 @@ import models
 CONFIDENCE = 0.95  # of every exponent's interval
 POINT_CI_CONFIDENCE = 0.95  # of each point's stored interval of its median time (time_ci_low_s..high_s)
 MIN_FIT_POINTS = 3
-ATTENTION_N_OVER_D = 8  # from n = 8d on, 4·n²·d is at least 4x the projections' 8·n·d²: 80 % of the FLOPs
 TOLERANCE = {"flops": 0.15, "time": 0.2, "memory": 0.35}
 MAX_VERDICT_WIDTH = 1.0  # an interval wider than this is never consistent nor inconsistent
 PLATEAU_FRACTION = 0.8  # a time sweep is asymptotic from the first point within this share of its best rate
@@ -77,7 +76,6 @@ VERDICTS = ("consistent", "inconsistent", "inconclusive")
 VERDICT_MARK = {"consistent": "✓", "inconsistent": "✗", "inconclusive": "?"}
 PEAK_COLUMN = "matmul_peak_flops_per_s"  # per point, the device's matmul peak, where the caller adds it
 CI_COLUMNS = ("time_ci_low_s", "time_ci_high_s")
-TABLE1_SIZES = {"conv": ("k",), "conv_dilated": ("k",), "conv_separable": ("k",), "attention_local": ("window",)}
 
 
 def _g(value: float) -> str:
@@ -88,15 +86,21 @@ def _tolerances_text() -> str:
     return ", ".join(f"± {_g(v)} for {k}" for k, v in TOLERANCE.items())
 
 
+def _n_over_d_text() -> str:
+    """The layers whose Table 1 row restricts the fixed fit range to n >= r·d, in words."""
+    by_ratio: dict[int, list[str]] = {}
+    for name, layer in models.LAYERS.items():
+        if layer.table1.fit_n_over_d is not None:
+            by_ratio.setdefault(layer.table1.fit_n_over_d, []).append(name)
+    return "".join(f", and for {', '.join(names)} every point with n ≥ {ratio}·d" for ratio, names in by_ratio.items())
+
+
 RANGE_RULE_TEXT = {
     "flops": (
-        f"a fixed range (FLOPs are exact): the upper half of each sweep, at least {MIN_FIT_POINTS} points, "
-        f"and for attention every point with n ≥ {ATTENTION_N_OVER_D}·d"
+        f"a fixed range (FLOPs are exact): the upper half of each sweep, at least {MIN_FIT_POINTS} points"
+        + _n_over_d_text()
     ),
-    "memory": (
-        f"a fixed range: the upper half of each sweep, at least {MIN_FIT_POINTS} points, and for attention "
-        f"every point with n ≥ {ATTENTION_N_OVER_D}·d"
-    ),
+    "memory": f"a fixed range: the upper half of each sweep, at least {MIN_FIT_POINTS} points" + _n_over_d_text(),
     "time": (
         f"the measured asymptotic range: along each sweep, from the first point that is both on the rate "
         f"plateau (achieved rate, counted FLOPs / median time, within {_g(100 * PLATEAU_FRACTION)} % of the "
@@ -143,33 +147,14 @@ def _require_sizes(layer: str, points: pd.DataFrame, sizes) -> None:
             )
 
 
-def table1_cost(layer: str, n, d, k, window) -> np.ndarray:
-    """The complexity-per-layer column of Table 1 (constants dropped), evaluated at the given sizes."""
-    n, d = np.asarray(n, float), np.asarray(d, float)
-    if layer in ("conv", "conv_dilated"):
-        return np.asarray(k, float) * n * d**2
-    if layer == "conv_separable":
-        return np.asarray(k, float) * n * d + n * d**2
-    if layer in models.RECURRENT:
-        return n * d**2
-    if layer in ("attention", "attention_math"):
-        return n**2 * d
-    if layer == "attention_local":
-        return np.asarray(window, float) * n * d
-    raise KeyError(layer)
+def table1_cost(layer: str, n, d, k=None, window=None) -> np.ndarray:
+    """The complexity-per-layer column of Table 1 (constants dropped) at the given sizes: the layer's own
+    row (models.LAYERS[layer].table1)."""
+    return models.LAYERS[layer].table1.cost(n, d, k, window)
 
 
-TABLE1_TEXT = {
-    "conv": "O(k·n·d²)",
-    "conv_dilated": "O(k·n·d²)",
-    "conv_separable": "O(k·n·d + n·d²)",
-    "rnn": "O(n·d²)",
-    "gru": "O(n·d²)",
-    "lstm": "O(n·d²)",
-    "attention": "O(n²·d)",
-    "attention_math": "O(n²·d)",
-    "attention_local": "O(r·n·d)",
-}
+def table1_text(layer: str) -> str:
+    return models.LAYERS[layer].table1.compute_text
 
 
 # ------------------------------------------------------------------------------------ the fit and interval
@@ -243,8 +228,9 @@ def judge(ci_low: float, ci_high: float, predicted: float, tolerance: float) -> 
 def asymptotic_range(sweep: pd.DataFrame, variable: str, layer: str) -> pd.DataFrame:
     """The points of one sweep that the fixed rule for FLOPs and memory keeps (sorted by the variable)."""
     sweep = sweep.sort_values(variable)
-    if layer in ("attention", "attention_math"):
-        return sweep[sweep["n"] >= ATTENTION_N_OVER_D * sweep["d"]]
+    n_over_d = models.LAYERS[layer].table1.fit_n_over_d
+    if n_over_d is not None:
+        return sweep[sweep["n"] >= n_over_d * sweep["d"]]
     upper = sweep[sweep[variable] >= sweep[variable].median()]
     if len(upper) < MIN_FIT_POINTS:
         upper = sweep.tail(MIN_FIT_POINTS)
@@ -431,7 +417,7 @@ def predicted_exponent(metric: str, layer: str, sweep: pd.DataFrame, variable: s
         _require_sizes(layer, sweep, models.LAYERS[layer].uses)
         y = [models.analytic_activation_bytes(layer, int(r.batch), int(r.n), _cfg(r)) for r in sweep.itertuples()]
     else:
-        _require_sizes(layer, sweep, TABLE1_SIZES.get(layer, ()))
+        _require_sizes(layer, sweep, models.LAYERS[layer].table1.sizes)
         y = table1_cost(layer, sweep["n"], sweep["d"], sweep.get("k"), sweep.get("window"))
     return float(stats.linregress(np.log(x), np.log(np.asarray(y, float))).slope)
 

@@ -6,6 +6,8 @@ Each layer class carries its analytic cost next to its code:
     gate arithmetic excluded.
   - `activation_bytes(batch, n, cfg, elem_bytes)`: an estimate of the activations the forward pass holds.
   - `uses`: which of the sizes k, heads, window the layer reads.
+  - `table1`: its row of Vaswani et al. 2017, Table 1 (a `Table1Row`: the compute term as a function and as
+    text, sequential operations, maximum path length), which fits and the report read from here.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch
 from torch import nn
 
 from .attention import Attention, AttentionLocal, AttentionMath
-from .config import DTYPES, LayerConfig
+from .config import DTYPES, LayerConfig, Table1Row
 from .conv import Conv, ConvDilated, ConvSeparable
 from .recurrent import GRU, LSTM, RNN
 
@@ -52,4 +54,13 @@ def analytic_activation_bytes(name: str, batch: int, n: int, cfg: LayerConfig) -
     return LAYERS[name].activation_bytes(batch, n, cfg, elem_bytes)
 
 
-__all__ = ["LAYERS", "RECURRENT", "DTYPES", "LayerConfig", "build", "analytic_flops", "analytic_activation_bytes"]
+__all__ = [
+    "LAYERS",
+    "RECURRENT",
+    "DTYPES",
+    "LayerConfig",
+    "Table1Row",
+    "build",
+    "analytic_flops",
+    "analytic_activation_bytes",
+]

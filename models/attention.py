@@ -18,11 +18,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import LayerConfig
+from .config import LayerConfig, Table1Row
 
 
 class _SelfAttention(nn.Module):
     uses: tuple[str, ...] = ("heads",)
+    # From n = 8d on, the table's 4·n²·d is at least 4x the projections' 8·n·d²: 80 % of the counted FLOPs.
+    table1 = Table1Row(lambda n, d, k, r: n**2 * d, "O(n²·d)", "O(1)", "O(1)", fit_n_over_d=8)
 
     def __init__(self, cfg: LayerConfig):
         super().__init__()
@@ -89,6 +91,7 @@ class AttentionLocal(_SelfAttention):
     O(r·n·d), not a dense n×n product with a mask."""
 
     uses = ("heads", "window")
+    table1 = Table1Row(lambda n, d, k, r: r * n * d, "O(r·n·d)", "O(1)", "O(n/r)", sizes=("window",))
 
     def __init__(self, cfg: LayerConfig):
         super().__init__(cfg)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import LayerConfig
+from .config import LayerConfig, Table1Row
 
 
 def _same_padding(k: int, dilation: int) -> int:
@@ -23,6 +23,7 @@ class Conv(nn.Module):
     """Conv1d d -> d with an odd kernel k, centered: output i sees inputs i-(k-1)/2 .. i+(k-1)/2."""
 
     uses = ("k",)
+    table1 = Table1Row(lambda n, d, k, r: k * n * d**2, "O(k·n·d²)", "O(1)", "O(n/k)", sizes=("k",))
 
     def __init__(self, cfg: LayerConfig, dilation: int = 1):
         super().__init__()
@@ -51,6 +52,7 @@ class ConvDilated(Conv):
     """One centered convolution layer at a stated dilation (cfg.dilation; `paths` stacks k^l)."""
 
     uses = ("k",)
+    table1 = Table1Row(lambda n, d, k, r: k * n * d**2, "O(k·n·d²)", "O(1)", "O(log_k n)", sizes=("k",))
 
     def __init__(self, cfg: LayerConfig):
         super().__init__(cfg, dilation=cfg.dilation)
@@ -63,6 +65,7 @@ class ConvSeparable(nn.Module):
     """
 
     uses = ("k",)
+    table1 = Table1Row(lambda n, d, k, r: k * n * d + n * d**2, "O(k·n·d + n·d²)", "O(1)", "O(n/k)", sizes=("k",))
 
     def __init__(self, cfg: LayerConfig):
         super().__init__()

@@ -15,13 +15,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import LayerConfig
+from .config import LayerConfig, Table1Row
 
 
 class _Recurrent(nn.Module):
     gates: int
     fused_cls: type[nn.RNNBase]
     uses: tuple[str, ...] = ()
+    table1 = Table1Row(lambda n, d, k, r: n * d**2, "O(n·d²)", "O(n)", "O(n)")
 
     def __init__(self, cfg: LayerConfig):
         super().__init__()

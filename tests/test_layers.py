@@ -103,3 +103,24 @@ def test_even_kernel_is_refused(k):
 def test_heads_must_divide_d():
     with pytest.raises(ValueError, match="divisible"):
         models.build("attention", LayerConfig(d=10, heads=3))
+
+
+@pytest.mark.parametrize(
+    "name,compute,sequential,path,by_hand",
+    [
+        ("conv", "O(k·n·d²)", "O(1)", "O(n/k)", 5 * 100 * 8**2),
+        ("conv_dilated", "O(k·n·d²)", "O(1)", "O(log_k n)", 5 * 100 * 8**2),
+        ("conv_separable", "O(k·n·d + n·d²)", "O(1)", "O(n/k)", 5 * 100 * 8 + 100 * 8**2),
+        ("rnn", "O(n·d²)", "O(n)", "O(n)", 100 * 8**2),
+        ("gru", "O(n·d²)", "O(n)", "O(n)", 100 * 8**2),
+        ("lstm", "O(n·d²)", "O(n)", "O(n)", 100 * 8**2),
+        ("attention", "O(n²·d)", "O(1)", "O(1)", 100**2 * 8),
+        ("attention_math", "O(n²·d)", "O(1)", "O(1)", 100**2 * 8),
+        ("attention_local", "O(r·n·d)", "O(1)", "O(n/r)", 16 * 100 * 8),
+    ],
+)
+def test_each_layer_carries_its_table1_row(name, compute, sequential, path, by_hand):
+    """Vaswani et al. 2017, Table 1, row by row, at n = 100, d = 8, k = 5, r = 16."""
+    row = models.LAYERS[name].table1
+    assert (row.compute_text, row.sequential_text, row.path_text) == (compute, sequential, path)
+    assert row.cost(100, 8, 5, 16) == pytest.approx(by_hand)

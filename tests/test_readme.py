@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+import models
 from bench import fits, load, timing
 from bench.presets import get_preset
 
@@ -28,7 +29,7 @@ QUICK = get_preset("quick").timing
         f"take at least {load.BUSY_CORES:g} cores",
         f"within {fits.PLATEAU_FRACTION:.0%} of the sweep's best".replace("%", " %"),
         f"within ± {fits.TOLERANCE['flops']:g} of the table's",
-        f"(attention: n ≥ {fits.ATTENTION_N_OVER_D}·d)",
+        f"(attention: n ≥ {models.LAYERS['attention'].table1.fit_n_over_d}·d)",
         f"± {fits.TOLERANCE['time']:g} for time, ± {fits.TOLERANCE['flops']:g} for FLOPs, "
         f"± {fits.TOLERANCE['memory']:g} for memory",
         f"an interval wider than {fits.MAX_VERDICT_WIDTH:g}, fewer than {fits.MIN_FIT_POINTS} points",

@@ -83,7 +83,7 @@ def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, tuple]:
                 note = (
                     f"{metric} ∝ {variable}^e over {variable} = {int(row.x_min)}..{int(row.x_max)} ({row.fixed}, "
                     f"batch {int(row.batch)}); predicted {row.predicted:.2f} "
-                    f"({fits.TABLE1_TEXT[layer] if metric != 'memory' else 'activation estimate'}); "
+                    f"({fits.table1_text(layer) if metric != 'memory' else 'activation estimate'}); "
                     f"verdict {row.verdict} (tolerance ±{row.tolerance:g}): {row.reason}"
                 )
                 interval = None if math.isnan(row.ci_low) else (round(row.ci_low, 3), round(row.ci_high, 3))

@@ -9,19 +9,6 @@ import models
 from .. import fits
 from .context import ReportContext
 
-SEQUENTIAL = {layer: ("O(n)" if layer in models.RECURRENT else "O(1)") for layer in models.LAYERS}
-PATH = {
-    "conv": "O(n/k)",
-    "conv_separable": "O(n/k)",
-    "conv_dilated": "O(log_k n)",
-    "rnn": "O(n)",
-    "gru": "O(n)",
-    "lstm": "O(n)",
-    "attention": "O(1)",
-    "attention_math": "O(1)",
-    "attention_local": "O(n/r)",
-}
-
 
 def _exp(texts: dict, source: str, layer: str, metric: str, variable: str) -> str:
     """The primary fit's exponent with its verdict mark (see scaling.cite_fits for which fit that is);
@@ -66,20 +53,21 @@ def summary_rows(ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict) -> pd.
     for source in sorted(ctx.points["source"].unique()):
         present = set(ctx.points.loc[ctx.points["source"] == source, "layer"])
         for layer in [l for l in models.LAYERS if l in present]:
+            row = models.LAYERS[layer].table1  # the layer's own Table 1 row
             depth, cross = _paths_cells(ctx, layer)
             rows.append(
                 {
                     "source": source,
                     "layer": layer,
-                    "compute (Table 1)": fits.TABLE1_TEXT[layer],
+                    "compute (Table 1)": row.compute_text,
                     "FLOPs ∝ n^": _exp(texts, source, layer, "flops", "n"),
                     "time ∝ n^": _exp(texts, source, layer, "time", "n"),
                     "time ∝ d^": _exp(texts, source, layer, "time", "d"),
                     "time ∝ k^": _exp(texts, source, layer, "time", "k"),
                     "memory ∝ n^": _exp(texts, source, layer, "memory", "n"),
-                    "sequential ops (Table 1)": SEQUENTIAL[layer],
+                    "sequential ops (Table 1)": row.sequential_text,
                     f"measured depth{span}": depth,
-                    "max path (Table 1)": PATH[layer],
+                    "max path (Table 1)": row.path_text,
                     f"layers to cross{span}": cross,
                 }
             )
