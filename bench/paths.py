@@ -94,18 +94,7 @@ COLUMNS = [  # interface order first (bench/interface.md), then the details
     "seq_depth_forward",
     "error",
 ]
-_INT_COLUMNS = [
-    "k",
-    "layers_to_cross",
-    "layers_to_cross_formula",
-    "path_hops",
-    "seq_depth",
-    "window",
-    "d",
-    "margin",
-    "layers_to_cross_no_margin",
-    "seq_depth_forward",
-]
+_INT_COLUMNS = [c for c in COLUMNS if c not in ("layer", "n", "path_hops_of", "seq_depth_of", "error")]
 
 Probe = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
