@@ -110,11 +110,6 @@ RANGE_RULE_TEXT = {
         f'"not asymptotic yet"'
     ),
 }
-ASYMPTOTIC_RULE_TEXT = (
-    f"time over {RANGE_RULE_TEXT['time']}; FLOPs and memory over {RANGE_RULE_TEXT['memory']}; "
-    f"{_g(100 * CONFIDENCE)} % intervals from the regression and, for time, the points' own "
-    f"{_g(100 * POINT_CI_CONFIDENCE)} % intervals"
-)
 
 
 def method_text() -> str:

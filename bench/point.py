@@ -36,10 +36,9 @@ def is_oom(exc: BaseException) -> bool:
 class PassResult:
     """What one pass over one point measured. `probes` only on a point's first pass."""
 
-    times_s: tuple[float, ...]
     rounds_planned: int  # the point's rounds over all passes (its calibration)
     iterations: int
-    record: dict  # pytest-benchmark's JSON of this pass's rounds
+    record: dict  # pytest-benchmark's JSON of this pass's rounds (their per-call times in stats.data)
     others_busy_cores: float  # CPU other processes took while this pass timed the point
     probes: dict | None = None
 
@@ -83,7 +82,7 @@ def measure_pass(
         with torch.inference_mode():
             rounds, iterations = plan if plan is not None else calibrate(target, policy)
             meter = LoadMeter()
-            times, record = time_rounds(target, policy.rounds_per_pass(rounds), iterations, name=spec.key)
+            _, record = time_rounds(target, policy.rounds_per_pass(rounds), iterations, name=spec.key)
             load = meter.read()
             probes = None
             if with_probes:
@@ -99,7 +98,7 @@ def measure_pass(
                     mem_method=memory.method,
                 )
         failed = False
-        return PassResult(times, rounds, iterations, record, round(load.others_busy_cores, 4), probes)
+        return PassResult(rounds, iterations, record, round(load.others_busy_cores, 4), probes)
     except Exception as exc:  # recorded with the point, never dropped; the sweep goes on
         text = f"{type(exc).__name__}: {exc}"
         return PassFailure(

@@ -38,21 +38,12 @@ from .errors import BadInput, RunFailed
 from .load import Load, LoadMeter, busy_warning, choose_threads, physical_cores, sample_load
 from .peak import matmul_peak
 from .point import PassFailure, base_row, measure_pass, point_row
-from .spec import PointSpec, validate
+from .spec import PointSpec, device_key, validate
 from .threads import pinned_threads
 from .timing import Timing, TimingPolicy, method_constants, pass_order, summarize
 
 ATTEMPTS = 2  # a point's sets of passes at most: the first, and one re-measurement if unreliable
-EXTRA_RECORD_KEYS = (
-    "point_id",
-    "attempt",
-    "pass",
-    "rounds_planned",
-    "iterations",
-    "others_busy_cores",
-    "probes",
-    "spec",
-)
+PASS_ONLY_KEYS = ("pass", "attempt", "others_busy_cores", "probes")  # kept out of a point's merged record
 
 
 def decide_threads(requested: int | None) -> tuple[int, str, Load]:
@@ -62,11 +53,6 @@ def decide_threads(requested: int | None) -> tuple[int, str, Load]:
         return requested, f"--threads {requested}, as asked", load
     threads, why = choose_threads(load, physical_cores())
     return threads, why, load
-
-
-def device_peak_key(device: str, dtype: str) -> str:
-    """meta.json's key of a device's matmul peak: `cpu`, `cuda`, `cuda-bfloat16`..."""
-    return device if dtype == "float32" else f"{device}-{dtype}"
 
 
 @contextmanager
@@ -107,6 +93,7 @@ class _State:
 
     rows: dict[str, dict] = field(default_factory=dict)
     records: dict[tuple[str, int, int], dict] = field(default_factory=dict)
+    timings: dict[tuple[str, int], Timing] = field(default_factory=dict)  # summaries of complete attempts
     ooms: list[PointSpec] = field(default_factory=list)
 
 
@@ -218,7 +205,7 @@ class Run:
             self.meta.update(status="interrupted", finished_utc=storage.utc_now())
             storage.write_json(self.dir / "meta.json", self.meta)
             raise
-        return self._finish(state, time.monotonic() - started, remeasured=len(flagged))
+        return self._finish(state, time.monotonic() - started)
 
     def _stored_state(self) -> _State:
         state = _State()
@@ -245,7 +232,7 @@ class Run:
         the peak is the better of the two (a ceiling: a slow phase of the machine can only lower it)."""
         peaks = self.meta.setdefault("matmul_peak", {})
         for device, dtype in sorted({(s.device, s.dtype) for s in self.specs}):
-            key = device_peak_key(device, dtype)
+            key = device_key(device, dtype)
             measured = dict(peaks.get(key, {}).get("measured", {}))
             if when in measured:
                 continue
@@ -334,8 +321,15 @@ class Run:
         return [state.records[(spec.point_id, attempt, p)] for p in range(self.policy.passes)]
 
     def _timing(self, spec: PointSpec, attempt: int, state: _State) -> Timing:
+        """The statistics of one complete attempt, summarized once (its records no longer change)."""
+        key = (spec.point_id, attempt)
+        if key not in state.timings:
+            state.timings[key] = self._summarize(spec, attempt, state)
+        return state.timings[key]
+
+    def _summarize(self, spec: PointSpec, attempt: int, state: _State) -> Timing:
         records = self._records(spec, attempt, state)
-        template = {k: v for k, v in records[0].items() if k not in ("pass", "attempt", "others_busy_cores", "probes")}
+        template = {k: v for k, v in records[0].items() if k not in PASS_ONLY_KEYS}
         return summarize(
             [r["stats"]["data"] for r in records], int(records[0]["iterations"]), spec.key, template=template
         )
@@ -367,7 +361,7 @@ class Run:
         state.rows[spec.point_id] = row
 
     # ------------------------------------------------------------------------------------ finish
-    def _finish(self, state: _State, elapsed_s: float, remeasured: int) -> dict:
+    def _finish(self, state: _State, elapsed_s: float) -> dict:
         df = storage.read_points(self.dir)
         ok = df[df["status"] == "ok"]
         by_id = {s.point_id: s for s in self.specs}

@@ -47,6 +47,17 @@ class PointSpec:
         return asdict(self)
 
 
+def device_key(device: str, dtype: str) -> str:
+    """A device and dtype as one short name: `cpu`, `cuda`, `cuda-bfloat16` (float32 is left unsaid). It keys
+    each run's matmul peak in meta.json and is the report's source label."""
+    return device if dtype == "float32" else f"{device}-{dtype}"
+
+
+def device_keys(points) -> list[str]:
+    """`device_key` of every row of a table with `device` and `dtype` columns."""
+    return [device_key(str(device), str(dtype)) for device, dtype in zip(points["device"], points["dtype"])]
+
+
 def _positive(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise BadInput(f"{name}={value!r}: must be a positive integer")

@@ -127,10 +127,6 @@ class Timing:
     record: dict = field(repr=False, compare=False, default_factory=dict)  # pytest-benchmark's JSON
 
     @property
-    def times_s(self) -> tuple[float, ...]:
-        return tuple(t for p in self.pass_times_s for t in p)
-
-    @property
     def rounds(self) -> int:
         return sum(len(p) for p in self.pass_times_s)
 

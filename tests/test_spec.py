@@ -88,3 +88,11 @@ def test_validation_names_the_bad_value(spec, match):
 def test_conv_dilated_gets_its_stated_dilation():
     (spec,) = expand_grid(layers=["conv_dilated"], n=[64], d=[8], k=[5])
     assert spec.dilation == 5 and spec.config().dilation == 5
+
+
+def test_device_key_leaves_float32_unsaid():
+    from bench.spec import device_key, device_keys
+
+    assert device_key("cpu", "float32") == "cpu" and device_key("cuda", "bfloat16") == "cuda-bfloat16"
+    rows = {"device": ["cpu", "cuda", "cuda"], "dtype": ["float32", "float32", "float16"]}
+    assert device_keys(rows) == ["cpu", "cuda", "cuda-float16"]

@@ -14,6 +14,7 @@ import markdown
 import pandas as pd
 
 from .. import fits, storage, timing
+from ..spec import device_keys
 from ..timing import NOISY_IQR_RATIO
 from .context import ReportContext, format_value
 from .load import load_runs
@@ -36,8 +37,8 @@ from .summary import summary_latex, summary_markdown, summary_rows
 def label_sources(points: pd.DataFrame, runs: dict[str, dict]) -> pd.Series:
     """A short name per (run, device, dtype): `cpu`, `cuda`, `cuda-bfloat16`; where several runs measured
     the same device, the newest keeps the short name and the others get `@<run-id>`."""
-    base = points["device"].astype(str) + points["dtype"].map(lambda t: "" if t == "float32" else f"-{t}")
-    labels = pd.Series(base, index=points.index)
+    base = pd.Series(device_keys(points), index=points.index, dtype=object)
+    labels = base.copy()
     for name in base.unique():
         run_ids = sorted(set(points.loc[base == name, "run_id"]), key=lambda r: runs[r].get("started_utc") or "")
         for run_id in run_ids[:-1]:

@@ -13,6 +13,7 @@ import seaborn as sns
 import models
 
 from .. import fits
+from ..spec import device_keys
 from .context import ReportContext
 
 METRIC_LABEL = {"time": "time per forward pass (s)", "flops": "FLOPs (counted)", "memory": "peak allocated bytes"}
@@ -335,15 +336,10 @@ def _stored_peaks(runs: dict[str, dict]) -> dict[tuple[str, str], dict]:
     }
 
 
-def _peak_keys(points: pd.DataFrame) -> pd.Series:
-    # meta.json keys each peak by the device, with `-<dtype>` for dtypes other than float32
-    return points["device"].astype(str) + points["dtype"].map(lambda t: "" if t == "float32" else f"-{t}")
-
-
 def point_peaks(points: pd.DataFrame, runs: dict[str, dict]) -> pd.Series:
     """Each point's device matmul peak (FLOP/s) from its run's meta.json; NaN where none is stored."""
     peaks = _stored_peaks(runs)
-    values = [peaks.get((r, k), {}).get("flops_per_s", math.nan) for r, k in zip(points["run_id"], _peak_keys(points))]
+    values = [peaks.get((r, k), {}).get("flops_per_s", math.nan) for r, k in zip(points["run_id"], device_keys(points))]
     return pd.Series(values, index=points.index, dtype=float)
 
 
@@ -354,7 +350,7 @@ def peak_section(ctx: ReportContext) -> str:
     if ok.empty or not peaks:
         return "_No matmul peak stored with the runs._\n"
     ok["peak"] = point_peaks(ok, ctx.runs)
-    ok["peak_key"] = _peak_keys(ok)
+    ok["peak_key"] = device_keys(ok)
     ok = ok[ok["peak"].notna()]
     ok["achieved"] = ok["flops_counted"] / ok["time_median_s"]
     ok["fraction"] = ok["achieved"] / ok["peak"]
