@@ -267,16 +267,17 @@ TIME_SIMILAR_RATIO = 1.25  # slowest / fastest time over h at most this for the 
 def _claim_multihead_cost(seed: int) -> ClaimResult:
     b, n, d = MULTIHEAD_SIZE["batch"], MULTIHEAD_SIZE["n"], MULTIHEAD_SIZE["d"]
     x = torch.randn(b, n, d, generator=_generator(seed, 3))
+    explicit, fused = models.ROLES.attention_explicit, models.ROLES.attention
     layers = {
         (name, h): models.build(name, LayerConfig(d=d, heads=h), seed=seed)
         for h in MULTIHEAD_HEADS
-        for name in ("attention_math", "attention")
+        for name in (explicit, fused)
     }
-    flops = [counted_flops(lambda: layers["attention_math", h](x)) for h in MULTIHEAD_HEADS]
-    flops_fused = [counted_flops(lambda: layers["attention", h](x)) for h in MULTIHEAD_HEADS]
+    flops = [counted_flops(lambda: layers[explicit, h](x)) for h in MULTIHEAD_HEADS]
+    flops_fused = [counted_flops(lambda: layers[fused, h](x)) for h in MULTIHEAD_HEADS]
     times = interleaved_times_s({key: (lambda layer=layer: layer(x)) for key, layer in layers.items()})
-    times_math = [_num(times["attention_math", h]) for h in MULTIHEAD_HEADS]
-    times_fused = [_num(times["attention", h]) for h in MULTIHEAD_HEADS]
+    times_math = [_num(times[explicit, h]) for h in MULTIHEAD_HEADS]
+    times_fused = [_num(times[fused, h]) for h in MULTIHEAD_HEADS]
     flops_equal = len(set(flops + flops_fused)) == 1
     ratio = max(times_math) / min(times_math)
     ratio_fused = max(times_fused) / min(times_fused)
@@ -292,24 +293,23 @@ def _claim_multihead_cost(seed: int) -> ClaimResult:
         "of full width d.",
         measured=_num(ratio, 3),
         expected=f"counted FLOPs equal for h in {list(MULTIHEAD_HEADS)} (b = {b}, n = {n}, d = {d}, both layers); "
-        f"slowest / "
-        f"fastest time of attention_math over h ≤ {TIME_SIMILAR_RATIO} (and of fused attention)",
+        f"slowest / fastest time of {explicit} over h ≤ {TIME_SIMILAR_RATIO} (and of {fused})",
         verdict=verdict,
         source=f"{PAPER}, §3.2.2",
         details={
             "heads": list(MULTIHEAD_HEADS),
             **MULTIHEAD_SIZE,
             "flops_counted": flops,
-            "flops_counted_attention": flops_fused,
-            "time_median_s_attention_math": times_math,
-            "time_median_s_attention": times_fused,
+            f"flops_counted_{fused}": flops_fused,
+            f"time_median_s_{explicit}": times_math,
+            f"time_median_s_{fused}": times_fused,
             "time_threads": TIME_THREADS,
             "numbers": _numbers(
                 flops_counted=(flops[0], "FLOP", f"counted FLOPs at h = {MULTIHEAD_HEADS[0]}"),
                 flops_distinct=(len(set(flops + flops_fused)), "1", "distinct FLOP counts over h and both layers"),
-                slowest_heads=(slowest, "1", "h of the slowest attention_math"),
-                fastest_heads=(fastest, "1", "h of the fastest attention_math"),
-                time_ratio_attention=(ratio_fused, "1", "slowest / fastest time over h, fused attention"),
+                slowest_heads=(slowest, "1", f"h of the slowest {explicit}"),
+                fastest_heads=(fastest, "1", f"h of the fastest {explicit}"),
+                time_ratio_attention=(ratio_fused, "1", f"slowest / fastest time over h, {fused}"),
             ),
         },
     )
@@ -410,7 +410,8 @@ def _claim_permutation_equivariance(seed: int) -> ClaimResult:
     perm = torch.randperm(s["n"], generator=gen)
     pe = sinusoidal_encoding(s["n"], s["d"])
     errors, errors_pe = {}, {}
-    for name in ("attention", "attention_math"):
+    names = (models.ROLES.attention, models.ROLES.attention_explicit)
+    for name in names:
         layer = models.build(name, LayerConfig(d=s["d"], heads=s["heads"]), seed=seed)
         errors[name] = _num(permutation_error(layer, x, perm))
         errors_pe[name] = _num(permutation_error(layer, x, perm, pe))
@@ -421,7 +422,7 @@ def _claim_permutation_equivariance(seed: int) -> ClaimResult:
         statement="Self-attention without positional information is permutation-equivariant: permuting the input "
         "permutes the output; with sinusoidal encodings added it is not.",
         measured=worst,
-        expected=f"max |f(Px) − P f(x)| (attention, attention_math): ≤ {EQUIVARIANT_ATOL} (float32 rounding); "
+        expected=f"max |f(Px) − P f(x)| ({', '.join(names)}): ≤ {EQUIVARIANT_ATOL} (float32 rounding); "
         f"with encodings added ≥ {BROKEN_MIN}",
         verdict="holds" if ok else "fails",
         source=f"{PAPER}, §3.5; {D2L_SELF_ATTENTION}",

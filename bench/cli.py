@@ -6,6 +6,7 @@ naming the bad value and what is allowed, no traceback; 1 any other failure (a t
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import traceback
 from dataclasses import replace
@@ -172,21 +173,20 @@ def cmd_run(args, argv) -> int:
 
 # -------------------------------------------------------------------------------------------- paths
 def cmd_paths(args, argv) -> int:
-    from .paths import paths_table  # noqa: PLC0415
+    from .paths import DEFAULT_D, DEFAULT_WINDOW, paths_table  # noqa: PLC0415
 
     if args.preset is not None:
         cfg = get_preset(args.preset).paths or {}
-        layers, ns, ks, window = cfg.get("layers"), cfg.get("n"), cfg.get("k"), cfg.get("window", 16)
+        layers, ns, ks, window = cfg.get("layers"), cfg.get("n"), cfg.get("k"), cfg.get("window", DEFAULT_WINDOW)
     else:
-        layers, ns, ks, window = args.layers, args.n, args.k or [3], args.window or 16
+        layers, ns, ks, window = args.layers, args.n, args.k or [3], args.window or DEFAULT_WINDOW
     if not layers or not ns:
         raise BadInput("paths: give --preset NAME or --layers and --n")
-    for n in ns:
-        if "attention_local" in layers and window > n:
-            raise BadInput(f"--window {window}: must be at most n={n} for attention_local")
-    for k in ks:
-        if k % 2 == 0:
-            raise BadInput(f"--k {k}: the centered convolutions need odd kernel sizes (1, 3, 5, ...)")
+    for layer, n, k in itertools.product(layers, ns, ks):  # each layer's own check (models/), as in a sweep
+        try:
+            models.check(layer, models.LayerConfig(d=DEFAULT_D, k=k, window=window), n)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
     table = paths_table(layers, ns, ks, window=window)
     return _write_side_table(args, argv, "paths", table)
 
@@ -273,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--window",
         type=_positive_int("window"),
         default=None,
-        help="r, the window of attention_local (required for it)",
+        help="r, the window of restricted attention (required for it)",
     )
     run.add_argument(
         "--device",
@@ -317,7 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     paths.add_argument("--layers", type=_layer_list)
     paths.add_argument("--n", type=_int_list("n"))
     paths.add_argument("--k", type=_int_list("k"))
-    paths.add_argument("--window", type=_positive_int("window"), help="r of attention_local (default 16)")
+    paths.add_argument(
+        "--window", type=_positive_int("window"), help="r, the window of restricted attention (default 16)"
+    )
     paths.add_argument("--out", type=Path, help="a run folder to add paths.csv to, or a new folder")
 
     claims = sub.add_parser(

@@ -418,12 +418,9 @@ def predicted_exponent(metric: str, layer: str, sweep: pd.DataFrame, variable: s
 
 
 def _cfg(row) -> models.LayerConfig:
-    kwargs = {"d": int(row.d), "dtype": row.dtype}
-    for name in ("k", "heads", "window", "dilation"):
-        value = getattr(row, name, None)
-        if value is not None and not pd.isna(value):
-            kwargs[name] = int(value)
-    return models.LayerConfig(**kwargs)
+    return models.LayerConfig.of(
+        row.d, row.dtype, **{s: getattr(row, s, None) for s in ("k", "heads", "window", "dilation")}
+    )
 
 
 SWEEP_KEYS = ["layer", "device", "dtype", "batch", "n", "d", "k", "heads", "window"]
@@ -652,3 +649,28 @@ def crossover_n(ns, time_a, time_b) -> float | None:
             frac = -ratio[i - 1] / (ratio[i] - ratio[i - 1])
             return float(np.exp(np.log(ns[i - 1]) + frac * (np.log(ns[i]) - np.log(ns[i - 1]))))
     return None
+
+
+CLOSED_FORM_MAX_N = 2**40  # the search for a closed-form crossover stops here: "no crossover"
+
+
+def closed_form_crossover_n(layer_a: str, layer_b: str, batch: int, cfg: models.LayerConfig) -> int | None:
+    """The smallest n >= 1 at which layer a's FLOP formula (models/) reaches layer b's at the same batch and
+    config; 1 means a costs at least as much at every n, None that it costs less up to CLOSED_FORM_MAX_N.
+    Solved exactly on integers (doubling, then bisection), which assumes the difference a - b changes sign
+    at most once in n: true of the layers' costs, polynomials in n of degree at most 2."""
+
+    def a_reaches_b(n: int) -> bool:
+        return models.analytic_flops(layer_a, batch, n, cfg) >= models.analytic_flops(layer_b, batch, n, cfg)
+
+    if a_reaches_b(1):
+        return 1
+    low, high = 1, 2  # a < b at low
+    while not a_reaches_b(high):
+        if high >= CLOSED_FORM_MAX_N:
+            return None
+        low, high = high, high * 2
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if a_reaches_b(mid) else (mid, high)
+    return high

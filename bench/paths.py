@@ -53,7 +53,6 @@ Three measurements (the `paths.csv` columns):
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -153,17 +152,17 @@ def _uses_k(name: str) -> bool:
 
 
 def ends_margin(name: str, n: int, k: int) -> int:
-    """Positions added on each side of the sequence: k·n for conv_dilated (see the module docstring), 0 for
-    every other layer, whose rightward path never needs to leave 0..n-1."""
-    return k * n if name == "conv_dilated" else 0
+    """Positions added on each side of the sequence: the layer's `path.margin` (k·n for conv_dilated, see
+    the module docstring), 0 for a layer whose rightward path never needs to leave 0..n-1."""
+    return models.LAYERS[name].path.ends_margin(n, k)
 
 
 def stack_layer(
     name: str, index: int, d: int, k: int, window: int, seed: int = 0, dtype: torch.dtype = PROBE_DTYPE
 ) -> nn.Module:
-    """Layer `index` (0-based) of the measured stack: a fresh layer (seed + index); for conv_dilated at
-    dilation k^index."""
-    dilation = k**index if name == "conv_dilated" else 1
+    """Layer `index` (0-based) of the measured stack: a fresh layer (seed + index), at the dilation the
+    layer's path rule gives it (k^index for conv_dilated, 1 otherwise)."""
+    dilation = models.LAYERS[name].path.stack_dilation(index, k)
     cfg = models.LayerConfig(d=d, k=k, heads=1, window=window, dilation=dilation)
     return models.build(name, cfg, seed=seed + index).to(dtype)
 
@@ -200,18 +199,22 @@ def layers_to_cross(
     x = probe_input(length, d, seed)  # (1, length, d)
     reached = torch.zeros(length, dtype=torch.bool)
     reached[source] = True
+    rule = models.LAYERS[name].path
     for depth in range(1, cap + 1):
-        if name == "conv_dilated" and k ** (depth - 1) >= length:
+        dilation = rule.stack_dilation(depth - 1, k)
+        if dilation >= length:
             raise NeverCrosses(
-                f"conv_dilated k={k}, n={n}, margin={margin}: after {depth - 1} layers input 0 reaches positions "
-                f"{_span(reached, source)} but not n-1={n - 1}; the next dilation, {k ** (depth - 1)}, puts every "
-                f"tap but the centre outside the {length} positions, so no further layer can help"
+                f"{_describe(name, n, k, window)}, margin={margin}: after {depth - 1} layers input 0 reaches "
+                f"positions {_span(reached, source)} but not n-1={n - 1}; the next dilation, {dilation}, puts "
+                f"every tap but the centre outside the {length} positions, so no further layer can help"
             )
         layer = stack_layer(name, depth - 1, d, k, window, seed)
         x, now = probe(layer, x, reached)
         if now[target]:
             return depth
-        same_structure = name != "conv_dilated" or k == 1  # later dilations may still add positions
+        # A stack of one fixed structure (or of kernel size 1) that adds no position never will; growing
+        # dilations may still add positions later.
+        same_structure = rule.dilation is None or k == 1
         if same_structure and torch.equal(now, reached):  # the same map every layer: a fixed point
             raise NeverCrosses(
                 f"{_describe(name, n, k, window)}: layer {depth} adds no position (input 0 reaches "
@@ -225,7 +228,8 @@ def layers_to_cross(
 
 
 def _describe(name: str, n: int, k: int, window: int) -> str:
-    size = f"k={k}, " if _uses_k(name) else (f"window={window}, " if name == "attention_local" else "")
+    sizes = models.LAYERS[name].uses
+    size = f"k={k}, " if "k" in sizes else (f"window={window}, " if "window" in sizes else "")
     return f"{name} {size}n={n}"
 
 
@@ -235,30 +239,10 @@ def _span(reached: torch.Tensor, source: int) -> str:
 
 
 def layers_to_cross_formula(name: str, n: int, k: int = 3, window: int = DEFAULT_WINDOW) -> int | None:
-    """The closed form the measurement is compared with; None where no stack crosses.
-
-    conv, conv_separable: centered, each layer moves information (k-1)/2 positions: ceil((n-1)/((k-1)/2)).
-    conv_dilated (dilation k^l at layer l): L layers reach sum_l (k-1)/2·k^l = (k^L - 1)/2 positions, so the
-        fewest L with (k^L - 1)/2 >= n-1, i.e. ceil(log_k(2(n-1) + 1)): O(log_k n).
-    attention_local: query i sees keys i - r//2 .. i - r//2 + r - 1, so key j reaches queries up to
-        j + r//2: ceil((n-1)/(r//2)).
-    attention, attention_math: every query sees every key: 1. rnn, gru, lstm: causal, left to right, so
-        x_0 reaches every later output within one layer: 1.
-    """
+    """The closed form the measurement is compared with, the layer's own (`models.LAYERS[name].path`); None
+    where no stack crosses."""
     _check(name, n)
-    if name in ("conv", "conv_separable"):
-        half = (k - 1) // 2
-        return None if half == 0 else math.ceil((n - 1) / half)
-    if name == "conv_dilated":
-        if k < 3:
-            return None
-        layers = 0
-        while (k**layers - 1) // 2 < n - 1:  # integers: no floating-point log at exact powers
-            layers += 1
-        return layers
-    if name == "attention_local":
-        return None if window // 2 == 0 else math.ceil((n - 1) / (window // 2))
-    return 1
+    return models.LAYERS[name].path.layers(n, k, window)
 
 
 # ------------------------------------------------------------------------------------------- path hops
@@ -341,7 +325,7 @@ def path_hops(
     """(hops from input 0 to output n-1, how they were counted). Recurrent: cell steps on `.reference()`
     (one layer crosses). Others: one hop per layer, so the layers of the stack that crosses."""
     _check(name, n)
-    if name in models.RECURRENT:
+    if name in models.recurrent():
         hops = recurrent_path_hops(stack_layer(name, 0, d, k, window), probe_input(n, d))[n - 1]
         if hops is None:
             raise NeverCrosses(f"{name} n={n}: output n-1 of the reference does not depend on x_0")
@@ -394,7 +378,7 @@ def layer_seq_depth(
     for recurrent layers unless reference=False, `forward` otherwise."""
     _check(name, n)
     layer, x = stack_layer(name, 0, d, k, window), probe_input(n, d)
-    if reference and name in models.RECURRENT:
+    if reference and name in models.recurrent():
         return seq_depth(layer.reference, x), "reference"
     return seq_depth(layer, x), "forward"
 
@@ -407,7 +391,7 @@ def paths_row(name: str, n: int, k: int | None, window: int = DEFAULT_WINDOW, d:
         "layer": name,
         "n": n,
         "k": k,
-        "window": window if name == "attention_local" else None,
+        "window": window if "window" in models.LAYERS[name].uses else None,
         "d": d,
         "margin": ends_margin(name, n, kk),
         "error": "",
@@ -426,7 +410,7 @@ def paths_row(name: str, n: int, k: int | None, window: int = DEFAULT_WINDOW, d:
             row["layers_to_cross_no_margin"] = None  # expected for most n (module docstring); not an error
     else:
         row["layers_to_cross_no_margin"] = row["layers_to_cross"]
-    if name in models.RECURRENT or row["layers_to_cross"] is not None:
+    if name in models.recurrent() or row["layers_to_cross"] is not None:
         try:
             row["path_hops"], row["path_hops_of"] = path_hops(name, n, kk, window, d, row["layers_to_cross"])
         except NeverCrosses as exc:

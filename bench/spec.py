@@ -37,11 +37,9 @@ class PointSpec:
         return hashlib.sha1(self.key.encode()).hexdigest()[:12]
 
     def config(self) -> models.LayerConfig:
-        kwargs = {"d": self.d, "dtype": self.dtype}
-        for name in ("k", "heads", "window", "dilation"):
-            if getattr(self, name) is not None:
-                kwargs[name] = getattr(self, name)
-        return models.LayerConfig(**kwargs)
+        return models.LayerConfig.of(
+            self.d, self.dtype, k=self.k, heads=self.heads, window=self.window, dilation=self.dilation
+        )
 
     def as_row(self) -> dict:
         return asdict(self)
@@ -65,7 +63,9 @@ def _positive(name: str, value) -> int:
 
 
 def validate(spec: PointSpec) -> PointSpec:
-    """Raise BadInput naming the bad value and what is allowed; return the spec unchanged if fine."""
+    """Raise BadInput naming the bad value and what is allowed; return the spec unchanged if fine. The sizes
+    a layer reads must be positive integers; what else it needs (an odd k, heads dividing d, a window of at
+    most n) the layer's own `check` says (models/)."""
     if spec.layer not in models.LAYERS:
         raise BadInput(f"layer {spec.layer!r} is not built; allowed: {', '.join(models.LAYERS)}")
     for name in ("n", "d", "batch"):
@@ -74,29 +74,20 @@ def validate(spec: PointSpec) -> PointSpec:
         raise BadInput(f"dtype {spec.dtype!r}: allowed: {', '.join(models.DTYPES)}")
     if spec.device not in ("cpu", "cuda"):
         raise BadInput(f"device {spec.device!r}: allowed: cpu, cuda")
-    uses = models.LAYERS[spec.layer].uses
-    if "k" in uses:
-        k = _positive("k", spec.k)
-        if k % 2 == 0:
-            raise BadInput(f"k={k}: {spec.layer} is centered and needs an odd kernel size (1, 3, 5, ...)")
-    if "heads" in uses:
-        heads = _positive("heads", spec.heads)
-        if spec.d % heads:
-            raise BadInput(f"heads={heads}: d={spec.d} must be divisible by the number of heads")
-    if "window" in uses:
-        if spec.window is None:
-            raise BadInput(f"{spec.layer} needs a window: give --window R with 1 <= R <= n")
-        window = _positive("window", spec.window)
-        if window > spec.n:
-            raise BadInput(f"window={window}: must be at most n={spec.n} for {spec.layer}")
-    if spec.dilation is not None:
-        _positive("dilation", spec.dilation)
+    for name in models.LAYERS[spec.layer].uses:
+        if getattr(spec, name) is None:
+            raise BadInput(f"{spec.layer} needs {name}: give --{name}")
+        _positive(name, getattr(spec, name))
+    try:
+        models.check(spec.layer, spec.config(), spec.n)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
     return spec
 
 
-def default_dilation(k: int) -> int:
-    """conv_dilated as a sweep layer is the second layer of the k^l stack that `paths` measures."""
-    return k
+SWEPT_STACK_LAYER = (
+    1  # a layer whose dilation grows along its stack is swept as the stack's layer 1 (k for conv_dilated)
+)
 
 
 def expand_grid(
@@ -121,18 +112,16 @@ def expand_grid(
     ):
         if layer not in models.LAYERS:
             raise BadInput(f"layer {layer!r} is not built; allowed: {', '.join(models.LAYERS)}")
-        uses = models.LAYERS[layer].uses
+        cls = models.LAYERS[layer]
+        if "dilation" in cls.uses and dil is None and isinstance(kk, int):
+            dil = cls.path.stack_dilation(SWEPT_STACK_LAYER, kk)
+        sizes = {"k": kk, "heads": hh, "window": ww, "dilation": dil}
         spec = PointSpec(
             layer=layer,
             n=nn,
             d=dd,
             batch=b,
-            k=kk if "k" in uses else None,
-            heads=hh if "heads" in uses else None,
-            window=ww if "window" in uses else None,
-            dilation=(dil or (default_dilation(kk) if isinstance(kk, int) else None))
-            if layer == "conv_dilated"
-            else None,
+            **{name: value if name in cls.uses else None for name, value in sizes.items()},
             device=device,
             dtype=dtype,
         )

@@ -5,18 +5,28 @@ Each layer class carries its analytic cost next to its code:
     product and convolution (torch.utils.flop_counter's convention); biases, softmax, activations and
     gate arithmetic excluded.
   - `activation_bytes(batch, n, cfg, elem_bytes)`: an estimate of the activations the forward pass holds.
-  - `uses`: which of the sizes k, heads, window the layer reads.
+  - `uses`: which of the sizes k, heads, window, dilation the layer reads.
   - `table1`: its row of Vaswani et al. 2017, Table 1 (a `Table1Row`: the compute term as a function and as
     text, sequential operations, maximum path length), which fits and the report read from here.
+  - `path`: the closed form of the layers a stack needs to link input 0 to output n-1 (a `PathRule`), and
+    how `bench.paths` builds the stack it measures.
+  - `check(cfg, n=None)`: raises ValueError on a config the layer cannot take (an even k, heads not
+    dividing d, a window above n); the spec, the CLI and the layer's own constructor all ask it.
+  - `reference(x)`, recurrent layers only: the same weights as a transparent loop over time steps.
+
+Adding a layer: write its class with these attributes in a module here, register it in LAYERS, and add
+its tests (tests/test_layers.py runs every registered layer; tests/test_toy_layer.py shows the whole flow).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from .attention import Attention, AttentionLocal, AttentionMath
-from .config import DTYPES, LayerConfig, Table1Row
+from .config import DTYPES, LayerConfig, PathRule, Table1Row
 from .conv import Conv, ConvDilated, ConvSeparable
 from .recurrent import GRU, LSTM, RNN
 
@@ -32,7 +42,34 @@ LAYERS: dict[str, type[nn.Module]] = {
     "attention_local": AttentionLocal,
 }
 
-RECURRENT = ("rnn", "gru", "lstm")
+
+@dataclass(frozen=True)
+class Roles:
+    """The layers the report's and the claims' comparisons name, by role: with LAYERS, the only place that
+    spells layer names."""
+
+    attention: str = "attention"  # Table 1's self-attention row, run by the fused kernel
+    attention_explicit: str = "attention_math"  # the same computation with the n×n scores stored
+    recurrent: str = "lstm"  # the recurrent layer attention is compared with
+    convolution: str = "conv"  # the contiguous convolution
+
+
+ROLES = Roles()
+
+
+def recurrent() -> tuple[str, ...]:
+    """The registered layers with a step-by-step `reference()`: the recurrent ones."""
+    return tuple(name for name, cls in LAYERS.items() if hasattr(cls, "reference"))
+
+
+def check(name: str, cfg: LayerConfig, n: int | None = None) -> None:
+    """ValueError naming the layer and the bad size if layer `name` cannot take `cfg` (at length n)."""
+    if name not in LAYERS:
+        raise ValueError(f"unknown layer {name!r}; built: {', '.join(LAYERS)}")
+    try:
+        LAYERS[name].check(cfg, n)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
 
 
 def build(name: str, cfg: LayerConfig, device: str | torch.device = "cpu", seed: int = 0) -> nn.Module:
@@ -56,10 +93,13 @@ def analytic_activation_bytes(name: str, batch: int, n: int, cfg: LayerConfig) -
 
 __all__ = [
     "LAYERS",
-    "RECURRENT",
+    "ROLES",
     "DTYPES",
     "LayerConfig",
+    "PathRule",
     "Table1Row",
+    "recurrent",
+    "check",
     "build",
     "analytic_flops",
     "analytic_activation_bytes",

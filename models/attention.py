@@ -18,18 +18,28 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import LayerConfig, Table1Row
+from .config import CONSTANT_PATH, LayerConfig, PathRule, Table1Row
+
+
+def _local_layers(n: int, k: int, window: int) -> int | None:
+    # Query i sees keys i - r//2 .. i - r//2 + r - 1, so key j reaches queries up to j + r//2.
+    return None if window // 2 == 0 else math.ceil((n - 1) / (window // 2))
 
 
 class _SelfAttention(nn.Module):
     uses: tuple[str, ...] = ("heads",)
     # From n = 8d on, the table's 4·n²·d is at least 4x the projections' 8·n·d²: 80 % of the counted FLOPs.
     table1 = Table1Row(lambda n, d, k, r: n**2 * d, "O(n²·d)", "O(1)", "O(1)", fit_n_over_d=8)
+    path = CONSTANT_PATH
+
+    @staticmethod
+    def check(cfg: LayerConfig, n: int | None = None) -> None:
+        if cfg.heads < 1 or cfg.d % cfg.heads:
+            raise ValueError(f"heads={cfg.heads}: d={cfg.d} must be divisible by the number of heads")
 
     def __init__(self, cfg: LayerConfig):
         super().__init__()
-        if cfg.heads < 1 or cfg.d % cfg.heads:
-            raise ValueError(f"heads={cfg.heads}: d={cfg.d} must be divisible by the number of heads")
+        self.check(cfg)
         self.cfg = cfg
         self.heads = cfg.heads
         self.d_head = cfg.d // cfg.heads
@@ -92,11 +102,18 @@ class AttentionLocal(_SelfAttention):
 
     uses = ("heads", "window")
     table1 = Table1Row(lambda n, d, k, r: r * n * d, "O(r·n·d)", "O(1)", "O(n/r)", sizes=("window",))
+    path = PathRule(_local_layers, "⌈(n−1)/(r//2)⌉")
+
+    @staticmethod
+    def check(cfg: LayerConfig, n: int | None = None) -> None:
+        _SelfAttention.check(cfg)
+        if cfg.window is None or cfg.window < 1:
+            raise ValueError(f"window={cfg.window}: restricted attention needs a window r with 1 <= r <= n")
+        if n is not None and cfg.window > n:
+            raise ValueError(f"window={cfg.window}: must be at most n={n}")
 
     def __init__(self, cfg: LayerConfig):
         super().__init__(cfg)
-        if cfg.window is None or cfg.window < 1:
-            raise ValueError(f"window={cfg.window}: attention_local needs a window r >= 1")
         self.window = cfg.window
         self.left = cfg.window // 2  # keys before the query; window - 1 - left after it
 

@@ -33,6 +33,42 @@ class LayerConfig:
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
 
+    @classmethod
+    def of(cls, d: int, dtype: str = "float32", **sizes) -> LayerConfig:
+        """The config of a stored point or spec: sizes that are None or NaN (unused by the layer) are left at
+        their defaults, the others made int."""
+        return cls(d=int(d), dtype=dtype, **{k: int(v) for k, v in sizes.items() if v is not None and v == v})
+
+
+@dataclass(frozen=True)
+class PathRule:
+    """How information crosses a stack of the layer, in closed form; `bench.paths` measures the same on the
+    real layers and sets this beside it.
+
+    `layers(n, k, window)`: the fewest stacked layers after which output n-1 depends on input 0, None where
+    no stack crosses; `text`: the same as a formula. `dilation(index, k)`: the dilation of layer `index`
+    (0-based) of the measured stack, None when every layer is the same (a stack that adds no position at
+    one layer then never will). `margin(n, k)`: positions added on each side of the sequence when measuring,
+    None for none (a layer whose rightward path never needs to leave 0..n-1)."""
+
+    layers: Callable[[int, int, int], int | None]
+    text: str
+    dilation: Callable[[int, int], int] | None = None
+    margin: Callable[[int, int], int] | None = None
+
+    def stack_dilation(self, index: int, k: int) -> int:
+        return 1 if self.dilation is None else self.dilation(index, k)
+
+    def ends_margin(self, n: int, k: int) -> int:
+        return 0 if self.margin is None else self.margin(n, k)
+
+
+def accept_any(cfg: LayerConfig, n: int | None = None) -> None:
+    """The `check` of a layer that every LayerConfig fits."""
+
+
+CONSTANT_PATH = PathRule(lambda n, k, window: 1, "1")  # one layer already links input 0 to output n-1
+
 
 @dataclass(frozen=True)
 class Table1Row:

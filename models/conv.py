@@ -8,10 +8,12 @@ FLOPs follow torch.utils.flop_counter: 2 per multiply-accumulate, biases exclude
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
-from .config import LayerConfig, Table1Row
+from .config import LayerConfig, PathRule, Table1Row
 
 
 def _same_padding(k: int, dilation: int) -> int:
@@ -19,16 +21,47 @@ def _same_padding(k: int, dilation: int) -> int:
     return (k - 1) // 2 * dilation
 
 
+def _check_odd_k(cfg: LayerConfig, n: int | None = None) -> None:
+    if cfg.k < 1 or cfg.k % 2 == 0:
+        raise ValueError(f"k={cfg.k}: the centered convolution needs an odd kernel size (1, 3, 5, ...)")
+
+
+def _contiguous_layers(n: int, k: int, window: int) -> int | None:
+    # Centered: each layer moves information (k-1)/2 positions each way; k = 1 never moves it.
+    half = (k - 1) // 2
+    return None if half == 0 else math.ceil((n - 1) / half)
+
+
+def _dilated_layers(n: int, k: int, window: int) -> int | None:
+    # Dilation k^l at layer l: L layers reach sum_l (k-1)/2·k^l = (k^L - 1)/2 positions, so the fewest L
+    # with (k^L - 1)/2 >= n-1, i.e. ceil(log_k(2(n-1) + 1)): O(log_k n).
+    if k < 3:
+        return None
+    layers = 0
+    while (k**layers - 1) // 2 < n - 1:  # integers: no floating-point log at exact powers
+        layers += 1
+    return layers
+
+
+CONTIGUOUS_PATH = PathRule(_contiguous_layers, "⌈(n−1)/((k−1)/2)⌉")
+# Centered k^l stacks have one path from 0 to n-1, which for most n leaves 0..n-1, where zero padding cuts
+# it; measured inside k·n more positions each side, beyond the stack's reach (bench/paths.py explains).
+DILATED_PATH = PathRule(
+    _dilated_layers, "⌈log_k(2(n−1)+1)⌉", dilation=lambda index, k: k**index, margin=lambda n, k: k * n
+)
+
+
 class Conv(nn.Module):
     """Conv1d d -> d with an odd kernel k, centered: output i sees inputs i-(k-1)/2 .. i+(k-1)/2."""
 
     uses = ("k",)
     table1 = Table1Row(lambda n, d, k, r: k * n * d**2, "O(k·n·d²)", "O(1)", "O(n/k)", sizes=("k",))
+    path = CONTIGUOUS_PATH
+    check = staticmethod(_check_odd_k)
 
     def __init__(self, cfg: LayerConfig, dilation: int = 1):
         super().__init__()
-        if cfg.k < 1 or cfg.k % 2 == 0:
-            raise ValueError(f"k={cfg.k}: the centered convolution needs an odd kernel size >= 1")
+        self.check(cfg)
         self.cfg = cfg
         self.dilation = dilation
         self.conv = nn.Conv1d(cfg.d, cfg.d, cfg.k, padding=_same_padding(cfg.k, dilation), dilation=dilation)
@@ -49,10 +82,12 @@ class Conv(nn.Module):
 
 
 class ConvDilated(Conv):
-    """One centered convolution layer at a stated dilation (cfg.dilation; `paths` stacks k^l)."""
+    """One centered convolution layer at a stated dilation (cfg.dilation; `paths` stacks k^l). In a sweep
+    it is the stack's second layer: dilation k unless stated."""
 
-    uses = ("k",)
+    uses = ("k", "dilation")
     table1 = Table1Row(lambda n, d, k, r: k * n * d**2, "O(k·n·d²)", "O(1)", "O(log_k n)", sizes=("k",))
+    path = DILATED_PATH
 
     def __init__(self, cfg: LayerConfig):
         super().__init__(cfg, dilation=cfg.dilation)
@@ -66,11 +101,12 @@ class ConvSeparable(nn.Module):
 
     uses = ("k",)
     table1 = Table1Row(lambda n, d, k, r: k * n * d + n * d**2, "O(k·n·d + n·d²)", "O(1)", "O(n/k)", sizes=("k",))
+    path = CONTIGUOUS_PATH
+    check = staticmethod(_check_odd_k)
 
     def __init__(self, cfg: LayerConfig):
         super().__init__()
-        if cfg.k < 1 or cfg.k % 2 == 0:
-            raise ValueError(f"k={cfg.k}: the centered convolution needs an odd kernel size >= 1")
+        self.check(cfg)
         self.cfg = cfg
         self.depthwise = nn.Conv1d(cfg.d, cfg.d, cfg.k, padding=_same_padding(cfg.k, 1), groups=cfg.d)
         self.pointwise = nn.Conv1d(cfg.d, cfg.d, 1)

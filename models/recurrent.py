@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import LayerConfig, Table1Row
+from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any
 
 
 class _Recurrent(nn.Module):
@@ -23,6 +23,8 @@ class _Recurrent(nn.Module):
     fused_cls: type[nn.RNNBase]
     uses: tuple[str, ...] = ()
     table1 = Table1Row(lambda n, d, k, r: n * d**2, "O(n·d²)", "O(n)", "O(n)")
+    path = CONSTANT_PATH  # causal, left to right: x_0 reaches every later output within one layer
+    check = staticmethod(accept_any)
 
     def __init__(self, cfg: LayerConfig):
         super().__init__()

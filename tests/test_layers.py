@@ -1,6 +1,7 @@
 """The matched layers: shapes, fused against transparent references, fused against explicit attention."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -25,7 +26,7 @@ def test_output_shape_is_batch_n_d(name, batch, n):
         assert layer(x).shape == (batch, n, cfg.d)
 
 
-@pytest.mark.parametrize("name", models.RECURRENT)
+@pytest.mark.parametrize("name", models.recurrent())
 @pytest.mark.parametrize("batch,n,d", [(1, 5, 8), (2, 17, 32), (3, 40, 13)])
 def test_fused_recurrent_equals_step_by_step_reference(name, batch, n, d):
     layer = models.build(name, LayerConfig(d=d), seed=3)
@@ -124,3 +125,49 @@ def test_each_layer_carries_its_table1_row(name, compute, sequential, path, by_h
     row = models.LAYERS[name].table1
     assert (row.compute_text, row.sequential_text, row.path_text) == (compute, sequential, path)
     assert row.cost(100, 8, 5, 16) == pytest.approx(by_hand)
+
+
+@pytest.mark.parametrize(
+    "name, n, k, r, by_hand",
+    [
+        ("conv", 100, 5, 16, 50),  # ⌈99 / 2⌉
+        ("conv_separable", 100, 3, 16, 99),  # ⌈99 / 1⌉
+        ("conv", 100, 1, 16, None),  # a 1-tap kernel never moves information
+        ("conv_dilated", 100, 3, 16, 5),  # (3^5 - 1)/2 = 121 >= 99 > (3^4 - 1)/2 = 40
+        ("conv_dilated", 41, 3, 16, 4),  # (3^4 - 1)/2 = 40 >= 40: an exact power
+        ("attention_local", 100, 3, 16, 13),  # ⌈99 / 8⌉
+        ("attention_local", 100, 3, 1, None),  # a window of 1 sees only itself
+        ("attention", 100, 3, 16, 1),
+        ("lstm", 100, 3, 16, 1),
+    ],
+)
+def test_each_layer_carries_its_path_formula(name, n, k, r, by_hand):
+    assert models.LAYERS[name].path.layers(n, k, r) == by_hand
+
+
+@pytest.mark.parametrize("name", list(models.LAYERS))
+def test_each_layer_has_the_whole_descriptor(name):
+    cls = models.LAYERS[name]
+    assert isinstance(cls.table1, models.Table1Row) and isinstance(cls.path, models.PathRule)
+    assert set(cls.uses) <= {"k", "heads", "window", "dilation"}
+    assert set(cls.table1.sizes) <= set(cls.uses)
+    for attribute in ("check", "flops", "activation_bytes"):
+        assert callable(getattr(cls, attribute)), attribute
+
+
+@pytest.mark.parametrize(
+    "name, cfg, n, message",
+    [
+        ("conv", LayerConfig(d=8, k=4), None, "conv: k=4: the centered convolution needs an odd kernel size"),
+        ("conv_separable", LayerConfig(d=8, k=0), None, "conv_separable: k=0"),
+        ("attention", LayerConfig(d=8, heads=3), None, "attention: heads=3: d=8 must be divisible"),
+        ("attention_local", LayerConfig(d=8, window=None), None, "attention_local: window=None"),
+        ("attention_local", LayerConfig(d=8, window=32), 16, "attention_local: window=32: must be at most n=16"),
+    ],
+)
+def test_each_layer_checks_its_own_config(name, cfg, n, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        models.check(name, cfg, n)
+    if n is None:  # the constructor asks the same check
+        with pytest.raises(ValueError):
+            models.build(name, cfg)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import sys
 import threading
 
@@ -150,13 +151,22 @@ def test_rss_fields_are_positive_on_linux():
     assert peak.rss_method in ("vmhwm-reset", "vmhwm-grew", "rss-sampled")
 
 
-# 64 MiB is above glibc's largest mmap threshold (32 MiB), so the pages are fresh and must become resident.
 _TOUCHED = 64 * MiB
+
+
+def _touch_fresh_pages():
+    """Writes _TOUCHED bytes of a new anonymous mapping, pages no allocator of the process can have held
+    before (a torch tensor of the same size may be served from freed heap pages that are already resident,
+    depending on what ran earlier in the process); returns the mapping and the tensor over it, still held."""
+    buffer = mmap.mmap(-1, _TOUCHED)
+    pages = torch.frombuffer(buffer, dtype=torch.uint8)
+    pages.fill_(1)
+    return buffer, pages
 
 
 @pytest.mark.skipif(not ON_LINUX, reason="VmHWM is Linux's")
 def test_rss_peak_sees_touched_pages():
-    peak = measure_memory(lambda: torch.ones(_TOUCHED, dtype=torch.uint8), "cpu")
+    peak = measure_memory(_touch_fresh_pages, "cpu")
     assert peak.rss_peak_bytes - peak.rss_base_bytes >= 0.95 * _TOUCHED
 
 
@@ -165,7 +175,7 @@ def test_rss_falls_back_without_clear_refs(monkeypatch, tmp_path, status_readabl
     monkeypatch.setattr(memory, "_CLEAR_REFS", tmp_path / "missing" / "clear_refs")  # not writable
     if not status_readable:
         monkeypatch.setattr(memory, "_STATUS", tmp_path / "missing" / "status")
-    peak = measure_memory(lambda: torch.ones(_TOUCHED, dtype=torch.uint8), "cpu")
+    peak = measure_memory(_touch_fresh_pages, "cpu")
     expected = ("vmhwm-grew", "rss-sampled") if status_readable and ON_LINUX else ("rss-sampled",)
     assert peak.rss_method in expected
     # The returned tensor is still held when the RSS after the call is read, so even the sampled lower

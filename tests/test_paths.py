@@ -153,12 +153,12 @@ def test_poison_probe_agrees_with_forward_mode_structure(layer, start):
         _, by_tangent = reached_by_tangent(layer_l, x, by_tangent)
         assert by_poison.tolist() == by_tangent.tolist(), (layer, index)
         x = x_next
-    if layer in models.RECURRENT:  # causal: nothing before the start is reached
+    if layer in models.recurrent():  # causal: nothing before the start is reached
         assert not by_poison[:start].any() and by_poison[start:].all()
 
 
 # -------------------------------------------------------------------------------------------- path_hops
-@pytest.mark.parametrize("layer", models.RECURRENT)
+@pytest.mark.parametrize("layer", models.recurrent())
 def test_recurrent_hops_are_one_step_per_position(layer):
     # Output t is made t cell steps after x_0 enters (step 0), through the hidden (and cell) state.
     n = 8
@@ -303,7 +303,7 @@ def test_quick_one_layer_and_hops(quick_table, layer):
     for n in NS:
         row = _row(quick_table, layer, n)
         assert row.layers_to_cross == 1
-        assert row.path_hops == (n - 1 if layer in models.RECURRENT else 1)
+        assert row.path_hops == (n - 1 if layer in models.recurrent() else 1)
 
 
 def test_depth_lstm_reference_grows_attention_does_not(quick_table):

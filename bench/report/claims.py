@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 import matplotlib.pyplot as plt
 
+import models
+
 from ..errors import RunFailed
 from .context import ReportContext
 
@@ -172,9 +174,10 @@ def _fig_softmax_saturation(d: dict):
 def _fig_multihead_cost(d: dict):
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
     h = d["heads"]
-    a.plot(h, [f / 1e6 for f in d["flops_counted"]], "o-", label="attention_math")
-    if "flops_counted_attention" in d:
-        a.plot(h, [f / 1e6 for f in d["flops_counted_attention"]], "s--", mfc="none", label="attention (SDPA)")
+    explicit, fused = models.ROLES.attention_explicit, models.ROLES.attention
+    a.plot(h, [f / 1e6 for f in d["flops_counted"]], "o-", label=explicit)
+    if f"flops_counted_{fused}" in d:
+        a.plot(h, [f / 1e6 for f in d[f"flops_counted_{fused}"]], "s--", mfc="none", label=f"{fused} (SDPA)")
     a.set(
         xscale="log",
         xlabel="heads h",
@@ -182,8 +185,8 @@ def _fig_multihead_cost(d: dict):
         title="Counted FLOPs",
         ylim=(0, max(d["flops_counted"]) / 1e6 * 1.2),
     )
-    b.plot(h, [t * 1e3 for t in d["time_median_s_attention_math"]], "o-", label="attention_math")
-    b.plot(h, [t * 1e3 for t in d["time_median_s_attention"]], "s-", label="attention (SDPA)")
+    b.plot(h, [t * 1e3 for t in d[f"time_median_s_{explicit}"]], "o-", label=explicit)
+    b.plot(h, [t * 1e3 for t in d[f"time_median_s_{fused}"]], "s-", label=f"{fused} (SDPA)")
     b.set(xscale="log", xlabel="heads h", ylabel="median time (ms)", title="Time", ylim=(0, None))
     for ax in (a, b):
         _ticks(ax, h)

@@ -13,14 +13,23 @@ import models
 from .context import ReportContext
 
 TITLE = "## Maximum path length and sequential operations\n"
-PLOT_LAYERS = ("conv", "conv_dilated", "attention_local", "attention")  # one line per k / window each
-FORMULA_TEXT = {
-    "conv": "⌈(n−1)/((k−1)/2)⌉",
-    "conv_separable": "⌈(n−1)/((k−1)/2)⌉",
-    "conv_dilated": "⌈log_k(2(n−1)+1)⌉",
-    "attention_local": "⌈(n−1)/(r//2)⌉",
-}
 _IDENTITY = ["layer", "n", "k", "window"]
+SIZE_SYMBOL = {"k": "k", "window": "r"}  # the size a layer's path depends on, as the formulas write it
+
+
+def _path_size(layer: str) -> str | None:
+    """The column (k or window) that a layer's path length depends on, None for a constant path."""
+    sizes = [s for s in models.LAYERS[layer].table1.sizes if s in SIZE_SYMBOL]
+    return sizes[0] if sizes else None
+
+
+def _plot_layers() -> dict[str, list[str]]:
+    """One line per distinct path rule (layers sharing a rule, such as conv and conv_separable, are one
+    line, named after all of them): {first layer: every layer with its rule}."""
+    by_rule: dict[int, list[str]] = {}
+    for name, cls in models.LAYERS.items():
+        by_rule.setdefault(id(cls.path), []).append(name)
+    return {names[0]: names for names in by_rule.values()}
 
 
 def _int(value) -> int | None:
@@ -45,7 +54,7 @@ def _key(row, what: str) -> str:
     parts = ["paths", row.layer]
     if _int(row.k) is not None:
         parts.append(f"k{_int(row.k)}")
-    if row.layer == "attention_local" and _int(row.window) is not None:
+    if _path_size(row.layer) == "window" and _int(row.window) is not None:
         parts.append(f"r{_int(row.window)}")
     return ".".join(parts + [f"n{int(row.n)}", what])
 
@@ -57,10 +66,10 @@ def _cite(ctx: ReportContext, row, column: str, unit: str) -> str:
     return "never" if value is None else ctx.cite(_key(row, column), value, unit, row.run_id)
 
 
-def _label(row) -> str:
-    if row.layer == "attention_local":
-        return f"attention_local r={_int(row.window)}"
-    return f"{row.layer} k={_int(row.k)}" if _int(row.k) is not None else row.layer
+def _label(row, names: list[str] | None = None) -> str:
+    name = ", ".join(names or [row.layer])
+    size = _path_size(row.layer)
+    return name if size is None else f"{name} {SIZE_SYMBOL[size]}={_int(row[size])}"
 
 
 def _table(ctx: ReportContext, rows: pd.DataFrame) -> str:
@@ -84,7 +93,7 @@ def _ends(rows: pd.DataFrame, layer: str) -> list[tuple[object, pd.Series, pd.Se
     """(k or window, row at the smallest n, row at the largest n) for each k/window of `layer`."""
     out = []
     part = rows[rows["layer"] == layer]
-    group_by = "window" if layer == "attention_local" else "k"
+    group_by = _path_size(layer) or "k"
     for size, group in part.groupby(part[group_by].astype("Float64").fillna(-1), sort=True):
         group = group.sort_values("n")
         if len(group) >= 1:
@@ -94,16 +103,18 @@ def _ends(rows: pd.DataFrame, layer: str) -> list[tuple[object, pd.Series, pd.Se
 
 def _findings(ctx: ReportContext, rows: pd.DataFrame) -> list[str]:
     items = []
-    for layer in ("conv", "conv_separable", "conv_dilated", "attention_local"):
+    growing = [name for name in models.LAYERS if _path_size(name) is not None]
+    for layer in growing:
+        rule = models.LAYERS[layer].path
         for size, lo, hi in _ends(rows, layer):
-            what = f"r = {size}" if layer == "attention_local" else f"k = {size}"
             text = (
-                f"- **{layer}** ({what}): {_cite(ctx, lo, 'layers_to_cross', 'layers')} at n = {int(lo.n)}, "
+                f"- **{layer}** ({SIZE_SYMBOL[_path_size(layer)]} = {size}): "
+                f"{_cite(ctx, lo, 'layers_to_cross', 'layers')} at n = {int(lo.n)}, "
                 f"{_cite(ctx, hi, 'layers_to_cross', 'layers')} at n = {int(hi.n)}; the closed form "
-                f"{FORMULA_TEXT[layer]} gives {_cite(ctx, lo, 'layers_to_cross_formula', 'layers')} and "
+                f"{rule.text} gives {_cite(ctx, lo, 'layers_to_cross_formula', 'layers')} and "
                 f"{_cite(ctx, hi, 'layers_to_cross_formula', 'layers')}."
             )
-            if layer == "conv_dilated":
+            if rule.margin is not None:
                 text += (
                     f" Measured with the two positions inside a longer sequence ({_cite(ctx, hi, 'margin', 'positions')} "
                     f"more each side at n = {int(hi.n)}): the centered k^l stack has one path from 0 to "
@@ -113,7 +124,7 @@ def _findings(ctx: ReportContext, rows: pd.DataFrame) -> list[str]:
                     f"(never: position n−1 is unreachable at any depth)."
                 )
             items.append(text)
-    for layer in ("attention", "attention_math", *models.RECURRENT):
+    for layer in [name for name in models.LAYERS if name not in growing]:
         for _, lo, hi in _ends(rows, layer):
             items.append(
                 f"- **{layer}**: {_cite(ctx, lo, 'layers_to_cross', 'layers')} at n = {int(lo.n)} and "
@@ -133,7 +144,7 @@ def _depth_text(ctx: ReportContext, rows: pd.DataFrame) -> str:
         "time: "
     )
     parts = []
-    for layer in models.RECURRENT:
+    for layer in models.recurrent():
         for _, lo, hi in _ends(rows, layer):
             ratio = hi.seq_depth / lo.seq_depth if lo.seq_depth else math.nan
             parts.append(
@@ -151,22 +162,23 @@ def _depth_text(ctx: ReportContext, rows: pd.DataFrame) -> str:
         "does see.) "
     )
     consts = []
-    for layer in ("attention", "attention_math", "attention_local", "conv", "conv_dilated", "conv_separable"):
+    for layer in [name for name in models.LAYERS if name not in models.recurrent()]:
         for _, lo, hi in _ends(rows, layer)[:1]:  # the depth of one layer does not depend on k or r
             consts.append(
                 f"{layer} {_cite(ctx, lo, 'seq_depth', 'ops')} at n = {int(lo.n)}, "
                 f"{_cite(ctx, hi, 'seq_depth', 'ops')} at n = {int(hi.n)}"
             )
     if consts:
-        text += "Attention and convolution stay constant in n: " + "; ".join(consts) + ".\n"
+        text += "The layers without a step loop stay constant in n: " + "; ".join(consts) + ".\n"
     return text
 
 
 def _figure(ctx: ReportContext, rows: pd.DataFrame) -> str:
-    data = rows[rows["layer"].isin(PLOT_LAYERS) & rows["layers_to_cross"].notna()].copy()
+    lines = _plot_layers()
+    data = rows[rows["layer"].isin(list(lines)) & rows["layers_to_cross"].notna()].copy()
     if data.empty:
         return ""
-    data["series"] = [_label(row) for _, row in data.iterrows()]
+    data["series"] = [_label(row, lines[row.layer]) for _, row in data.iterrows()]
     data["layers_to_cross"] = data["layers_to_cross"].astype(float)
     series = list(dict.fromkeys(data["series"]))
     palette = dict(zip(series, sns.color_palette(n_colors=len(series))))

@@ -17,7 +17,7 @@ from ..spec import device_keys
 from .context import ReportContext
 
 METRIC_LABEL = {"time": "time per forward pass (s)", "flops": "FLOPs (counted)", "memory": "peak allocated bytes"}
-LAYER_ORDER = list(models.LAYERS)
+CROSSOVER_K = 3  # the kernel size of the convolution attention is compared with
 
 
 def primary_sweeps(points: pd.DataFrame, variable: str) -> pd.DataFrame:
@@ -51,7 +51,7 @@ def _loglog_plot(
             style="layer",
             markers=True,
             dashes=False,
-            hue_order=[l for l in LAYER_ORDER if l in set(part["layer"])],
+            hue_order=[l for l in models.LAYERS if l in set(part["layer"])],
             ax=ax,
         )
         ax.set(xscale="log", yscale="log", xlabel=variable, ylabel=METRIC_LABEL[metric], title=f"{source}")
@@ -227,7 +227,8 @@ def flops_check(ctx: ReportContext) -> str:
 def two_term_section(ctx: ReportContext) -> str:
     ok = ctx.points[(ctx.points["status"] == "ok")]
     out = []
-    for (source, layer), group in ok[ok["layer"].isin(["attention", "attention_math"])].groupby(["source", "layer"]):
+    pair = [models.ROLES.attention, models.ROLES.attention_explicit]
+    for (source, layer), group in ok[ok["layer"].isin(pair)].groupby(["source", "layer"]):
         if len(group) < 4:
             continue
         c, a, b, rms = fits.two_term_fit(group)
@@ -252,66 +253,66 @@ def two_term_section(ctx: ReportContext) -> str:
 
 
 def crossover_section(ctx: ReportContext) -> str:
-    """Where attention's time and FLOPs overtake the LSTM's and the convolution's, for each d."""
+    """Where attention's time and FLOPs overtake the recurrent layer's and the convolution's, for each d
+    (the layers by role: models.ROLES)."""
     ok = ctx.points[ctx.points["status"] == "ok"]
+    attention = models.ROLES.attention
     rows, lines = [], []
-    for (source, d, batch, _heads), att in ok[ok["layer"] == "attention"].groupby(["source", "d", "batch", "heads"]):
+    for (source, d, batch, heads), att in ok[ok["layer"] == attention].groupby(["source", "d", "batch", "heads"]):
         group = ok[(ok["source"] == source) & (ok["d"] == d) & (ok["batch"] == batch)]
         att = att.set_index("n")
-        for other in ("lstm", "conv"):
-            oth = group[(group["layer"] == other) & ((group["k"] == 3) | group["k"].isna())].set_index("n")
+        for other in (models.ROLES.recurrent, models.ROLES.convolution):
+            oth = group[(group["layer"] == other) & ((group["k"] == CROSSOVER_K) | group["k"].isna())].set_index("n")
             common = sorted(set(att.index) & set(oth.index))
             if len(common) < 3:
                 continue
             run_id = att["run_id"].iloc[-1]
             measured = fits.crossover_n(common, att.loc[common, "time_median_s"], oth.loc[common, "time_median_s"])
             counted = fits.crossover_n(common, att.loc[common, "flops_counted"], oth.loc[common, "flops_counted"])
-            # The exact ratio of our closed forms: attention 8nd² + 4n²d against lstm 16nd² (n* = 2d) and
-            # conv 2knd² (n* = (2k - 8)d/4, none for k <= 4: attention's projections alone cost more).
-            predicted = int(2 * d) if other == "lstm" else None  # conv k = 3: 6nd² < 8nd², never
-            base = f"{source}.crossover.attention_vs_{other}.d{int(d)}.batch{int(batch)}"
+            cfg = models.LayerConfig(d=int(d), k=CROSSOVER_K, heads=int(heads))
+            predicted = fits.closed_form_crossover_n(attention, other, int(batch), cfg)
+            base = f"{source}.crossover.{attention}_vs_{other}.d{int(d)}.batch{int(batch)}"
 
             def fmt(value, what):
                 if value is None:
-                    below = (
-                        att.loc[common[0], "time_median_s" if what == "time" else "flops_counted"]
-                        >= oth.loc[common[0], "time_median_s" if what == "time" else "flops_counted"]
-                    )
-                    return f"none in n = {common[0]}..{common[-1]} (attention {'costlier' if below else 'cheaper'} throughout)"
+                    column = "time_median_s" if what == "time" else "flops_counted"
+                    below = att.loc[common[0], column] >= oth.loc[common[0], column]
+                    return f"none in n = {common[0]}..{common[-1]} ({attention} {'costlier' if below else 'cheaper'} throughout)"
                 return ctx.cite(f"{base}.{what}_n", int(round(value)), "positions", run_id)
 
+            if predicted is None:
+                closed = f"none: {attention} costs fewer FLOPs at every n"
+            elif predicted == 1:
+                closed = f"none: {attention} costs more FLOPs at every n"
+            else:
+                closed = ctx.cite(base + ".predicted_n", predicted, "positions", run_id)
             lines.append(
                 f"| {source} | {int(d)} | {int(batch)} | {other} | {fmt(measured, 'time')} | {fmt(counted, 'flops')} | "
-                f"{'n < d (paper)' if other == 'lstm' else '-'} | "
-                f"{ctx.cite(base + '.predicted_n', predicted, 'positions', run_id) if predicted else 'none: attention always costs more FLOPs'} |"
+                f"{'n < d (paper)' if other in models.recurrent() else '-'} | {closed} |"
             )
-            if measured is not None:
+            for value, kind in ((measured, "time, measured"), (counted, "FLOPs, counted")):
+                if value is not None:
+                    rows.append(
+                        {"source": source, "d": d, "vs": f"{other}, batch {int(batch)}", "n*": value, "kind": kind}
+                    )
+            if predicted is not None and predicted > 1:
                 rows.append(
                     {
                         "source": source,
                         "d": d,
                         "vs": f"{other}, batch {int(batch)}",
-                        "n*": measured,
-                        "kind": "time, measured",
-                    }
-                )
-            if counted is not None:
-                rows.append(
-                    {
-                        "source": source,
-                        "d": d,
-                        "vs": f"{other}, batch {int(batch)}",
-                        "n*": counted,
-                        "kind": "FLOPs, counted",
+                        "n*": predicted,
+                        "kind": "closed form",
                     }
                 )
     if not lines:
-        return "_No n-sweep with attention beside lstm or conv at the same d._\n"
+        return f"_No n-sweep with {attention} beside {models.ROLES.recurrent} or {models.ROLES.convolution} at the same d._\n"
     text = (
-        "Sequence length n* where attention becomes costlier than the other layer (log-log interpolation "
+        f"Sequence length n* where {attention} becomes costlier than the other layer (log-log interpolation "
         "between measured points). The paper's rule of thumb: self-attention is cheaper than a recurrent "
-        "layer when n < d (it compares only n²·d with n·d²); our counts include attention's four "
-        "projections, 8·n·d² + 4·n²·d against the LSTM's 16·n·d², so FLOPs cross at n* = 2d.\n\n"
+        "layer when n < d (it compares only n²·d with n·d²). The closed-form n* is the smallest n at which the "
+        f"FLOP formulas of the two layers (models/; {attention}'s includes its four projections, which Table 1 "
+        f"leaves out) cross, solved at each point's d, batch and heads (k = {CROSSOVER_K}).\n\n"
         "| source | d | batch | against | n* by time | n* by counted FLOPs | paper | n* by closed form |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(lines) + "\n"
     )
@@ -321,10 +322,11 @@ def crossover_section(ctx: ReportContext) -> str:
         sns.lineplot(data=data, x="d", y="n*", hue="vs", style="kind", markers=True, ax=ax)
         ds = np.array(sorted(data["d"].unique()), float)
         ax.plot(ds, ds, "k:", label="n = d (paper)")
-        ax.plot(ds, 2 * ds, "k--", label="n = 2d (our FLOP counts vs lstm)")
-        ax.set(xscale="log", yscale="log", xlabel="d", ylabel="crossover n*", title="Where attention overtakes")
+        ax.set(xscale="log", yscale="log", xlabel="d", ylabel="crossover n*", title=f"Where {attention} overtakes")
         ax.legend(fontsize=7)
-        text += "\n" + ctx.figure(fig, "crossover", "Crossover n* against d: measured (time) and counted (FLOPs).")
+        text += "\n" + ctx.figure(
+            fig, "crossover", "Crossover n* against d: measured (time), counted (FLOPs) and solved from the formulas."
+        )
     return text
 
 
@@ -382,7 +384,7 @@ def peak_section(ctx: ReportContext) -> str:
         hue="layer",
         style="source",
         ax=ax,
-        hue_order=[l for l in LAYER_ORDER if l in set(ok["layer"])],
+        hue_order=[l for l in models.LAYERS if l in set(ok["layer"])],
     )
     ax.axhline(1.0, color="k", ls=":", lw=1)
     ax.set(
@@ -408,8 +410,9 @@ def peak_section(ctx: ReportContext) -> str:
 
 
 def memory_pair_plot(ctx: ReportContext) -> str:
-    """attention (fused) against attention_math (explicit scores) side by side."""
-    ok = ctx.points[(ctx.points["status"] == "ok") & ctx.points["layer"].isin(["attention", "attention_math"])]
+    """Fused attention against the explicit form that stores the scores, side by side (models.ROLES)."""
+    fused, explicit = models.ROLES.attention, models.ROLES.attention_explicit
+    ok = ctx.points[(ctx.points["status"] == "ok") & ctx.points["layer"].isin([fused, explicit])]
     data = primary_sweeps(ok, "n")
     if data.empty:
         return ""
@@ -422,7 +425,7 @@ def memory_pair_plot(ctx: ReportContext) -> str:
     return ctx.figure(
         fig,
         "memory_attention_pair",
-        "Peak memory of attention (fused kernel) and attention_math (explicit n×n scores) against n.",
+        f"Peak memory of {fused} (fused kernel) and {explicit} (explicit n×n scores) against n.",
     )
 
 
@@ -462,7 +465,7 @@ def sequential_time_section(ctx: ReportContext) -> str:
     dependent steps against attention's and convolution's one parallel pass. On a GPU, attention and
     convolution stay nearly flat until the device fills while the recurrence grows ~linearly in n."""
     ok = ctx.points[ctx.points["status"] == "ok"]
-    wanted = ["rnn", "gru", "lstm", "conv", "attention"]
+    wanted = [*models.recurrent(), models.ROLES.convolution, models.ROLES.attention]
     parts, frames = [], []
     for source, part in ok.groupby("source"):
         part = part[part["layer"].isin(wanted) & ((part["k"] == 3) | part["k"].isna())]
