@@ -93,6 +93,79 @@ def claims_frame(results: list[ClaimResult]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*COLUMNS, "unit", "details"])
 
 
+@dataclass(frozen=True)
+class Statement:
+    """A claim as the textbook makes it, and where."""
+
+    text: str
+    source: str  # paper and section, or d2l.ai chapter
+
+
+# Every claim measured here, by claim_id: the one place its statement and source are written.
+STATEMENTS: dict[str, Statement] = {
+    "dot_product_variance": Statement(
+        "For q, k with independent zero-mean unit-variance components, q·k has variance d_k; "
+        "dividing by √d_k brings it back to 1.",
+        f"{PAPER}, §3.2.1 and footnote 4",
+    ),
+    "softmax_saturation": Statement(
+        "Without the 1/√d_k scaling, large d_k pushes the softmax into saturation (one weight near 1) "
+        "where its gradients are extremely small.",
+        f"{PAPER}, §3.2.1",
+    ),
+    "multihead_cost": Statement(
+        "Multi-head attention with d_k = d_v = d/h costs about the same as single-head attention of full width d.",
+        f"{PAPER}, §3.2.2",
+    ),
+    "dot_vs_additive": Statement(
+        "Dot-product attention is much faster than additive attention in practice, though the two are "
+        "similar in theoretical complexity.",
+        f"{PAPER}, §3.2.1; additive attention: Bahdanau et al. 2015; d2l.ai §11.3 Attention Scoring Functions",
+    ),
+    "permutation_equivariance": Statement(
+        "Self-attention without positional information is permutation-equivariant: permuting the input "
+        "permutes the output; with sinusoidal encodings added it is not.",
+        f"{PAPER}, §3.5; {D2L_SELF_ATTENTION}",
+    ),
+    "pe_rotation": Statement(
+        "For any fixed offset k, PE(pos + k) is a linear function of PE(pos): the same rotation M_k for every pos.",
+        f"{PAPER}, §3.5; {D2L_SELF_ATTENTION} (relative positional information)",
+    ),
+    "pe_distinct": Statement(
+        "Every position gets a distinct sinusoidal encoding.",
+        f"{PAPER}, §3.5; {D2L_SELF_ATTENTION} (absolute positional information)",
+    ),
+    "pe_wavelengths": Statement(
+        "The wavelengths of the sinusoidal encoding form a geometric progression from 2π to 10000·2π.",
+        f"{PAPER}, §3.5",
+    ),
+    "pe_variance_one_third": Statement(
+        "Sinusoidal positional encodings have variance about 1/3 (study-note claim used to argue for "
+        "the √d_model embedding scale).",
+        f"study notes (not in the paper); cf. {PAPER}, §3.4 and §3.5",
+    ),
+    "embedding_scale": Statement(
+        "Multiplying the embeddings by √d_model makes the embedding's scale dominate the positional encoding's.",
+        f"{PAPER}, §3.4 (Embeddings and Softmax)",
+    ),
+    "causal_mask": Statement(
+        "A causal mask (−∞ on future positions before the softmax) gives exactly zero weight to future positions.",
+        f"{PAPER}, §3.2.3",
+    ),
+    "extrapolation": Statement(
+        "A learned position table cannot represent positions beyond its length; the sinusoidal function can.",
+        f"{PAPER}, §3.5 (sinusoids 'may allow the model to extrapolate to sequence lengths longer than "
+        f"the ones encountered during training')",
+    ),
+}
+
+
+def _result(claim_id: str, measured, expected: str, verdict: str, details: dict, unit: str = "1") -> ClaimResult:
+    """The ClaimResult of `claim_id`, its statement and source from STATEMENTS."""
+    said = STATEMENTS[claim_id]
+    return ClaimResult(claim_id, said.text, measured, expected, verdict, said.source, unit, details)
+
+
 def _num(value: float | int | torch.Tensor, digits: int = 6) -> float:
     """A plain float with `digits` significant digits, for JSON and the CSV."""
     value = float(value)
@@ -167,15 +240,12 @@ def _claim_dot_product_variance(seed: int) -> ClaimResult:
     raw, scaled = zip(*(_sampled_dot_variances(d_k, VARIANCE_SAMPLES, gen) for d_k in D_KS))
     deviations = [abs(s - 1) for s in scaled]  # = |var(q·k)/d_k − 1|
     worst = max(deviations)
-    return ClaimResult(
-        claim_id="dot_product_variance",
-        statement="For q, k with independent zero-mean unit-variance components, q·k has variance d_k; "
-        "dividing by √d_k brings it back to 1.",
+    return _result(
+        "dot_product_variance",
         measured=_num(worst, 4),
         expected=f"largest |var(q·k/√d_k) − 1| over d_k in {list(D_KS)}: ≤ {VARIANCE_REL_TOL} "
         f"({VARIANCE_SAMPLES:,} samples each)",
         verdict="holds" if worst <= VARIANCE_REL_TOL else "fails",
-        source=f"{PAPER}, §3.2.1 and footnote 4",
         details={
             "d_k": list(D_KS),
             "var_unscaled": [_num(v) for v in raw],
@@ -230,16 +300,13 @@ def _claim_softmax_saturation(seed: int) -> ClaimResult:
         verdict = "partly"
     else:
         verdict = "fails"
-    return ClaimResult(
-        claim_id="softmax_saturation",
-        statement="Without the 1/√d_k scaling, large d_k pushes the softmax into saturation (one weight near 1) "
-        "where its gradients are extremely small.",
+    return _result(
+        "softmax_saturation",
         measured=_num(mean_ratio, 4),
         expected=f"mean softmax-Jacobian norm over queries, unscaled / scaled, at d_k = {D_KS[-1]} "
         f"({SATURATION_KEYS} keys): ≤ {SMALL_GRAD_RATIO}; with unscaled mean max weight ≥ "
         f"{SATURATED_MAX_WEIGHT} and scaled max weight flat over d_k (ratio ≤ {SCALED_FLAT_RATIO})",
         verdict=verdict,
-        source=f"{PAPER}, §3.2.1",
         details={
             "d_k": list(D_KS),
             "keys": SATURATION_KEYS,
@@ -287,15 +354,12 @@ def _claim_multihead_cost(seed: int) -> ClaimResult:
         verdict = "holds" if max(ratio, ratio_fused) <= TIME_SIMILAR_RATIO else "partly"
     slowest = MULTIHEAD_HEADS[times_math.index(max(times_math))]
     fastest = MULTIHEAD_HEADS[times_math.index(min(times_math))]
-    return ClaimResult(
-        claim_id="multihead_cost",
-        statement="Multi-head attention with d_k = d_v = d/h costs about the same as single-head attention "
-        "of full width d.",
+    return _result(
+        "multihead_cost",
         measured=_num(ratio, 3),
         expected=f"counted FLOPs equal for h in {list(MULTIHEAD_HEADS)} (b = {b}, n = {n}, d = {d}, both layers); "
         f"slowest / fastest time of {explicit} over h ≤ {TIME_SIMILAR_RATIO} (and of {fused})",
         verdict=verdict,
-        source=f"{PAPER}, §3.2.2",
         details={
             "heads": list(MULTIHEAD_HEADS),
             **MULTIHEAD_SIZE,
@@ -365,15 +429,12 @@ def _claim_dot_vs_additive(seed: int) -> ClaimResult:
             rows[f"time_median_s_{name}"].append(_num(times[name]))
     ratios = [_num(a / t) for a, t in zip(rows["time_median_s_additive"], rows["time_median_s_dot"])]
     flop_ratios = [_num(a / t) for a, t in zip(rows["flops_additive"], rows["flops_dot"])]
-    return ClaimResult(
-        claim_id="dot_vs_additive",
-        statement="Dot-product attention is much faster than additive attention in practice, though the two are "
-        "similar in theoretical complexity.",
+    return _result(
+        "dot_vs_additive",
         measured=_num(min(ratios), 3),
         expected=f"smallest additive / dot-product time over n in {list(ADDITIVE_NS)} (d = {ADDITIVE_D}): "
         f"≥ {DOT_FASTER_RATIO}",
         verdict="holds" if min(ratios) >= DOT_FASTER_RATIO else "fails",
-        source=f"{PAPER}, §3.2.1; additive attention: Bahdanau et al. 2015; d2l.ai §11.3 Attention Scoring Functions",
         details={
             "n": list(ADDITIVE_NS),
             "d": ADDITIVE_D,
@@ -417,15 +478,12 @@ def _claim_permutation_equivariance(seed: int) -> ClaimResult:
         errors_pe[name] = _num(permutation_error(layer, x, perm, pe))
     worst, least_broken = max(errors.values()), min(errors_pe.values())
     ok = worst <= EQUIVARIANT_ATOL and least_broken >= BROKEN_MIN
-    return ClaimResult(
-        claim_id="permutation_equivariance",
-        statement="Self-attention without positional information is permutation-equivariant: permuting the input "
-        "permutes the output; with sinusoidal encodings added it is not.",
+    return _result(
+        "permutation_equivariance",
         measured=worst,
         expected=f"max |f(Px) − P f(x)| ({', '.join(names)}): ≤ {EQUIVARIANT_ATOL} (float32 rounding); "
         f"with encodings added ≥ {BROKEN_MIN}",
         verdict="holds" if ok else "fails",
-        source=f"{PAPER}, §3.5; {D2L_SELF_ATTENTION}",
         details={
             **s,
             "error_no_pe": errors,
@@ -494,16 +552,13 @@ def _claim_pe_rotation(seed: int) -> ClaimResult:
         errors[str(dtype).removeprefix("torch.")] = [_num(rotation_error(table, k)) for k in ROTATION_OFFSETS]
     worst32, worst64 = max(errors["float32"]), max(errors["float64"])
     ok = worst32 <= ROTATION_ATOL_FLOAT32 and worst64 <= ROTATION_ATOL_FLOAT64
-    return ClaimResult(
-        claim_id="pe_rotation",
-        statement="For any fixed offset k, PE(pos + k) is a linear function of PE(pos): the same rotation M_k "
-        "for every pos.",
+    return _result(
+        "pe_rotation",
         measured=worst32,
         expected=f"max |PE(pos+k) − M_k PE(pos)| over pos < {ROTATION_POSITIONS}, k in {list(ROTATION_OFFSETS)}, "
         f"d = {D_MODEL}, float32 table: ≤ {ROTATION_ATOL_FLOAT32} "
         f"(float64 table: ≤ {ROTATION_ATOL_FLOAT64})",
         verdict="holds" if ok else "fails",
-        source=f"{PAPER}, §3.5; {D2L_SELF_ATTENTION} (relative positional information)",
         details={
             "k": list(ROTATION_OFFSETS),
             "positions": ROTATION_POSITIONS,
@@ -568,14 +623,12 @@ def _claim_pe_distinct(seed: int) -> ClaimResult:
     pe = sinusoidal_encoding(p, D_MODEL, torch.float32)
     identical_confirmed = bool(torch.equal(pe[1], pe[2]) and not torch.equal(pe[0], pe[1]))
     ok = dmin >= DISTINCT_MARGIN * rounding
-    return ClaimResult(
-        claim_id="pe_distinct",
-        statement="Every position gets a distinct sinusoidal encoding.",
+    return _result(
+        "pe_distinct",
         measured=_num(dmin, 4),
         expected=f"smallest distance between two of the first {DISTINCT_POSITIONS:,} encodings (d = {D_MODEL}): "
         f"≥ {DISTINCT_MARGIN:g} × the largest float32 rounding error among them",
         verdict="holds" if ok else "fails",
-        source=f"{PAPER}, §3.5; {D2L_SELF_ATTENTION} (absolute positional information)",
         details={
             "positions": DISTINCT_POSITIONS,
             "d": D_MODEL,
@@ -642,14 +695,12 @@ def _claim_pe_wavelengths(seed: int) -> ClaimResult:
         and abs(end / (PE_BASE * 2 * math.pi) - 1) <= WAVELENGTH_REL_TOL
         and residual <= GEOMETRIC_TOL
     )
-    return ClaimResult(
-        claim_id="pe_wavelengths",
-        statement="The wavelengths of the sinusoidal encoding form a geometric progression from 2π to 10000·2π.",
+    return _result(
+        "pe_wavelengths",
         measured=_num(span, 5),
         expected=f"fitted λ(d/2) / λ(0) = {PE_BASE:g} (each within {WAVELENGTH_REL_TOL:.0%} of 2π and 10000·2π), "
         f"log λ linear in i (residual ≤ {GEOMETRIC_TOL})",
         verdict="holds" if ok else "fails",
-        source=f"{PAPER}, §3.5",
         details={
             "i": list(range(len(lam))),
             "wavelength": [_num(v) for v in lam],
@@ -685,15 +736,12 @@ def _claim_pe_variance(seed: int) -> ClaimResult:
     pe = sinusoidal_encoding(PE_VARIANCE_POSITIONS, D_MODEL, torch.float64)
     per_dim, overall, second_moment = encoding_variances(pe)
     near = float(((per_dim - 1 / 3).abs() <= ONE_THIRD_REL_TOL / 3).double().mean())
-    return ClaimResult(
-        claim_id="pe_variance_one_third",
-        statement="Sinusoidal positional encodings have variance about 1/3 (study-note claim used to argue for "
-        "the √d_model embedding scale).",
+    return _result(
+        "pe_variance_one_third",
         measured=_num(overall, 4),
         expected=f"variance of all entries, pos < {PE_VARIANCE_POSITIONS:,}, d = {D_MODEL}: within "
         f"{ONE_THIRD_REL_TOL:.0%} of 1/3",
         verdict="holds" if abs(overall * 3 - 1) <= ONE_THIRD_REL_TOL else "fails",
-        source=f"study notes (not in the paper); cf. {PAPER}, §3.4 and §3.5",
         details={
             "dim": list(range(D_MODEL)),
             "variance_per_dim": [_num(v, 4) for v in per_dim],
@@ -732,16 +780,13 @@ def _claim_embedding_scale(seed: int) -> ClaimResult:
     var_small, _ = scaled_embedding_ratio(small, tokens, pe)
     ratios = {"N(0,1)": var_default / var_pe, "N(0,1/d)": var_small / var_pe}
     dominating = sum(r >= DOMINATES_RATIO for r in ratios.values())
-    return ClaimResult(
-        claim_id="embedding_scale",
-        statement="Multiplying the embeddings by √d_model makes the embedding's scale dominate the positional "
-        "encoding's.",
+    return _result(
+        "embedding_scale",
         measured=_num(ratios["N(0,1)"], 4),
         expected=f"var(√d · embedding) / var(PE), d = {D_MODEL}, PyTorch's default N(0,1) init: "
         f"≥ {DOMINATES_RATIO:g}; "
         f"likewise for an N(0,1/d) init",
         verdict={2: "holds", 1: "partly", 0: "fails"}[dominating],
-        source=f"{PAPER}, §3.4 (Embeddings and Softmax)",
         details={
             "init": list(ratios),
             "ratio": [_num(r) for r in ratios.values()],
@@ -791,15 +836,12 @@ def _claim_causal_mask(seed: int) -> ClaimResult:
             changes.append(float((out2[:, :, : i + 1] - out[:, :, : i + 1]).abs().max()))
     fused = max(changes)
     ok = explicit <= FUTURE_WEIGHT_MAX and fused <= FUTURE_WEIGHT_MAX
-    return ClaimResult(
-        claim_id="causal_mask",
-        statement="A causal mask (−∞ on future positions before the softmax) gives exactly zero weight to "
-        "future positions.",
+    return _result(
+        "causal_mask",
         measured=explicit,
         expected=f"largest weight on a future position after the softmax: {FUTURE_WEIGHT_MAX} exactly; "
         f"fused SDPA(is_causal) outputs unchanged when future keys and values change",
         verdict="holds" if ok else "fails",
-        source=f"{PAPER}, §3.2.3",
         details={
             **s,
             "sdpa_change_per_prefix": changes,
@@ -831,15 +873,12 @@ def _claim_extrapolation(seed: int) -> ClaimResult:
     pe = sinusoidal_encoding(torch.tensor([float(beyond)]), D_MODEL)[0]
     finite = bool(torch.isfinite(pe).all())
     ok = learned.startswith("IndexError") and finite
-    return ClaimResult(
-        claim_id="extrapolation",
-        statement="A learned position table cannot represent positions beyond its length; the sinusoidal function can.",
+    return _result(
+        "extrapolation",
         measured=f"learned: {learned}; sinusoidal: {'finite' if finite else 'not finite'} vector",
         expected=f"at position max_len + 1 = {beyond}: the learned nn.Embedding({EXTRAPOLATION_MAX_LEN}, {D_MODEL}) "
         f"raises IndexError, the sinusoid gives a finite vector",
         verdict="holds" if ok else "fails",
-        source=f"{PAPER}, §3.5 (sinusoids 'may allow the model to extrapolate to sequence lengths longer than "
-        f"the ones encountered during training')",
         details={
             "max_len": EXTRAPOLATION_MAX_LEN,
             "position": beyond,

@@ -256,24 +256,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m bench", description=__doc__.split("\n")[0], parents=[common])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    run = sub.add_parser(
+    def command(name: str, help: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], help=help, description=description)
+
+    run = command(
         "run",
-        parents=[common],
-        help="measure a preset or a grid of points",
-        description="Measure time, FLOPs and memory of every point of a preset or a grid.",
+        "measure a preset or a grid of points",
+        "Measure time, FLOPs and memory of every point of a preset or a grid.",
     )
     run.add_argument("--preset", help="a preset from presets.toml (see `list`)")
     run.add_argument("--layers", type=_layer_list, help="comma-separated layer names")
     run.add_argument("--n", type=_int_list("n"), help="sequence lengths, e.g. 64,128,256")
     run.add_argument("--d", type=_int_list("d"), help="widths")
     run.add_argument("--k", type=_int_list("k"), help="odd kernel sizes of the convolutions (default 3)")
-    run.add_argument("--heads", type=_positive_int("heads"), default=None, help="attention heads (default 1)")
-    run.add_argument("--batch", type=_positive_int("batch"), default=None, help="batch size (default 1)")
+    run.add_argument("--heads", type=_positive_int("heads"), help="attention heads (default 1)")
+    run.add_argument("--batch", type=_positive_int("batch"), help="batch size (default 1)")
     run.add_argument(
-        "--window",
-        type=_positive_int("window"),
-        default=None,
-        help="r, the window of restricted attention (required for it)",
+        "--window", type=_positive_int("window"), help="r, the window of restricted attention (required for it)"
     )
     run.add_argument(
         "--device",
@@ -281,37 +280,31 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="cpu, cuda, or auto: every device present (default)",
     )
-    run.add_argument("--dtype", choices=list(models.DTYPES), default=None, help="default float32")
+    run.add_argument("--dtype", choices=list(models.DTYPES), help="default float32")
     run.add_argument(
         "--threads",
         type=_positive_int("threads"),
-        default=None,
         help="torch intra-op threads, pinned for the run (default: the physical cores other "
         "processes leave free, less one for the system; see bench/load.py)",
     )
-    run.add_argument("--rounds", type=_positive_int("rounds"), default=None, help="minimum timed rounds")
+    run.add_argument("--rounds", type=_positive_int("rounds"), help="minimum timed rounds")
     run.add_argument(
         "--target-time",
         type=_positive_float("target-time"),
-        default=None,
         help="seconds of timed rounds per point, roughly (default: the preset's)",
     )
     run.add_argument(
-        "--passes",
-        type=_positive_int("passes"),
-        default=None,
-        help="interleaved passes over the plan (default: the preset's)",
+        "--passes", type=_positive_int("passes"), help="interleaved passes over the plan (default: the preset's)"
     )
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--out", type=Path, help="a new or empty folder for the run (default results/<run-id>)")
     run.add_argument("--resume", type=Path, help="finish an interrupted or killed run in this folder")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    paths = sub.add_parser(
+    paths = command(
         "paths",
-        parents=[common],
-        help="the path-length and sequential-depth study",
-        description="Measure layers to cross the sequence, path hops and sequential depth.",
+        "the path-length and sequential-depth study",
+        "Measure layers to cross the sequence, path hops and sequential depth.",
     )
     paths.add_argument("--preset", help="take layers, n, k and window from a preset")
     paths.add_argument("--layers", type=_layer_list)
@@ -322,46 +315,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     paths.add_argument("--out", type=Path, help="a run folder to add paths.csv to, or a new folder")
 
-    claims = sub.add_parser(
+    claims = command(
         "claims",
-        parents=[common],
-        help="check the textbook claims by measurement",
-        description="Measure each textbook claim about self-attention; write claims.csv.",
+        "check the textbook claims by measurement",
+        "Measure each textbook claim about self-attention; write claims.csv.",
     )
     claims.add_argument("--seed", type=int, default=0)
     claims.add_argument("--out", type=Path, help="a run folder to add claims.csv to, or a new folder")
 
-    report = sub.add_parser(
+    report = command(
         "report",
-        parents=[common],
-        help="regenerate reports/ from stored runs (measures nothing)",
-        description="Write report.md, report.html, figures/, fits.csv, numbers.json, table.tex.",
+        "regenerate reports/ from stored runs (measures nothing)",
+        "Write report.md, report.html, figures/, fits.csv, numbers.json, table.tex.",
     )
     report.add_argument(
         "--results",
         type=Path,
         nargs="+",
-        default=None,
         help="run folders, or folders of runs (default: every run under results/)",
     )
     report.add_argument("--out", type=Path, default=storage.RESULTS_ROOT.parent / "reports")
     report.add_argument("--skip-bad", action="store_true", help="report the other runs when one is damaged")
 
-    cite = sub.add_parser(
+    cite = command(
         "cite",
-        parents=[common],
-        help="one measured number with its provenance",
-        description="Print one number of reports/numbers.json as a sentence to paste.",
+        "one measured number with its provenance",
+        "Print one number of reports/numbers.json as a sentence to paste.",
     )
     cite.add_argument("key", help="a key of numbers.json, e.g. cpu.attention.time.exponent_n")
     cite.add_argument("--reports", type=Path, default=storage.RESULTS_ROOT.parent / "reports")
 
-    sub.add_parser(
-        "list",
-        parents=[common],
-        help="presets, layers, stored runs",
-        description="List presets, layers and stored runs.",
-    )
+    command("list", "presets, layers, stored runs", "List presets, layers and stored runs.")
     return parser
 
 

@@ -427,26 +427,17 @@ def cudnn_rnn_elementwise(input_shape: Shape, weight: list[Shape], weight_stride
     return total
 
 
-def fused_lstm_cell_elementwise(
+def fused_cell_elementwise(
     input_gates: Shape,
     hidden_gates: Shape,
-    cx: Shape,
+    state: Shape,
     input_bias: Shape | None = None,
     hidden_bias: Shape | None = None,
     **kwargs,
 ) -> int:
-    return _cell_elementwise(cx[0], input_gates[1], cx[1], input_bias is not None)
-
-
-def fused_gru_cell_elementwise(
-    input_gates: Shape,
-    hidden_gates: Shape,
-    hx: Shape,
-    input_bias: Shape | None = None,
-    hidden_bias: Shape | None = None,
-    **kwargs,
-) -> int:
-    return _cell_elementwise(hx[0], input_gates[1], hx[1], input_bias is not None)
+    """aten._thnn_fused_lstm_cell (state: cx) and aten._thnn_fused_gru_cell (state: hx): one step's gate
+    arithmetic on (batch, hidden) states."""
+    return _cell_elementwise(state[0], input_gates[1], state[1], input_bias is not None)
 
 
 ELEMENTWISE_FORMULAS: dict[OpOverloadPacket, Callable[..., int]] = {
@@ -459,8 +450,8 @@ ELEMENTWISE_FORMULAS: dict[OpOverloadPacket, Callable[..., int]] = {
     aten.mkldnn_rnn_layer: mkldnn_rnn_layer_elementwise,
     aten._cudnn_rnn: cudnn_rnn_elementwise,
     aten.miopen_rnn: cudnn_rnn_elementwise,
-    aten._thnn_fused_lstm_cell: fused_lstm_cell_elementwise,
-    aten._thnn_fused_gru_cell: fused_gru_cell_elementwise,
+    aten._thnn_fused_lstm_cell: fused_cell_elementwise,
+    aten._thnn_fused_gru_cell: fused_cell_elementwise,
 }
 # Counted kernels that hide element-wise work we have no estimate for: their presence makes it None.
 ELEMENTWISE_UNKNOWN_OPS = _resolve(("aten._flash_attention_forward", "aten._efficient_attention_forward"))

@@ -4,10 +4,9 @@ call (pytest-benchmark's get_commit_info reads the cwd) and restores it in a `fi
 
 from __future__ import annotations
 
-import os
 import platform
 import sys
-from contextlib import contextmanager
+from contextlib import chdir
 from pathlib import Path
 
 import psutil
@@ -18,19 +17,11 @@ from pytest_benchmark.utils import get_commit_info
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-@contextmanager
-def _cwd(path: Path):
-    old = os.getcwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(old)
-
-
 def commit_info() -> dict:
-    """pytest-benchmark's commit_info for the harness's own repository (not the caller's cwd)."""
-    with _cwd(REPO_ROOT):
+    """pytest-benchmark's commit_info for the harness's own repository, not the caller's cwd. Not pure:
+    pytest-benchmark asks git in the working directory, so this changes into the repository for the call
+    and back (contextlib.chdir), which a thread running beside it would see."""
+    with chdir(REPO_ROOT):
         return get_commit_info("seqlayer-bench")
 
 

@@ -155,6 +155,14 @@ def _fig_dot_product_variance(d: dict):
     return fig, f"Variance of q·k over {d['samples']:,} random pairs per d_k, with and without 1/√d_k"
 
 
+def _finish(fig, axes, ticks) -> None:
+    """Ticks at the measured values, a small legend on each panel, and a tight layout."""
+    for ax in axes:
+        _ticks(ax, ticks)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+
+
 def _fig_softmax_saturation(d: dict):
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
     d_k = d["d_k"]
@@ -164,10 +172,7 @@ def _fig_softmax_saturation(d: dict):
         b.loglog(d_k, d[f"grad_norm_median_{v}"], marker + ":", color=color, mfc="none", label=f"{v}, median")
     a.set(xlabel="d_k", ylabel="largest attention weight (mean)", ylim=(0, 1.05), title="Saturation")
     b.set(xlabel="d_k", ylabel="‖∂softmax/∂logits‖_F", title="Gradient through the softmax")
-    for ax in (a, b):
-        _ticks(ax, d_k)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    _finish(fig, (a, b), d_k)
     return fig, f"Softmax over {d['keys']} keys, {d['trials']} queries per d_k, scaled against unscaled scores"
 
 
@@ -188,10 +193,7 @@ def _fig_multihead_cost(d: dict):
     b.plot(h, [t * 1e3 for t in d[f"time_median_s_{explicit}"]], "o-", label=explicit)
     b.plot(h, [t * 1e3 for t in d[f"time_median_s_{fused}"]], "s-", label=f"{fused} (SDPA)")
     b.set(xscale="log", xlabel="heads h", ylabel="median time (ms)", title="Time", ylim=(0, None))
-    for ax in (a, b):
-        _ticks(ax, h)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    _finish(fig, (a, b), h)
     return fig, (
         f"Multi-head attention with d/h per head, b = {d['batch']}, n = {d['n']}, d = {d['d']}, "
         f"{d.get('time_threads', '?')} thread(s)"
@@ -208,10 +210,7 @@ def _fig_dot_vs_additive(d: dict):
     b.loglog(n, d["flops_ratio"], "s--", label="counted FLOPs")
     b.axhline(1, ls=":", color="grey")
     b.set(xlabel="n", ylabel="additive / dot-product", title="Ratio")
-    for ax in (a, b):
-        _ticks(ax, n)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    _finish(fig, (a, b), n)
     return fig, f"Additive (Bahdanau) against dot-product attention, one head, d = {d['d']}"
 
 

@@ -20,6 +20,26 @@ METRIC_LABEL = {"time": "time per forward pass (s)", "flops": "FLOPs (counted)",
 CROSSOVER_K = 3  # the kernel size of the convolution attention is compared with
 
 
+def _present(order, data: pd.DataFrame) -> list[str]:
+    """The layers of `order` that `data` has, in that order (a plot's legend order)."""
+    return [name for name in order if name in set(data["layer"])]
+
+
+def _layer_lines(ax, data: pd.DataFrame, x: str, y: str, order) -> None:
+    """One line with markers per layer, coloured and marked by layer, legend in `order`."""
+    sns.lineplot(
+        data=data,
+        x=x,
+        y=y,
+        hue="layer",
+        style="layer",
+        markers=True,
+        dashes=False,
+        hue_order=_present(order, data),
+        ax=ax,
+    )
+
+
 def primary_sweeps(points: pd.DataFrame, variable: str) -> pd.DataFrame:
     """For each source and layer, the sweep of `variable` with the most points (ties: the smallest other
     sizes), labelled in a `sweep` column such as 'd=32'."""
@@ -43,17 +63,7 @@ def _loglog_plot(
     fig, axes = plt.subplots(1, len(sources), figsize=(6.2 * len(sources), 4.4), squeeze=False)
     for ax, source in zip(axes[0], sources):
         part = data[data["source"] == source]
-        sns.lineplot(
-            data=part,
-            x=variable,
-            y=column,
-            hue="layer",
-            style="layer",
-            markers=True,
-            dashes=False,
-            hue_order=[l for l in models.LAYERS if l in set(part["layer"])],
-            ax=ax,
-        )
+        _layer_lines(ax, part, variable, column, models.LAYERS)
         ax.set(xscale="log", yscale="log", xlabel=variable, ylabel=METRIC_LABEL[metric], title=f"{source}")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
@@ -384,7 +394,7 @@ def peak_section(ctx: ReportContext) -> str:
         hue="layer",
         style="source",
         ax=ax,
-        hue_order=[l for l in models.LAYERS if l in set(ok["layer"])],
+        hue_order=_present(models.LAYERS, ok),
     )
     ax.axhline(1.0, color="k", ls=":", lw=1)
     ax.set(
@@ -495,17 +505,7 @@ def sequential_time_section(ctx: ReportContext) -> str:
     fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.4), squeeze=False)
     for ax, panel in zip(axes[0], panels):
         sub = data[data["panel"] == panel]
-        sns.lineplot(
-            data=sub,
-            x="n",
-            y="time_median_s",
-            hue="layer",
-            style="layer",
-            markers=True,
-            dashes=False,
-            hue_order=[l for l in wanted if l in set(sub["layer"])],
-            ax=ax,
-        )
+        _layer_lines(ax, sub, "n", "time_median_s", wanted)
         ax.set(xscale="log", yscale="log", xlabel="n", ylabel="time per forward pass (s)", title=panel)
         ax.grid(True, which="both", alpha=0.3)
     return (
