@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 PRESET ?= quick
 
-.PHONY: install bench report lint test test-fast clean-venv
+.PHONY: install bench report compare lint test test-fast browser clean-venv
 
 install: $(VENV)/.installed
 
@@ -31,6 +31,10 @@ bench: install
 report: install
 	$(PY) -m bench report
 
+# This machine's runs beside the reference runs that ship in results/reference/, each machine apart.
+compare: install
+	$(PY) -m bench report --compare reference
+
 # ruff (rules in pyproject.toml) and its formatter, then the tests.
 lint: install
 	$(PY) -m ruff check bench models tests
@@ -42,6 +46,29 @@ test: lint
 # The inner loop: the lint and every test not marked slow (real sweeps, subprocesses, the claims).
 test-fast: lint
 	$(PY) -m pytest -q -m "not slow"
+
+# Debian's chromium for the browser test (tests/test_report_browser.py), installed when missing. Never fails:
+# without apt-get, root (or password-less sudo) or the network it says why, and the browser test skips.
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=300
+browser:
+	@if command -v chromium >/dev/null 2>&1; then \
+		echo "browser: chromium is already installed: $$(command -v chromium)"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+		echo "browser: chromium is missing and there is no apt-get (not Debian?): install Chromium yourself; the browser test skips"; \
+	else \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; \
+		elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+		else echo "browser: chromium is missing and installing it needs root: sudo apt-get install chromium; the browser test skips"; exit 0; fi; \
+		echo "browser: installing Debian's chromium (apt-get update; apt-get install -y chromium)"; \
+		if $$SUDO env $(APT_INSTALL) update >/tmp/make-browser-apt.log 2>&1 \
+			&& $$SUDO env $(APT_INSTALL) install -y chromium >>/tmp/make-browser-apt.log 2>&1 \
+			&& command -v chromium >/dev/null 2>&1; then \
+			echo "browser: installed $$(chromium --version 2>/dev/null) at $$(command -v chromium)"; \
+		else \
+			echo "browser: apt-get could not install chromium (log: /tmp/make-browser-apt.log); the browser test skips:"; \
+			tail -n 5 /tmp/make-browser-apt.log | sed 's/^/  /'; \
+		fi; \
+	fi
 
 clean-venv:
 	rm -rf $(VENV)

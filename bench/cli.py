@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import re
 import sys
 import traceback
 from dataclasses import replace
@@ -19,6 +20,12 @@ from .errors import BadInput, RunFailed
 from .presets import get_preset, load_presets
 from .spec import PointSpec, expand_grid
 from .timing import TimingPolicy
+
+DESCRIPTION = (
+    "Measure the complexity table of sequence layers (Vaswani et al. 2017, Table 1) on this machine: FLOPs, "
+    "time, memory and path length of convolution, recurrent and self-attention layers, swept over n, d and k, "
+    "fitted against the table and reported."
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -124,7 +131,8 @@ def _policy(args, policy: TimingPolicy) -> TimingPolicy:
 
 
 def cmd_run(args, argv) -> int:
-    from .run import Run  # noqa: PLC0415 - keeps `--help` fast
+    from .fits import plan_warnings  # noqa: PLC0415 - keeps `--help` fast
+    from .run import Run  # noqa: PLC0415
 
     grid_given = [f"--{name}" for name in GRID_OPTIONS if getattr(args, name) is not None]
     if args.resume is not None:
@@ -144,6 +152,7 @@ def cmd_run(args, argv) -> int:
             specs, policy = preset.specs(resolve_devices(args.device), dtype=args.dtype), preset.timing
         else:
             specs, policy = _grid_specs(args), TimingPolicy()
+        warnings = plan_warnings(specs)
         run = Run.create(
             specs,
             _policy(args, policy),
@@ -153,6 +162,8 @@ def cmd_run(args, argv) -> int:
             threads=args.threads,
             seed=args.seed,
         )
+        for line in warnings:  # before measuring, which goes ahead
+            print(f"warning: {line}", file=sys.stderr)
     try:
         meta = run.execute(progress=not args.no_progress)
     except KeyboardInterrupt:
@@ -211,7 +222,9 @@ def cmd_claims(args, argv) -> int:
 def cmd_report(args, argv) -> int:
     from .report.build import build_report  # noqa: PLC0415
 
-    written = build_report(args.results, args.out, skip_bad=args.skip_bad)
+    written = build_report(
+        args.results, args.out, skip_bad=args.skip_bad, compare_reference=args.compare == "reference"
+    )
     print(
         f"report: {written['points']} points from {written['runs']} runs -> {args.out / 'report.md'} "
         f"and report.html ({written['figures']} figures, {written['numbers']} citable numbers)"
@@ -220,60 +233,144 @@ def cmd_report(args, argv) -> int:
 
 
 def cmd_cite(args, argv) -> int:
-    from .report.numbers import cite_sentence  # noqa: PLC0415
+    from .report.numbers import cite_sentence, list_numbers  # noqa: PLC0415
 
-    print(cite_sentence(args.key, args.reports))
+    if args.list is not None:
+        if args.key is not None:
+            raise BadInput(f"cite {args.key} --list: give a KEY or --list [PATTERN], not both")
+        for line in list_numbers(args.list or None, args.reports):
+            print(line)
+    elif args.key is None:
+        raise BadInput("cite: give a KEY of numbers.json, or --list [PATTERN] to see the keys")
+    else:
+        print(cite_sentence(args.key, args.reports))
     return 0
 
 
 # --------------------------------------------------------------------------------------------- list
+def first_sentence(doc: str | None) -> str:
+    """The whole first sentence of a docstring: its first paragraph's lines joined until a period followed
+    by a space or the end ("0..n-1" and "cfg.dilation" do not end it)."""
+    paragraph = " ".join((doc or "").strip().split("\n\n")[0].split())
+    end = re.search(r"(?<!\.)\.(?=\s|$)", paragraph)
+    return paragraph[: end.end()] if end else paragraph
+
+
+def _run_lines(runs: list[Path], indent: str) -> list[str]:
+    """One line per stored run: its id, kind, status, date, machine, preset and tables."""
+    width = max((len(run.name) for run in runs), default=0)
+    lines = []
+    for run in runs:
+        try:
+            meta = storage.read_json(run / "meta.json")
+        except RunFailed as exc:
+            lines.append(f"{indent}{run.name:{width}s}  damaged: {exc}")
+            continue
+        label = machine.machine_identity(meta)[1]
+        date = (meta.get("started_utc") or "?")[:10]
+        what = [f for f in ("points.csv", "paths.csv", "claims.csv") if (run / f).exists()]
+        preset = f"preset {meta['preset']}" if meta.get("preset") else "no preset"
+        lines.append(
+            f"{indent}{run.name:{width}s}  {meta.get('kind', '?'):6s} {meta.get('status', '?'):11s} {date}  "
+            f"{label}  ({preset}; {' '.join(what) or 'no tables'})"
+        )
+    return lines
+
+
 def cmd_list(args, argv) -> int:
+    from .report import load  # noqa: PLC0415 - where the reference runs are kept
+
     print("presets:")
     for name, preset in load_presets().items():
         print(f"  {name:8s} {len(preset.specs(['cpu'])):4d} points per device  {preset.description}")
     print("layers:")
     for name, cls in models.LAYERS.items():
-        doc = (cls.__doc__ or "").strip().splitlines()[0]
-        print(f"  {name:16s} uses {','.join(cls.uses) or '-':12s} {doc}")
+        print(f"  {name} (sizes {', '.join(('n', 'd', *cls.uses))})")
+        print(f"      {first_sentence(cls.__doc__)}")
     print("stored runs:")
-    runs = storage.list_runs()
-    for run in runs:
-        try:
-            meta = storage.read_json(run / "meta.json")
-            what = [f for f in ("points.csv", "paths.csv", "claims.csv") if (run / f).exists()]
-            print(f"  {run.name:40s} {meta.get('status', '?'):11s} {meta.get('preset') or '-':6s} {' '.join(what)}")
-        except RunFailed as exc:
-            print(f"  {run.name:40s} damaged: {exc}")
-    if not runs:
-        print("  (none)")
+    runs = storage.list_runs(storage.RESULTS_ROOT)
+    print("\n".join(_run_lines(runs, "  ") or ["  (none)"]))
+    machines = sorted(p for p in load.REFERENCE_DIR.iterdir() if p.is_dir()) if load.REFERENCE_DIR.is_dir() else []
+    if machines:
+        print("reference runs:")
+        for folder in machines:
+            print(f"  {folder.name}/")
+            print("\n".join(_run_lines(storage.list_runs(folder), "    ") or ["    (none)"]))
     return 0
 
 
 # ---------------------------------------------------------------------------------------------- main
+COMMAND_TEXT = {  # each command's one-line help and its description
+    "list": (
+        "presets, layers, stored runs",
+        "List the presets, the layers with what each computes, and the stored runs (their kind, status, date and "
+        "machine), the reference runs under results/reference/ apart.",
+    ),
+    "run": (
+        "measure a preset or a grid of points",
+        "Measure time, FLOPs and memory of every point of a preset or a grid.",
+    ),
+    "paths": (
+        "the path-length and sequential-depth study",
+        "Measure layers to cross the sequence, path hops and sequential depth.",
+    ),
+    "claims": (
+        "check the textbook claims by measurement",
+        "Measure each textbook claim about self-attention; write claims.csv.",
+    ),
+    "report": (
+        "regenerate reports/ from stored runs (measures nothing)",
+        "Write report.md, report.html, figures/, fits.csv, numbers.json, table.tex.",
+    ),
+    "cite": (
+        "one measured number with its provenance; --list lists the keys",
+        "Print one number of reports/numbers.json as a sentence to paste, or list the keys with --list.",
+    ),
+}
+
+
+def _grid_options(parser: argparse.ArgumentParser, preset_help: str, n_example: str, window_note: str) -> None:
+    """The options `run` and `paths` share: a preset, or the layers and sizes of a grid."""
+    parser.add_argument("--preset", help=preset_help)
+    parser.add_argument("--layers", type=_layer_list, help="comma-separated layer names (see `list`)")
+    parser.add_argument("--n", type=_int_list("n"), help=f"sequence lengths, e.g. {n_example}")
+    parser.add_argument("--k", type=_int_list("k"), help="odd kernel sizes of the convolutions, e.g. 3,5 (default 3)")
+    parser.add_argument(
+        "--window", type=_positive_int("window"), help=f"r, the window of restricted attention {window_note}"
+    )
+
+
+def _reports_dir(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
+    parser.add_argument(
+        flag,
+        type=Path,
+        default=storage.RESULTS_ROOT.parent / "reports",
+        metavar="DIR",
+        help=f"{help} (default reports/)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks of failures")
-    parser = _Parser(prog="python -m bench", description=__doc__.split("\n")[0], parents=[common])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = _Parser(prog="python -m bench", description=DESCRIPTION, parents=[common])
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        parser_class=_Parser,
+        metavar="COMMAND",
+        help="one of these; `python -m bench COMMAND --help` gives its options",
+    )
 
-    def command(name: str, help: str, description: str) -> argparse.ArgumentParser:
+    def command(name: str) -> argparse.ArgumentParser:
+        help, description = COMMAND_TEXT[name]
         return sub.add_parser(name, parents=[common], help=help, description=description)
 
-    run = command(
-        "run",
-        "measure a preset or a grid of points",
-        "Measure time, FLOPs and memory of every point of a preset or a grid.",
-    )
-    run.add_argument("--preset", help="a preset from presets.toml (see `list`)")
-    run.add_argument("--layers", type=_layer_list, help="comma-separated layer names")
-    run.add_argument("--n", type=_int_list("n"), help="sequence lengths, e.g. 64,128,256")
+    run = command("run")
+    _grid_options(run, "a preset from presets.toml (see `list`)", "64,128,256", "(required for it)")
     run.add_argument("--d", type=_int_list("d"), help="widths")
-    run.add_argument("--k", type=_int_list("k"), help="odd kernel sizes of the convolutions (default 3)")
     run.add_argument("--heads", type=_positive_int("heads"), help="attention heads (default 1)")
     run.add_argument("--batch", type=_positive_int("batch"), help="batch size (default 1)")
-    run.add_argument(
-        "--window", type=_positive_int("window"), help="r, the window of restricted attention (required for it)"
-    )
     run.add_argument(
         "--device",
         choices=["cpu", "cuda", "auto"],
@@ -296,56 +393,62 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--passes", type=_positive_int("passes"), help="interleaved passes over the plan (default: the preset's)"
     )
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the layers' weights, the inputs and the shuffled order of the passes (default 0)",
+    )
     run.add_argument("--out", type=Path, help="a new or empty folder for the run (default results/<run-id>)")
     run.add_argument("--resume", type=Path, help="finish an interrupted or killed run in this folder")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    paths = command(
-        "paths",
-        "the path-length and sequential-depth study",
-        "Measure layers to cross the sequence, path hops and sequential depth.",
-    )
-    paths.add_argument("--preset", help="take layers, n, k and window from a preset")
-    paths.add_argument("--layers", type=_layer_list)
-    paths.add_argument("--n", type=_int_list("n"))
-    paths.add_argument("--k", type=_int_list("k"))
-    paths.add_argument(
-        "--window", type=_positive_int("window"), help="r, the window of restricted attention (default 16)"
-    )
+    paths = command("paths")
+    _grid_options(paths, "take layers, n, k and window from a preset", "64,256", "(default 16)")
     paths.add_argument("--out", type=Path, help="a run folder to add paths.csv to, or a new folder")
 
-    claims = command(
-        "claims",
-        "check the textbook claims by measurement",
-        "Measure each textbook claim about self-attention; write claims.csv.",
+    claims = command("claims")
+    claims.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the random inputs and weights the claims are measured on (default 0)",
     )
-    claims.add_argument("--seed", type=int, default=0)
     claims.add_argument("--out", type=Path, help="a run folder to add claims.csv to, or a new folder")
 
-    report = command(
-        "report",
-        "regenerate reports/ from stored runs (measures nothing)",
-        "Write report.md, report.html, figures/, fits.csv, numbers.json, table.tex.",
-    )
+    report = command("report")
     report.add_argument(
         "--results",
         type=Path,
         nargs="+",
-        help="run folders, or folders of runs (default: every run under results/)",
+        help="run folders, or folders of runs, to any depth (default: this machine's runs under results/, "
+        "or the reference runs where it has none yet)",
     )
-    report.add_argument("--out", type=Path, default=storage.RESULTS_ROOT.parent / "reports")
+    _reports_dir(report, "--out", "the folder to write report.md, report.html, figures/ and the tables to")
     report.add_argument("--skip-bad", action="store_true", help="report the other runs when one is damaged")
-
-    cite = command(
-        "cite",
-        "one measured number with its provenance",
-        "Print one number of reports/numbers.json as a sentence to paste.",
+    report.add_argument(
+        "--compare",
+        choices=["reference"],
+        help="set the reference runs (results/reference/) beside the others: each machine apart, never averaged",
     )
-    cite.add_argument("key", help="a key of numbers.json, e.g. cpu.attention.time.exponent_n")
-    cite.add_argument("--reports", type=Path, default=storage.RESULTS_ROOT.parent / "reports")
 
-    command("list", "presets, layers, stored runs", "List presets, layers and stored runs.")
+    cite = command("cite")
+    cite.add_argument(
+        "key",
+        nargs="?",
+        help="a key of numbers.json, e.g. intel-xeon-2c-vm.cpu.attention.time.exponent_n: machine, device, layer, what (not with --list)",
+    )
+    cite.add_argument(
+        "--list",
+        nargs="?",
+        const="",
+        metavar="PATTERN",
+        help="list the keys, one a line with value and unit; only those matching PATTERN if given: a substring "
+        "of the key, or a shell glob (fnmatch) when PATTERN has *, ? or [, e.g. '*.exponent_n'",
+    )
+    _reports_dir(cite, "--reports", "the report folder that holds numbers.json")
+
+    command("list")
     return parser
 
 
@@ -364,8 +467,6 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     try:
         args = build_parser().parse_args(argv)
-        if args.command == "report" and args.results is None:
-            args.results = [storage.RESULTS_ROOT]
         return COMMANDS[args.command](args, ["python -m bench", *argv])
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -61,6 +61,9 @@ from scipy import optimize, stats
 
 import models
 
+from .errors import BadInput
+from .spec import expand_grid
+
 CONFIDENCE = 0.95  # of every exponent's interval
 POINT_CI_CONFIDENCE = 0.95  # of each point's stored interval of its median time (time_ci_low_s..high_s)
 MIN_FIT_POINTS = 3
@@ -230,6 +233,119 @@ def asymptotic_range(sweep: pd.DataFrame, variable: str, layer: str) -> pd.DataF
     if len(upper) < MIN_FIT_POINTS:
         upper = sweep.tail(MIN_FIT_POINTS)
     return upper
+
+
+# ----------------------------------------------------------------------------- a plan's sweeps, before measuring
+PLAN_SIZES = ("n", "d", "k", "heads", "window", "batch")  # the sizes a warning names (device and dtype change nothing)
+
+
+def plan_warnings(specs) -> list[str]:
+    """Before measuring: the sweeps of a plan (a list of bench.spec.PointSpec) that cannot give a FLOPs or
+    memory fit, one line each, naming the layer, the fixed sizes, how many points the fixed fit range
+    (`asymptotic_range`) keeps and why, and sizes that would serve. Sweeps are grouped as the fits group
+    them (`sweeps`). Warned about: a sweep of n, d or k of at least MIN_FIT_POINTS values whose range keeps
+    fewer (attention's n >= 8·d); and the points in no sweep of MIN_FIT_POINTS values, grouped as the
+    n-sweeps they are (of fewer values, or a single n). A sweep of fewer values whose points another sweep
+    fits (the two widths the n-sweeps are repeated at, say) is not warned about. The rule is the same on
+    every device and dtype, so each line is given once."""
+    if not specs:
+        return []
+    points = pd.DataFrame([spec.as_row() for spec in specs]).assign(status="ok")
+    lines, covered = [], set()
+    for variable in VARIABLES:
+        for fixed, sweep in sweeps(points, variable):
+            if sweep[variable].nunique() >= MIN_FIT_POINTS:
+                covered.update(_sweep_keys(sweep))
+                lines += _plan_warning(fixed, sweep, variable)
+    alone = points[[key not in covered for key in _sweep_keys(points)]]
+    fixed_keys = [c for c in SWEEP_KEYS if c != "n"]
+    for key, group in alone.groupby(fixed_keys, dropna=False):
+        lines += _plan_warning(dict(zip(fixed_keys, key)), group.drop_duplicates("n"), "n")
+    return list(dict.fromkeys(lines))
+
+
+def _sweep_keys(frame: pd.DataFrame) -> list[tuple]:
+    return list(frame[SWEEP_KEYS].astype(object).fillna(-1).itertuples(index=False, name=None))
+
+
+def _plan_warning(fixed: dict, sweep: pd.DataFrame, variable: str) -> list[str]:
+    """The warning about one sweep of a plan ([] when its fixed fit range keeps enough points)."""
+    layer = fixed["layer"]
+    kept = asymptotic_range(sweep, variable, layer)
+    if len(kept) >= MIN_FIT_POINTS:
+        return []
+    row = models.LAYERS[layer].table1
+    values = sorted(int(v) for v in sweep[variable])
+    sizes = ", ".join(f"{k}={int(fixed[k])}" for k in PLAN_SIZES if k in fixed and not pd.isna(fixed[k]))
+    listed = f"{variable}={','.join(map(str, values))}"
+    what = f"the {variable}-sweep {listed}" if len(values) > 1 else f"the single point {listed}"
+    why = f"fewer than the {MIN_FIT_POINTS} a fit needs"
+    if row.fit_n_over_d is not None and len(kept) < len(sweep):
+        bound = f" = {row.fit_n_over_d * int(fixed['d'])}" if variable == "n" else ""
+        why = (
+            f"only n >= {row.fit_n_over_d}·d{bound} count, where Table 1's {row.compute_text} term carries the "
+            f"counted FLOPs; {why}"
+        )
+    return [
+        f"{layer} at {sizes}: {what} keeps {len(kept)} of {len(values)} point{'s' if len(values) != 1 else ''} "
+        f"for the FLOPs and memory fits ({why}); {_sizes_that_serve(layer, sweep, kept, variable)}"
+    ]
+
+
+def _sizes_that_serve(layer: str, sweep: pd.DataFrame, kept: pd.DataFrame, variable: str) -> str:
+    """What to give instead: the condition the fixed range puts on the swept size (attention: n >= 8·d) and
+    an example of MIN_FIT_POINTS sizes, each checked by the layer (bench.spec.expand_grid) and kept by
+    `asymptotic_range`; no example where a check fails."""
+    ratio = models.LAYERS[layer].table1.fit_n_over_d
+    first = sweep.iloc[0]
+    values = sorted(int(v) for v in sweep[variable])
+    chosen = sorted(int(v) for v in kept[variable])  # the sizes the rule keeps already
+    alternative = ""
+    if ratio is not None and variable == "d":  # d <= n / ratio: smaller widths, or a longer sequence
+        limit = int(first["n"]) // ratio
+        chosen = chosen or ([limit] if limit >= 1 else [])
+        while chosen and len(chosen) < MIN_FIT_POINTS and chosen[0] // 2 >= 1:
+            chosen.insert(0, chosen[0] // 2)
+        condition = f"d <= {limit} (n/{ratio}): give at least {MIN_FIT_POINTS} such d"
+        alternative = f"; or n >= {ratio * values[-1]} ({ratio}·d for d up to {values[-1]})"
+    elif ratio is not None and variable == "n":
+        bound = ratio * int(first["d"])
+        chosen = chosen or [bound]
+        while len(chosen) < MIN_FIT_POINTS:
+            chosen.append(chosen[-1] * 2)
+        condition = f"n >= {bound} ({ratio}·d): give at least {MIN_FIT_POINTS} such n"
+    elif ratio is not None and not len(kept):  # another size swept at an n below ratio·d
+        return f"give n >= {ratio * int(first['d'])} ({ratio}·d)"
+    else:
+        step = values[-1] - values[0] if variable == "k" and len(values) > 1 else 2
+        while len(chosen) < MIN_FIT_POINTS:
+            chosen.append(chosen[-1] + step if variable == "k" else chosen[-1] * 2)
+        condition = f"give at least {MIN_FIT_POINTS} values of {variable}"
+    if len(chosen) >= MIN_FIT_POINTS and _plan_keeps(layer, first, variable, chosen):
+        condition += f", e.g. --{variable} {','.join(map(str, chosen))}"
+    return condition + alternative
+
+
+def _plan_keeps(layer: str, first: pd.Series, variable: str, values: list[int]) -> bool:
+    """Whether the sweep of `values` at the other sizes of `first` is valid and keeps MIN_FIT_POINTS points."""
+
+    def given(name: str) -> list:
+        return [None] if pd.isna(first[name]) else [int(first[name])]
+
+    sizes = {name: given(name) for name in PLAN_SIZES}
+    sizes[variable] = values
+    try:
+        specs = expand_grid(
+            layers=[layer],
+            **sizes,
+            devices=[first["device"]],
+            dtypes=[first["dtype"]],
+            dilation=[None] if variable == "k" else given("dilation"),
+        )
+    except BadInput:
+        return False
+    frame = pd.DataFrame([spec.as_row() for spec in specs])
+    return len(asymptotic_range(frame, variable, layer)) >= MIN_FIT_POINTS
 
 
 def table1_regime_start(sweep: pd.DataFrame, variable: str, layer: str) -> int | None:

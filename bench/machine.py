@@ -5,6 +5,8 @@ call (pytest-benchmark's get_commit_info reads the cwd) and restores it in a `fi
 from __future__ import annotations
 
 import platform
+import re
+import subprocess
 import sys
 from contextlib import chdir
 from pathlib import Path
@@ -17,12 +19,58 @@ from pytest_benchmark.utils import get_commit_info
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+# What the harness writes into its own tree: regenerating them is not a change of the code that measures.
+GENERATED_PATHS = ("reports", "results")
+
+
 def commit_info() -> dict:
-    """pytest-benchmark's commit_info for the harness's own repository, not the caller's cwd. Not pure:
-    pytest-benchmark asks git in the working directory, so this changes into the repository for the call
-    and back (contextlib.chdir), which a thread running beside it would see."""
+    """pytest-benchmark's commit_info for the harness's own repository, not the caller's cwd, with `dirty`
+    counting only changes outside GENERATED_PATHS (a regenerated report or a stored run leaves the code
+    clean). Not pure: pytest-benchmark asks git in the working directory, so this changes into the
+    repository for the call and back (contextlib.chdir), which a thread running beside it would see."""
     with chdir(REPO_ROOT):
-        return get_commit_info("seqlayer-bench")
+        info = get_commit_info("seqlayer-bench")
+        if info.get("id") is not None:
+            info["dirty"] = _code_dirty()
+        return info
+
+
+def _code_dirty() -> bool:
+    excluded = [f":(exclude){path}" for path in GENERATED_PATHS]
+    try:
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *excluded],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return True  # git could not say: not provably clean
+    return bool(out.strip())
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def short_model(model: str) -> str:
+    """A CPU or GPU name without its trademarks and clock: "Intel(R) Xeon(R) Processor" -> "Intel Xeon",
+    "AMD EPYC 7763 64-Core Processor" -> "AMD EPYC 7763", "NVIDIA H100 80GB HBM3" stays."""
+    text = re.sub(r"\((R|TM|tm|r)\)", "", model)
+    text = re.sub(r"@.*$", "", text)  # "@ 2.20GHz"
+    text = re.sub(r"\b(CPU|Processor|\d+-Core)\b", "", text)
+    return " ".join(text.split()) or model
+
+
+def machine_identity(meta: dict) -> tuple[str, str]:
+    """(id, label) of the machine a run's meta.json describes: its CPU model, physical cores and host. The id
+    is a stable slug for cite keys and folders ("intel-xeon-2c-vm"); the label is for readers
+    ("Intel Xeon, 2 cores (vm)")."""
+    model = short_model(meta.get("cpu_model") or "unknown CPU")
+    cores = meta.get("cpu_cores")
+    host = meta.get("hostname") or "unknown host"
+    label = f"{model}, {cores} cores ({host})" if cores else f"{model} ({host})"
+    return _slug(f"{model}-{cores}c-{host}" if cores else f"{model}-{host}"), label
 
 
 def machine_info() -> dict:
@@ -56,23 +104,36 @@ def devices(cpu_name: str) -> list[dict]:
     return out
 
 
+def _identity_fields(info: dict) -> dict:
+    """The meta.json fields a machine is known by (see machine_identity)."""
+    return {
+        "cpu_model": cpu_model(info),
+        "cpu_cores": psutil.cpu_count(logical=False) or psutil.cpu_count(),
+        "hostname": platform.node(),
+    }
+
+
+def this_machine() -> tuple[str, str]:
+    """machine_identity of the machine this process runs on."""
+    return machine_identity(_identity_fields(machine_info()))
+
+
 def run_meta(threads: int) -> dict:
     """The machine and software fields of meta.json (the interface's list), plus the raw
     pytest-benchmark machine_info and commit_info they come from."""
     info = machine_info()
     commit = commit_info()
-    model = cpu_model(info)
+    identity = _identity_fields(info)
+    model = identity["cpu_model"]
     return {
         "git_commit": commit.get("id"),
         "git_dirty": bool(commit.get("dirty")),
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "cpu_model": model,
-        "cpu_cores": psutil.cpu_count(logical=False) or psutil.cpu_count(),
+        **identity,
         "cpu_logical_cores": psutil.cpu_count(),
         "threads": threads,
-        "hostname": platform.node(),
         "machine": f"{platform.node()} ({model}, {psutil.cpu_count()} logical cores)",
         "devices": devices(model),
         "machine_info": info,

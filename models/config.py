@@ -87,6 +87,14 @@ class Table1Row:
     sizes: tuple[str, ...] = ()
     fit_n_over_d: int | None = None
 
+    @property
+    def sequential_exponent(self) -> int:
+        """The power of n in the sequential-operations cell: 0 for O(1), 1 for O(n)."""
+        exponents = {"O(1)": 0, "O(n)": 1}
+        if self.sequential_text not in exponents:
+            raise ValueError(f"sequential operations {self.sequential_text!r}: known {', '.join(exponents)}")
+        return exponents[self.sequential_text]
+
     def cost(self, n, d, k=None, window=None) -> np.ndarray:
         return np.asarray(
             self.compute(

@@ -1,6 +1,7 @@
 """The command line: bad input is exit 2 with one line; runs store what the interface says; a run killed
 part-way is finished by --resume with every point exactly once."""
 
+import argparse
 import json
 import signal
 import subprocess
@@ -13,8 +14,10 @@ import pytest
 import torch
 from conftest import cuda
 
+import models
 from bench import storage
-from bench.cli import main
+from bench.cli import DESCRIPTION, build_parser, first_sentence, main
+from bench.report import load as report_load
 from bench.spec import PointSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -339,3 +342,185 @@ def test_a_gpu_run_counts_the_same_flops_as_the_cpu(tmp_path):
     assert (merged["flops_counted_gpu"] == merged["flops_counted_cpu"]).all()
     meta = json.loads((tmp_path / "gpu16" / "meta.json").read_text())
     assert "cuda-bfloat16" in meta["matmul_peak"] and any(d["device"].startswith("cuda") for d in meta["devices"])
+
+
+# ------------------------------------------------------------------------------------------------ --help
+def _subparsers(parser):
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def test_every_option_of_every_command_has_help():
+    parser = build_parser()
+    commands = _subparsers(parser).choices
+    assert set(commands) == {"run", "paths", "claims", "report", "cite", "list"}
+    for name, command in [("python -m bench", parser), *commands.items()]:
+        for action in command._actions:
+            what = f"{name} {'/'.join(action.option_strings) or action.dest}"
+            assert action.help and action.help.strip() and action.help != argparse.SUPPRESS, what
+    # the subcommands' one-line summaries in the top-level --help, and their descriptions
+    for action in _subparsers(parser)._choices_actions:
+        assert action.help.strip(), action.dest
+    for name, command in commands.items():
+        assert command.description and command.description.strip().endswith("."), name
+
+
+def test_help_of_every_command_is_whole(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert DESCRIPTION.endswith(".") and DESCRIPTION in text  # a whole sentence, not cut at a line end
+    for name in ("run", "paths", "claims", "report", "cite", "list"):
+        with pytest.raises(SystemExit) as done:
+            main([name, "--help"])
+        assert done.value.code == 0 and "usage: python -m bench " + name in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------- cite --list
+NUMBERS = {
+    "runs": {"r1": {"run_id": "r1", "finished_utc": "2026-01-02T03:04:05+00:00", "torch": "2.13.0"}},
+    "numbers": {
+        "cpu.attention.time.exponent_n": {"value": 1.96, "unit": "1", "run_id": "r1", "machine": "m"},
+        "cpu.conv.time.exponent_n": {"value": 0.951, "unit": "1", "run_id": "r1", "machine": "m"},
+        "cpu.attention.crossover_n": {"value": 812.5, "unit": "positions", "run_id": "r1", "machine": "m"},
+        "all.attention.flops.elementwise_share_median": {"value": 1.49, "unit": "%", "run_id": "r1", "machine": "m"},
+    },
+}
+
+
+@pytest.fixture
+def reports(tmp_path):
+    (tmp_path / "numbers.json").write_text(json.dumps(NUMBERS))
+    return tmp_path
+
+
+def _out(capsys, argv) -> list[str]:
+    assert main(argv) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_cite_list_lists_every_key_with_value_and_unit(capsys, reports):
+    lines = _out(capsys, ["cite", "--list", "--reports", str(reports)])
+    assert [line.split()[0] for line in lines] == sorted(NUMBERS["numbers"])
+    by_key = {line.split()[0]: line.split()[1:] for line in lines}
+    assert by_key["cpu.attention.crossover_n"] == ["812", "positions"]  # 3 significant digits, then the unit
+    assert by_key["all.attention.flops.elementwise_share_median"] == ["1.49", "%"]
+    assert by_key["cpu.conv.time.exponent_n"] == ["0.951"]  # a pure number has no unit
+
+
+def test_cite_list_filters_by_substring_or_glob(capsys, reports):
+    substring = _out(capsys, ["cite", "--list", "attention", "--reports", str(reports)])
+    assert [line.split()[0] for line in substring] == [
+        "all.attention.flops.elementwise_share_median",
+        "cpu.attention.crossover_n",
+        "cpu.attention.time.exponent_n",
+    ]
+    glob = _out(capsys, ["cite", "--list", "cpu.*.exponent_n", "--reports", str(reports)])
+    assert [line.split()[0] for line in glob] == ["cpu.attention.time.exponent_n", "cpu.conv.time.exponent_n"]
+    # a glob matches the whole key: "*.time" is no key's end here, while "time" is in two keys
+    code, err = _bad(capsys, ["cite", "--list", "*.time", "--reports", str(reports)])
+    assert code == 2 and "*.time" in err[0] and "glob" in err[0]
+
+
+def test_cite_key_still_works_beside_list(capsys, reports):
+    (line,) = _out(capsys, ["cite", "cpu.attention.time.exponent_n", "--reports", str(reports)])
+    assert line.startswith("cpu.attention.time.exponent_n = 1.96, measured on m in run r1 (2026-01-02")
+
+
+@pytest.mark.parametrize(
+    "argv,named",
+    [
+        (["cite"], "--list"),
+        (["cite", "cpu.conv.time.exponent_n", "--list"], "not both"),
+    ],
+)
+def test_cite_without_key_or_list_is_bad_input(capsys, reports, argv, named):
+    code, err = _bad(capsys, [*argv, "--reports", str(reports)])
+    assert code == 2 and len(err) == 1 and named in err[0]
+
+
+@pytest.mark.parametrize("argv", [["cite", "--list"], ["cite", "--list", "cpu"], ["cite", "cpu.x"]])
+def test_cite_without_numbers_json_names_the_path_and_the_command(capsys, tmp_path, argv):
+    code, err = _bad(capsys, [*argv, "--reports", str(tmp_path / "empty")])
+    assert code == 2 and len(err) == 1
+    assert str(tmp_path / "empty" / "numbers.json") in err[0] and "python -m bench report" in err[0]
+
+
+# --------------------------------------------------------------------------------------------------- list
+def test_first_sentence_joins_lines_until_a_period_ends_it():
+    doc = """Each query i attends to a window of r
+    positions (keys outside 0..n-1 are masked; see cfg.window). Computed banded.
+
+    More."""
+    assert first_sentence(doc) == (
+        "Each query i attends to a window of r positions (keys outside 0..n-1 are masked; see cfg.window)."
+    )
+    assert (
+        first_sentence("Output i sees inputs i-(k-1)/2 .. i+(k-1)/2.") == "Output i sees inputs i-(k-1)/2 .. i+(k-1)/2."
+    )
+    assert first_sentence("No period here\n\n    Second paragraph.") == "No period here"
+    assert first_sentence(None) == ""
+
+
+def _meta(run_dir: Path, **fields) -> None:
+    run_dir.mkdir(parents=True)
+    meta = {
+        "run_id": run_dir.name,
+        "started_utc": "2026-03-04T05:06:07+00:00",
+        "cpu_model": "AMD EPYC 7763 64-Core Processor",
+        "cpu_cores": 16,
+        "hostname": "box",
+        **fields,
+    }
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+
+
+def test_list_shows_whole_layer_sentences_and_each_runs_machine_date_kind_status(capsys, tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    monkeypatch.setattr(storage, "RESULTS_ROOT", results)
+    monkeypatch.setattr(report_load, "REFERENCE_DIR", results / "reference")
+    _meta(results / "20260304T050607Z-cpu", kind="run", status="interrupted", preset="quick")
+    (results / "20260304T050607Z-cpu" / "points.csv").write_text("layer\n")
+    _meta(
+        results / "reference" / "intel-xeon-2c-vm" / "20251121T163411Z-paths",
+        kind="paths",
+        status="finished",
+        started_utc="2025-11-21T16:34:11+00:00",
+        cpu_model="Intel(R) Xeon(R) Processor",
+        cpu_cores=2,
+        hostname="vm",
+    )
+    (results / "damaged").mkdir()
+    (results / "damaged" / "meta.json").write_text("{not json")
+    out = "\n".join(_out(capsys, ["list"]))
+    for name, cls in models.LAYERS.items():
+        sentence = first_sentence(cls.__doc__)
+        assert f"\n      {sentence}\n" in out, name  # whole, on its own line
+    spanning = 0  # layers whose first sentence goes on past the docstring's first line: shown whole
+    for cls in models.LAYERS.values():
+        first_line, sentence = cls.__doc__.strip().splitlines()[0].strip(), first_sentence(cls.__doc__)
+        assert " ".join(cls.__doc__.split()).startswith(sentence) and sentence.endswith(".")
+        spanning += len(sentence) > len(first_line)
+    assert spanning >= 1
+    stored, reference = out.split("stored runs:\n")[1].split("reference runs:\n")
+    (own,) = [line for line in stored.splitlines() if "20260304T050607Z-cpu" in line]
+    for field in ("AMD EPYC 7763, 16 cores (box)", "2026-03-04", " run ", "interrupted", "quick"):
+        assert field in own, field
+    assert any(line.split()[:2] == ["damaged", "damaged:"] for line in stored.splitlines())
+    assert reference.splitlines()[0] == "  intel-xeon-2c-vm/"
+    (ref,) = [line for line in reference.splitlines() if "20251121T163411Z-paths" in line]
+    for field in ("Intel Xeon, 2 cores (vm)", "2025-11-21", "paths", "finished"):
+        assert field in ref, field
+    assert "20251121T163411Z-paths" not in stored
+
+
+def test_list_without_runs_says_none_and_has_no_reference_heading(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(storage, "RESULTS_ROOT", tmp_path / "results")
+    monkeypatch.setattr(report_load, "REFERENCE_DIR", tmp_path / "results" / "reference")
+    out = _out(capsys, ["list"])
+    assert out[out.index("stored runs:") + 1] == "  (none)" and "reference runs:" not in out
+
+
+def test_cite_list_of_a_report_without_numbers_prints_nothing(capsys, tmp_path):
+    (tmp_path / "numbers.json").write_text(json.dumps({"runs": {}, "numbers": {}}))
+    assert _out(capsys, ["cite", "--list", "--reports", str(tmp_path)]) == []

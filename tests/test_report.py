@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from bench.cli import main
-from bench.report.context import format_value
+from bench.machine import machine_identity
 from bench.report.numbers import cite_sentence
 
 FAST = ["--rounds", "6", "--target-time", "0.01", "--passes", "3", "--no-progress"]
@@ -58,6 +58,8 @@ def two_runs(tmp_path_factory):
         )
         == 0
     )
+    meta = json.loads((root / "b" / "meta.json").read_text())  # b: as if measured on another machine
+    (root / "b" / "meta.json").write_text(json.dumps(meta | {"hostname": "other-host", "cpu_cores": 64}))
     return root
 
 
@@ -85,8 +87,12 @@ def test_report_writes_the_interface_files(two_runs, tmp_path, capsys):
         assert f"figures/{img.name}" in html
     numbers = json.loads((out / "numbers.json").read_text())["numbers"]
     assert numbers and all({"value", "unit", "run_id", "machine"} <= set(v) for v in numbers.values())
-    # both runs measured the CPU: the newer keeps `cpu`, the older is named by its run id
-    assert any(key.startswith("cpu@") for key in numbers) and any(key.startswith("cpu.") for key in numbers)
+    # two machines, each under its own keys and its own name, side by side
+    for run in ("a", "b"):
+        mid, words = machine_identity(json.loads((two_runs / run / "meta.json").read_text()))
+        assert any(key.startswith(f"{mid}.cpu.conv.") for key in numbers), mid
+        assert words in html
+    assert html.count("<details") >= 5 and "id='first-screen'" in html and "id='verdicts'" in html
     key = next(k for k in numbers if k.endswith("flops.exponent_n"))
     sentence = cite_sentence(key, out)
     assert key in sentence and numbers[key]["run_id"] in sentence
@@ -98,7 +104,7 @@ def test_every_cited_number_appears_in_the_report(two_runs, tmp_path):
     assert main(["report", "--results", str(two_runs / "a"), "--out", str(out)]) == 0
     md = (out / "report.md").read_text()
     numbers = json.loads((out / "numbers.json").read_text())["numbers"]
-    missing = [k for k, v in numbers.items() if format_value(v["value"], v["unit"]) not in md]
+    missing = [k for k, v in numbers.items() if v["text"] not in md]
     assert not missing, missing[:5]
 
 
@@ -211,10 +217,11 @@ def test_report_of_hand_made_runs_shows_verdicts_reasons_and_flags(tmp_path, new
         assert time.loc["attention", "measurement_uncertainty"] == "per-point 95 % intervals"
         assert "stalled: median 3.1x the minimum" in md  # the flag, listed with the point
         numbers = json.loads((out / "numbers.json").read_text())["numbers"]
-        assert numbers["all.points.unreliable"]["value"] == 1
+        (unreliable,) = [v for k, v in numbers.items() if k.endswith(".cpu.points.unreliable")]
+        assert unreliable["value"] == 1
     else:
         assert set(time["measurement_uncertainty"]) == {"none stored"}
         assert "older format" in md and "r1" in md
     numbers = json.loads((out / "numbers.json").read_text())["numbers"]
-    missing = [k for k, v in numbers.items() if format_value(v["value"], v["unit"]) not in md]
+    missing = [k for k, v in numbers.items() if v["text"] not in md]
     assert not missing, missing[:5]

@@ -7,17 +7,21 @@ numbers.json (every number the report shows, with provenance) and table.tex.
 from __future__ import annotations
 
 import html
+import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import markdown
 import pandas as pd
 
-from .. import fits, storage, timing
+from .. import fits, machine, storage, timing
+from ..errors import BadInput
 from ..spec import device_keys
 from ..timing import NOISY_IQR_RATIO
 from .context import ReportContext, format_value
-from .load import load_runs
+from .headline import headline, verdict_table
+from .load import REFERENCE, load_runs, newest_per, select_run_dirs
 from .numbers import numbers_document
 from .scaling import (
     cite_fits,
@@ -34,16 +38,45 @@ from .scaling import (
 from .summary import summary_latex, summary_markdown, summary_rows
 
 
-def label_sources(points: pd.DataFrame, runs: dict[str, dict]) -> pd.Series:
-    """A short name per (run, device, dtype): `cpu`, `cuda`, `cuda-bfloat16`; where several runs measured
-    the same device, the newest keeps the short name and the others get `@<run-id>`."""
-    base = pd.Series(device_keys(points), index=points.index, dtype=object)
-    labels = base.copy()
-    for name in base.unique():
-        run_ids = sorted(set(points.loc[base == name, "run_id"]), key=lambda r: runs[r].get("started_utc") or "")
-        for run_id in run_ids[:-1]:
-            labels[(base == name) & (points["run_id"] == run_id)] = f"{name}@{run_id}"
-    return labels
+def machine_key(meta: dict) -> tuple[str, str]:
+    """(id, words) of the machine a run was measured on, as sources and cite keys name it: the machine's
+    identity (bench.machine.machine_identity), prefixed "reference." / "reference: " for a committed
+    reference run, so a reference never shares keys with the reader's own run of the same machine."""
+    mid, label = machine.machine_identity(meta)
+    if meta.get("reference"):
+        return f"{REFERENCE}.{mid}", f"{REFERENCE}: {label}"
+    return mid, label
+
+
+def _device_words(meta: dict, device: str, key: str) -> str:
+    names = [d.get("name") for d in meta.get("devices", []) if str(d.get("device", "")).split(":")[0] == device]
+    return f"{key} ({names[0]})" if device != "cpu" and names else key
+
+
+def assign_sources(points: pd.DataFrame, runs: dict[str, dict]) -> tuple[pd.Series, dict[str, str]]:
+    """Each point's source: its machine and device as a stable id ("intel-xeon-2c-vm.cpu",
+    "intel-xeon-2c-vm.cuda-bfloat16"), the prefix of its cite keys; and each source in words
+    ("Intel Xeon, 2 cores (vm) · cpu")."""
+    sources, labels = [], {}
+    for run_id, device, key in zip(points["run_id"], points["device"], device_keys(points)):
+        mid, words = machine_key(runs[run_id])
+        source = f"{mid}.{key}"
+        sources.append(source)
+        labels[source] = f"{words} · {_device_words(runs[run_id], str(device), key)}"
+    return pd.Series(sources, index=points.index, dtype=object), labels
+
+
+def newest_of_each(table: pd.DataFrame | None, runs: dict[str, dict], by: str) -> tuple[pd.DataFrame | None, list[str]]:
+    """The rows of the newest run for each value of column `by` (a source or a machine), and the run ids left
+    out: one set of measurements per machine and device, never two pooled."""
+    if table is None or table.empty:
+        return table, []
+    keep, hidden = set(), []
+    for _, group in table.groupby(by):
+        shown, older = newest_per(runs, group["run_id"].unique(), key=lambda meta: 0)
+        keep |= shown
+        hidden += older
+    return table[table["run_id"].isin(keep)].reset_index(drop=True), sorted(set(hidden) - keep)
 
 
 def provenance_section(ctx: ReportContext) -> str:
@@ -108,25 +141,35 @@ def problems_section(ctx: ReportContext) -> str:
     points = ctx.points
     bad = points[points["status"] != "ok"]
     ok = points[points["status"] == "ok"]
-    noisy = ok[ok["time_noisy"].fillna(False).astype(bool)]
-    run_id = points["run_id"].iloc[-1]
     threshold = f"{100 * NOISY_IQR_RATIO:g} %"
+    lines = []
+    for source in ctx.sources():
+        mine = points[points["source"] == source]
+        mine_ok = mine[mine["status"] == "ok"]
+        noisy = mine_ok[mine_ok["time_noisy"].fillna(False).astype(bool)]
+        run_id = mine["run_id"].iloc[-1]
+        lines.append(
+            f"- {ctx.source_label(source)}: points not measured "
+            f"{ctx.cite(f'{source}.points.not_ok', int((mine['status'] != 'ok').sum()), 'points', run_id)}; "
+            f"noisy (IQR above {threshold} of the median; kept, flagged) "
+            f"{ctx.cite(f'{source}.points.noisy', len(noisy), 'points', run_id)} of "
+            f"{ctx.cite(f'{source}.points.ok', len(mine_ok), 'points', run_id)}"
+            + (
+                f"; unreliable after a re-measurement (stalled, bimodal or unstable; left out of the time fits, "
+                f"kept for FLOPs and memory) "
+                f"{ctx.cite(f'{source}.points.unreliable', int((~fits.reliable_mask(mine_ok)).sum()), 'points', run_id)}"
+                if "time_reliable" in mine_ok and mine_ok["time_reliable"].notna().any()
+                else ""
+            )
+            + "."
+        )
     text = (
-        f"Points not measured: {ctx.cite('all.points.not_ok', len(bad), 'points', run_id)}; points whose "
-        f"timing is noisy (IQR above {threshold} of the median; kept, flagged): "
-        f"{ctx.cite('all.points.noisy', len(noisy), 'points', run_id)} of "
-        f"{ctx.cite('all.points.ok', len(ok), 'points', run_id)}. "
-        f"On a shared or virtual machine the speed drifts in phases of tens of milliseconds, so many "
-        f"sub-millisecond points exceed {threshold}; each point's spread is in points.csv (`time_iqr_s`)."
+        "\n".join(lines) + f"\n\nOn a shared or virtual machine the speed drifts in phases of tens of milliseconds, "
+        f"so many sub-millisecond points exceed {threshold}; each point's spread is in points.csv (`time_iqr_s`)."
     )
     unchecked = _runs_without(ctx, "time_reliable")
     if len(unchecked) < points["run_id"].nunique():
         unreliable = ok[~fits.reliable_mask(ok)]
-        text += (
-            f" Points whose timing stayed unreliable after a re-measurement (stalled, bimodal or unstable; "
-            f"left out of the time fits, kept for FLOPs and memory): "
-            f"{ctx.cite('all.points.unreliable', len(unreliable), 'points', run_id)}."
-        )
         if len(unreliable):
             flags = (
                 unreliable[POINT_COLUMNS_SHOWN + ["time_flag"]]
@@ -151,52 +194,155 @@ def problems_section(ctx: ReportContext) -> str:
 
 
 HTML_STYLE = """
-body { font-family: system-ui, sans-serif; max-width: 78rem; margin: 2rem auto; padding: 0 1rem; line-height: 1.45; }
+h1 { font-size: 1.55rem; margin: 0.5rem 0; }
+body { font-family: system-ui, sans-serif; max-width: 78rem; margin: 1.5rem auto; padding: 0 1rem; line-height: 1.45; }
 table { border-collapse: collapse; font-size: 0.85rem; margin: 1rem 0; }
 th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: left; }
 th { background: #f3f3f3; }
+#verdicts table { font-size: 0.8rem; }
+#verdicts td, #verdicts th { padding: 0.15rem 0.35rem; white-space: nowrap; }
+#toc ul { columns: 2; margin: 0.5rem 0; }
+details { border-top: 1px solid #ddd; padding: 0.3rem 0; }
+details > summary { cursor: pointer; }
+details > summary h2 { display: inline; font-size: 1.3rem; }
 img { max-width: 100%; }
 code { background: #f5f5f5; padding: 0 0.2rem; }
+.wide { overflow-x: auto; }
 """
+# Opens the section a table-of-contents link points to (a closed <details> would hide it).
+HTML_SCRIPT = """
+function openTarget() { const t = document.getElementById(location.hash.slice(1)); if (t && t.tagName === 'DETAILS') t.open = true; }
+window.addEventListener('hashchange', openTarget); window.addEventListener('DOMContentLoaded', openTarget);
+"""
+MD_EXTENSIONS = ["tables", "fenced_code"]
 
 
-def to_html(md_text: str, title: str) -> str:
-    body = markdown.markdown(md_text, extensions=["tables", "fenced_code"])
+@dataclass
+class Section:
+    anchor: str
+    title: str
+    body: str  # markdown, without its title
+
+
+def split_sections(md_text: str) -> list[Section]:
+    """The `## ` sections of a markdown text, each with an anchor made from its title."""
+    sections, seen = [], set()
+    for chunk in re.split(r"(?m)^## ", md_text):
+        if not chunk.strip():
+            continue
+        title, _, body = chunk.partition("\n")
+        anchor = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "section"
+        while anchor in seen:
+            anchor += "-2"
+        seen.add(anchor)
+        sections.append(Section(anchor, title.strip(), body))
+    return sections
+
+
+def _toc(sections: list[Section]) -> str:
+    return "\n".join(f"- [{s.title}](#{s.anchor})" for s in sections) + "\n"
+
+
+def to_markdown(title: str, first_screen: str, sections: list[Section]) -> str:
+    parts = [f"# {title}\n", first_screen, "**Contents**\n", _toc(sections)]
+    parts += [f'<a id="{s.anchor}"></a>\n\n## {s.title}\n{s.body}' for s in sections]
+    return "\n".join(parts)
+
+
+def _html(md_text: str) -> str:
+    body = markdown.markdown(md_text, extensions=MD_EXTENSIONS)
+    return body.replace("<table>", '<div class="wide"><table>').replace("</table>", "</table></div>")
+
+
+def to_html(title: str, headline: str, verdicts: str, intro: str, sections: list[Section]) -> str:
+    """The first screen (headline, verdict table, contents), then each section collapsible, closed."""
+    toc = markdown.markdown(_toc(sections), extensions=MD_EXTENSIONS)
+    details = "\n".join(
+        f'<details id="{s.anchor}"><summary><h2>{html.escape(s.title)}</h2></summary>\n{_html(s.body)}\n</details>'
+        for s in sections
+    )
     return (
-        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{HTML_STYLE}</style></head><body>\n{body}\n</body></html>\n"
+        f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{html.escape(title)}</title>"
+        f"<style>{HTML_STYLE}</style><script>{HTML_SCRIPT}</script></head><body>\n"
+        f"<section id='first-screen'>\n<h1>{html.escape(title)}</h1>\n{_html(headline)}\n"
+        f"<div id='verdicts'>\n{markdown.markdown(verdicts, extensions=MD_EXTENSIONS)}\n</div>\n"
+        f"<nav id='toc'><strong>Contents</strong> (each section opens on a click)\n{toc}</nav>\n{_html(intro)}\n"
+        f"</section>\n{details}\n</body></html>\n"
     )
 
 
-def build_report(results: list[Path], out_dir: Path, skip_bad: bool = False) -> dict:
-    points, runs, paths, claims = load_runs(results, skip_bad=skip_bad)
+TITLE = "Sequence layers, measured: does Vaswani et al. (2017), Table 1, hold on this machine?"
+
+
+def build_report(
+    results: list[Path] | None, out_dir: Path, skip_bad: bool = False, compare_reference: bool = False
+) -> dict:
+    """Read the chosen runs (load.select_run_dirs: by default this machine's), write reports/ whole."""
+    dirs, notes = select_run_dirs(results, compare_reference)
+    if not dirs:
+        raise BadInput("no stored runs found: `make bench` measures this machine")
+    points, runs, paths, claims = load_runs(dirs, skip_bad=skip_bad)
     points = points.copy()
-    points["source"] = label_sources(points, runs) if len(points) else pd.Series(dtype=str)
+    sources, labels = assign_sources(points, runs) if len(points) else (pd.Series(dtype=object), {})
+    points["source"] = sources
+    points, hidden = newest_of_each(points, runs, "source")
+    machines = {src: machine_key(runs[r])[0] for src, r in zip(points["source"], points["run_id"])}
+    side = {}
+    for name, table in (("paths", paths), ("claims", claims)):
+        if table is not None:
+            table = table.assign(machine=[machine_key(runs[r])[0] for r in table["run_id"]])
+        side[name], older = newest_of_each(table, runs, "machine")
+        hidden += older
+    this_id = machine.this_machine()[0]
+    candidates = (
+        list(dict.fromkeys(machines.values()))
+        or [machine_key(runs[r])[0] for r in runs if not runs[r].get("reference")]
+        or [machine_key(m)[0] for m in runs.values()]
+    )
+    primary = this_id if this_id in candidates else candidates[0]
+    if hidden:
+        notes.append(
+            f"Older runs of the same machine and device, not shown (the newest is): {', '.join(sorted(hidden))}."
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     if (out_dir / "figures").exists():
         shutil.rmtree(out_dir / "figures")  # figures are regenerated whole: none is left from older data
-    ctx = ReportContext(points=points, runs=runs, out_dir=out_dir, paths=paths, claims=claims)
+    ctx = ReportContext(
+        points=points,
+        runs=runs,
+        out_dir=out_dir,
+        paths=side["paths"],
+        claims=side["claims"],
+        labels=labels,
+        primary=primary,
+        machines=machines,
+        notes=notes,
+    )
 
-    parts = [
-        "# Sequence layers, measured: the complexity table of Vaswani et al. (2017), Table 1\n",
+    intro = (
         "Generated by `python -m bench report` from the stored runs listed under Provenance; it measures "
         "nothing itself. Every number here is in `numbers.json` with the run, machine and commit that "
-        "produced it (`python -m bench cite KEY`).\n",
-    ]
+        "produced it (`python -m bench cite KEY`; `--list` shows the keys).\n"
+    )
+    said = "".join(f"_{note}_\n\n" for note in notes)
+    headline_md, verdicts_md, parts = "_No points stored._\n", "", []
     fit_rows = pd.DataFrame(columns=fits.FIT_COLUMNS)
     if len(points):
         points[fits.PEAK_COLUMN] = point_peaks(points, runs)  # for "not asymptotic yet": rates as % of peak
         fit_rows = fits.fit_table(points)
         texts = cite_fits(ctx, fit_rows)
+        headline_md, verdicts_md = said + headline(ctx, texts), verdict_table(ctx, texts)
         table = summary_rows(ctx, fit_rows, texts)
         marks = ", ".join(f"{fits.VERDICT_MARK[v]} {v}" for v in fits.VERDICTS)
         parts += [
-            "## The table, measured\n",
+            "## The whole table, measured\n",
             f"Predicted (Table 1) beside measured: exponents of power-law fits ({marks}; – no sweep, "
             "– ? sweeps but none that could be fitted), sequential depth measured at the operator level, "
             "layers needed for position 0 to reach position n−1. Details, intervals and the reason of every "
             "verdict in the sections below.\n",
             summary_markdown(table),
+            "## How it was measured, and what went wrong\n",
             "How the fits are judged: " + fits.method_text() + "\n",
             problems_section(ctx),
         ]
@@ -251,9 +397,10 @@ def build_report(results: list[Path], out_dir: Path, skip_bad: bool = False) -> 
     parts.append(_optional_section("claims", ctx))
     parts.append(provenance_section(ctx))
 
-    md_text = "\n".join(parts)
-    (out_dir / "report.md").write_text(md_text)
-    (out_dir / "report.html").write_text(to_html(md_text, "Sequence layers, measured"))
+    sections = split_sections("\n".join(parts))
+    first_screen = headline_md + "\n" + verdicts_md + "\n" + intro
+    (out_dir / "report.md").write_text(to_markdown(TITLE, first_screen, sections))
+    (out_dir / "report.html").write_text(to_html(TITLE, headline_md, verdicts_md, intro, sections))
     storage.write_table(out_dir / "fits.csv", fit_rows)
     storage.write_json(out_dir / "numbers.json", numbers_document(ctx.numbers, runs))
     return {"runs": len(runs), "points": len(points), "figures": len(ctx.figures), "numbers": len(ctx.numbers)}

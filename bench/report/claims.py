@@ -6,8 +6,8 @@ latest such run (by `started_utc` in its meta.json, else by run id), one short p
 Figures: claims.csv is the only file the claims command stores, so `bench.claims.claims_frame` keeps the
 series behind each figure in an optional `details` column, a JSON string per row (see bench.claims). A row
 without it (an older or hand-written claims.csv) gets its paragraph and no figure. The supporting numbers
-in `details["numbers"]` ({name: {value, unit, label}}) are cited as `claims.<claim_id>.<name>`, the headline
-as `claims.<claim_id>.measured`; every number in the text goes through `ctx.cite`.
+in `details["numbers"]` ({name: {value, unit, label}}) are cited as `<machine>.claims.<claim_id>.<name>`, the
+headline as `<machine>.claims.<claim_id>.measured`; every number in the text goes through `ctx.cite`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt
 import models
 
 from ..errors import RunFailed
+from . import style
 from .context import ReportContext
 
 VERDICT_MARK = {"holds": "holds", "fails": "**fails**", "partly": "*partly*"}
@@ -54,8 +55,18 @@ def claims_section(ctx: ReportContext) -> str:
 
 
 def _latest_run(ctx: ReportContext) -> str:
-    run_ids = list(dict.fromkeys(ctx.claims["run_id"].astype(str)))
+    """The newest claims run of the primary machine (of any machine where it has none)."""
+    claims = ctx.claims
+    if "machine" in claims and (claims["machine"] == ctx.primary).any():
+        claims = claims[claims["machine"] == ctx.primary]
+    run_ids = list(dict.fromkeys(claims["run_id"].astype(str)))
     return max(run_ids, key=lambda r: (str(ctx.runs.get(r, {}).get("started_utc", "")), r))
+
+
+def _prefix(ctx: ReportContext, run_id: str) -> str:
+    """Cite keys of a claims run: <machine>.claims.<claim_id>..., "claims." where no machine is known."""
+    rows = ctx.claims[ctx.claims["run_id"].astype(str) == run_id]
+    return f"{rows['machine'].iloc[0]}.claims" if "machine" in rows and len(rows) else "claims"
 
 
 def _cell(text) -> str:
@@ -98,7 +109,7 @@ def _unit(row) -> str:
 
 def _cite_measured(ctx: ReportContext, row, run_id: str) -> str:
     return ctx.cite(
-        f"claims.{row['claim_id']}.measured",
+        f"{_prefix(ctx, run_id)}.{row['claim_id']}.measured",
         parse_measured(row["measured"]),
         _unit(row),
         run_id,
@@ -117,7 +128,11 @@ def _paragraph(ctx: ReportContext, row, run_id: str) -> list[str]:
     for name, number in details.get("numbers", {}).items():
         value = number.get("value")
         shown = ctx.cite(
-            f"claims.{claim_id}.{name}", value, number.get("unit", "1"), run_id, note=number.get("label", "")
+            f"{_prefix(ctx, run_id)}.{claim_id}.{name}",
+            value,
+            number.get("unit", "1"),
+            run_id,
+            note=number.get("label", ""),
         )
         extras.append(f"{number.get('label', name)}: {shown}")
     if extras:
@@ -137,9 +152,9 @@ def _paragraph(ctx: ReportContext, row, run_id: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ figures
 def _ticks(ax, values) -> None:
-    """Label a log-scaled x axis at the measured sizes, not at powers of ten."""
-    ax.set_xticks(values, [str(v) for v in values])
-    ax.minorticks_off()
+    """Label a log-scaled x axis at the measured sizes, not at powers of ten: plain labels, thinned where
+    they would collide, no minor labels (style.measured_ticks)."""
+    style.measured_ticks(ax, values, "x")
 
 
 def _fig_dot_product_variance(d: dict):
@@ -156,11 +171,14 @@ def _fig_dot_product_variance(d: dict):
 
 
 def _finish(fig, axes, ticks) -> None:
-    """Ticks at the measured values, a small legend on each panel, and a tight layout."""
+    """Ticks at the measured values, a tight layout, and each panel's legend under it, off the data (the
+    saved figure grows to hold it: ctx.figure saves with bbox_inches="tight")."""
     for ax in axes:
         _ticks(ax, ticks)
-        ax.legend(fontsize=8)
+        style.grid(ax)
     fig.tight_layout()
+    for ax in axes:
+        style.legend_outside(ax, where="below")
 
 
 def _fig_softmax_saturation(d: dict):

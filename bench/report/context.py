@@ -18,6 +18,9 @@ matplotlib.use("Agg")  # reports are written headless
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from ..machine import machine_identity  # noqa: E402
+from .load import REFERENCE  # noqa: E402
+
 
 @dataclass(frozen=True)
 class Number:
@@ -28,9 +31,12 @@ class Number:
     machine: str
     interval: tuple[float, float] | None = None
     note: str = ""
+    text: str = ""  # as the report shows it
 
     def as_dict(self) -> dict:
         out = {"value": self.value, "unit": self.unit, "run_id": self.run_id, "machine": self.machine}
+        if self.text:
+            out["text"] = self.text
         if self.interval is not None:
             out["interval"] = list(self.interval)
         if self.note:
@@ -62,24 +68,72 @@ class ReportContext:
     claims: pd.DataFrame | None = None  # claims.csv rows (with run_id), if any run has one
     numbers: dict[str, Number] = field(default_factory=dict)
     figures: list[Path] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)  # source -> its name in words (see source_label)
+    primary: str = ""  # the machine the report is about first (this machine, where it has runs)
+    machines: dict[str, str] = field(default_factory=dict)  # source -> its machine (the source's prefix)
+    notes: list[str] = field(default_factory=list)  # what the reader should know about the runs chosen
+
+    def sources(self) -> list[str]:
+        """The sources with points, the primary machine's first, then by name."""
+        present = set(self.points["source"]) if "source" in self.points else set()
+        return sorted(present, key=lambda s: (self.machine_of_source(s) != self.primary, s))
+
+    def machine_words(self, machine: str) -> str:
+        """A machine (a source's prefix) in words, from the label of any of its sources."""
+        for source, words in self.labels.items():
+            if self.machine_of_source(source) == machine:
+                return words.split(" · ")[0]
+        return machine
+
+    def machine_of_source(self, source: str) -> str:
+        return self.machines.get(source, source.rsplit(".", 1)[0])
+
+    def source_tag(self, source: str) -> str:
+        """A short name of a source for a table column: "this machine · cpu", or the other machine's."""
+        device = source.rsplit(".", 1)[-1]
+        if self.machine_of_source(source) == self.primary and not self.primary.startswith(f"{REFERENCE}."):
+            return f"this machine · {device}"
+        words = self.labels.get(source, source).split(" · ")[0]
+        return f"{words.split(',')[0].split(' (')[0]} · {device}"
+
+    def source_label(self, source: str) -> str:
+        """A source (the `source` column: machine id and device, "intel-xeon-2c-vm.cpu", the key cite keys
+        start with) in words for readers: "Intel Xeon, 2 cores (vm) · cpu"."""
+        return self.labels.get(source, source)
 
     @property
     def fig_dir(self) -> Path:
         return self.out_dir / "figures"
 
     def machine_of(self, run_id: str) -> str:
+        """The machine a run was measured on, in words (bench.machine.machine_identity)."""
         meta = self.runs.get(run_id, {})
-        return meta.get("machine") or meta.get("cpu_model") or "unknown machine"
+        words = machine_identity(meta)[1] if meta else "unknown machine"
+        return f"{words}, reference run" if meta.get("reference") else words
 
-    def cite(self, key: str, value, unit: str, run_id: str, interval=None, note: str = "", digits: int = 3) -> str:
-        """Register one number under `key` (stable, dotted: `cpu.attention.time.exponent_n`) and return
-        its text for the report. A key cited twice must carry the same value."""
+    def cite(
+        self,
+        key: str,
+        value,
+        unit: str,
+        run_id: str,
+        interval=None,
+        note: str = "",
+        digits: int = 3,
+        show_unit: bool = True,
+    ) -> str:
+        """Register one number under `key` (stable, dotted: `intel-xeon-2c-vm.cpu.attention.time.exponent_n`)
+        and return its text for the report (without the unit when show_unit is False, for text that says
+        it once: "8 of 9 layers"). A key cited twice must carry the same value."""
         if (
             isinstance(value, float)
             and value.is_integer()
             and unit in ("FLOP", "B", "layers", "steps", "ops", "positions", "points")
         ):
             value = int(value)
+        text = format_value(value, unit if show_unit else "", digits)
+        if interval is not None:
+            text += f" [{format_value(float(interval[0]), '', digits)}, {format_value(float(interval[1]), '', digits)}]"
         number = Number(
             key,
             value,
@@ -88,14 +142,12 @@ class ReportContext:
             self.machine_of(run_id),
             None if interval is None else (float(interval[0]), float(interval[1])),
             note,
+            text,
         )
         old = self.numbers.get(key)
         if old is not None and old.value != number.value:
             raise ValueError(f"number {key!r} cited twice with different values: {old.value} and {value}")
-        self.numbers[key] = number
-        text = format_value(value, unit, digits)
-        if interval is not None:
-            text += f" [{format_value(float(interval[0]), '', digits)}, {format_value(float(interval[1]), '', digits)}]"
+        self.numbers.setdefault(key, number)
         return text
 
     def figure(self, fig: plt.Figure, name: str, caption: str) -> str:

@@ -1,4 +1,10 @@
-"""Reading stored runs for the report: run folders, or folders that hold run folders."""
+"""Reading stored runs for the report: run folders, or folders that hold run folders (to any depth: the
+committed reference runs are results/reference/<machine>/<run-id>/), and choosing which of them to show.
+
+Which runs: by default this machine's own runs in results/ (not the reference ones); when it has none yet,
+the reference runs, and the report says so. `--compare reference` adds the reference runs; `--results`
+names the folders to read. Of several runs of one machine and device, the newest is shown (one set of
+points per machine and device, never two averaged or pooled); the others are named in the report."""
 
 from __future__ import annotations
 
@@ -7,22 +13,38 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import storage
+from .. import machine, storage
 from ..errors import BadInput, RunFailed
 
+REFERENCE_DIR = storage.RESULTS_ROOT / "reference"
+REFERENCE = "reference"  # the folder name that marks committed reference runs, and their sources' prefix
 
-def find_run_dirs(paths: list[Path]) -> list[Path]:
+
+def _runs_below(path: Path, depth: int = 3) -> list[Path]:
+    if storage.is_run_dir(path):
+        return [path]
+    if depth == 0 or not path.is_dir():
+        return []
+    return [run for child in sorted(path.iterdir()) for run in _runs_below(child, depth - 1)]
+
+
+def find_run_dirs(paths: list[Path], exclude: tuple[Path, ...] = ()) -> list[Path]:
+    """The run folders at or below each path (a run folder, a folder of runs, a folder of machines' folders),
+    leaving out those below `exclude`."""
     found = []
     for path in paths:
         if not path.exists():
             raise BadInput(f"--results {path}: does not exist")
-        if storage.is_run_dir(path):
-            found.append(path)
-        elif path.is_dir():
-            found.extend(storage.list_runs(path))
-        else:
+        if not path.is_dir():
             raise BadInput(f"--results {path}: not a run folder or a folder of runs")
+        found.extend(
+            run for run in _runs_below(path) if not any(run.resolve().is_relative_to(e.resolve()) for e in exclude)
+        )
     return found
+
+
+def is_reference(run_dir: Path) -> bool:
+    return REFERENCE in run_dir.resolve().parts[:-1]
 
 
 def _read_run(run_dir: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
@@ -37,11 +59,12 @@ def _read_run(run_dir: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
     return meta, tables
 
 
-def load_runs(paths: list[Path], skip_bad: bool = False):
-    """(points, runs meta by run_id, paths, claims): tables concatenated over runs, with a run_id column.
-    A damaged run is a RunFailed naming it, unless skip_bad (then it is named on stderr and left out)."""
+def load_runs(paths: list[Path], skip_bad: bool = False, exclude: tuple[Path, ...] = ()):
+    """(points, runs meta by run_id, paths, claims): tables concatenated over runs, with a run_id column;
+    each run's meta gets `folder` and `reference` (stored under a reference/ folder). A damaged run is a
+    RunFailed naming it, unless skip_bad (then it is named on stderr and left out)."""
     runs, tables = {}, {"points": [], "paths": [], "claims": []}
-    for run_dir in find_run_dirs(paths):
+    for run_dir in find_run_dirs(paths, exclude):
         try:
             meta, run_tables = _read_run(run_dir)
         except RunFailed as exc:
@@ -50,7 +73,7 @@ def load_runs(paths: list[Path], skip_bad: bool = False):
             print(f"skipping damaged run {run_dir}: {exc}", file=sys.stderr)
             continue
         run_id = meta.get("run_id") or run_dir.name
-        runs[run_id] = dict(meta, run_id=run_id, folder=str(run_dir))
+        runs[run_id] = dict(meta, run_id=run_id, folder=str(run_dir), reference=is_reference(run_dir))
         for name, df in run_tables.items():
             tables[name].append(df)
     if not runs:
@@ -60,3 +83,48 @@ def load_runs(paths: list[Path], skip_bad: bool = False):
         frames["points"] if frames["points"] is not None else pd.DataFrame(columns=storage.POINT_COLUMNS + ["run_id"])
     )
     return points, runs, frames["paths"], frames["claims"]
+
+
+def select_run_dirs(results: list[Path] | None, compare_reference: bool = False) -> tuple[list[Path], list[str]]:
+    """(run folders to report, notes for the reader). `results` None: this machine's runs in results/
+    (outside results/reference/), or the reference runs where this machine has none yet."""
+    notes = []
+    reference = find_run_dirs([REFERENCE_DIR]) if REFERENCE_DIR.exists() else []
+    if results is not None:
+        dirs = find_run_dirs(results)
+    else:
+        mine, label = machine.this_machine()
+        own = find_run_dirs([storage.RESULTS_ROOT], exclude=(REFERENCE_DIR,)) if storage.RESULTS_ROOT.exists() else []
+        dirs = [d for d in own if _machine_of(d) == mine]
+        others = len(own) - len(dirs)
+        if others:
+            notes.append(
+                f"{others} stored run(s) of other machines in results/ are not shown (`--results results` shows "
+                "every machine side by side)."
+            )
+        if not dirs:
+            notes.append(
+                f"No run of this machine ({label}) is stored in results/ yet: `make bench` measures it. Shown "
+                "instead: the reference runs that ship in results/reference/."
+            )
+            dirs = reference
+    if compare_reference:
+        dirs += [d for d in reference if d.resolve() not in {x.resolve() for x in dirs}]
+    return dirs, notes
+
+
+def _machine_of(run_dir: Path) -> str | None:
+    try:
+        return machine.machine_identity(storage.read_json(run_dir / "meta.json"))[0]
+    except RunFailed:
+        return None  # damaged: load_runs names it
+
+
+def newest_per(runs: dict[str, dict], run_ids, key) -> tuple[set[str], list[str]]:
+    """(shown, hidden): of `run_ids`, the newest run (by started_utc, then id) for each key(run meta); the
+    older ones hidden."""
+    newest: dict = {}
+    for run_id in sorted(run_ids, key=lambda r: (runs[r].get("started_utc") or "", r)):
+        newest[key(runs[run_id])] = run_id
+    shown = set(newest.values())
+    return shown, sorted(set(run_ids) - shown)

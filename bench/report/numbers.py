@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from pathlib import Path
 
@@ -37,14 +38,45 @@ def numbers_document(numbers: dict[str, Number], runs: dict[str, dict]) -> dict:
     }
 
 
+GLOB_CHARACTERS = "*?["  # a PATTERN of `cite --list` with one of these is a shell glob, else a substring
+
+
 def load_numbers(reports_dir: Path) -> dict:
     path = reports_dir / "numbers.json"
     if not path.exists():
-        raise BadInput(f"--reports {reports_dir}: no numbers.json there; run `python -m bench report` first")
+        raise BadInput(
+            f"{path}: not found; run `python -m bench report` first (it writes numbers.json), "
+            f"or give --reports DIR, the folder of a report"
+        )
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise RunFailed(f"{path}: damaged, not valid JSON ({exc})") from None
+
+
+def matches(key: str, pattern: str | None) -> bool:
+    """`cite --list PATTERN`: a shell glob (fnmatch, the whole key) when PATTERN has *, ? or [; else a
+    substring of the key. No pattern matches every key."""
+    if not pattern:
+        return True
+    if any(c in pattern for c in GLOB_CHARACTERS):
+        return fnmatch.fnmatchcase(key, pattern)
+    return pattern in key
+
+
+def list_numbers(pattern: str | None, reports_dir: Path) -> list[str]:
+    """`cite --list [PATTERN]`: one line per key of numbers.json that matches, sorted: the key, then its
+    value and unit. A pattern that matches no key is a BadInput naming it."""
+    numbers = load_numbers(reports_dir).get("numbers", {})
+    keys = sorted(key for key in numbers if matches(key, pattern))
+    if not keys and pattern:
+        kind = "glob" if any(c in pattern for c in GLOB_CHARACTERS) else "substring"
+        raise BadInput(
+            f"cite --list {pattern}: no key of {reports_dir / 'numbers.json'} matches this {kind} "
+            f"({len(numbers)} keys there, e.g. {', '.join(sorted(numbers)[:3])})"
+        )
+    width = max((len(key) for key in keys), default=0)
+    return [f"{key:{width}s}  {format_value(numbers[key]['value'], numbers[key].get('unit', ''))}" for key in keys]
 
 
 def cite_sentence(key: str, reports_dir: Path) -> str:

@@ -6,10 +6,10 @@ import math
 
 import matplotlib.pyplot as plt
 import pandas as pd
-import seaborn as sns
 
 import models
 
+from . import style
 from .context import ReportContext
 
 TITLE = "## Maximum path length and sequential operations\n"
@@ -37,8 +37,12 @@ def _int(value) -> int | None:
 
 
 def _latest(ctx: ReportContext) -> pd.DataFrame:
-    """One row per (layer, n, k, window): the newest stored run's."""
+    """One row per (layer, n, k, window) of the primary machine's paths study (the study is exact and the same
+    on every machine; where the primary machine has none, the first machine's): the newest stored run's."""
     rows = ctx.paths.copy()
+    if "machine" in rows:
+        machines = list(dict.fromkeys(rows["machine"]))
+        rows = rows[rows["machine"] == (ctx.primary if ctx.primary in machines else machines[0])]
     for column in ("k", "window"):
         if column not in rows:
             rows[column] = pd.NA
@@ -49,9 +53,14 @@ def _latest(ctx: ReportContext) -> pd.DataFrame:
     return rows.sort_values(["_order", "k", "window", "n"]).drop(columns=["_started", "_order"])
 
 
+def _prefix(row) -> str:
+    """<machine>.paths, or paths for rows that name no machine."""
+    return f"{row.machine}.paths" if "machine" in row.index else "paths"
+
+
 def _key(row, what: str) -> str:
-    """Stable dotted key: paths.<layer>[.k<k>][.r<window>].n<n>.<what>."""
-    parts = ["paths", row.layer]
+    """Stable dotted key: <machine>.paths.<layer>[.k<k>][.r<window>].n<n>.<what>."""
+    parts = [_prefix(row), row.layer]
     if _int(row.k) is not None:
         parts.append(f"k{_int(row.k)}")
     if _path_size(row.layer) == "window" and _int(row.window) is not None:
@@ -150,8 +159,8 @@ def _depth_text(ctx: ReportContext, rows: pd.DataFrame) -> str:
             parts.append(
                 f"{layer}'s reference goes from {_cite(ctx, lo, 'seq_depth', 'ops')} at n = {int(lo.n)} to "
                 f"{_cite(ctx, hi, 'seq_depth', 'ops')} at n = {int(hi.n)} "
-                f"(×{ctx.cite(f'paths.{layer}.seq_depth.ratio_n{int(hi.n)}_n{int(lo.n)}', round(ratio, 2), '1', hi.run_id)} "
-                f"for ×{ctx.cite(f'paths.{layer}.n_ratio_n{int(hi.n)}_n{int(lo.n)}', round(hi.n / lo.n, 2), '1', hi.run_id)} "
+                f"(×{ctx.cite(f'{_prefix(hi)}.{layer}.seq_depth.ratio_n{int(hi.n)}_n{int(lo.n)}', round(ratio, 2), '1', hi.run_id)} "
+                f"for ×{ctx.cite(f'{_prefix(hi)}.{layer}.n_ratio_n{int(hi.n)}_n{int(lo.n)}', round(hi.n / lo.n, 2), '1', hi.run_id)} "
                 f"in n), while its forward pass measures {_cite(ctx, lo, 'seq_depth_forward', 'ops')} and "
                 f"{_cite(ctx, hi, 'seq_depth_forward', 'ops')}"
             )
@@ -181,35 +190,51 @@ def _figure(ctx: ReportContext, rows: pd.DataFrame) -> str:
     data["series"] = [_label(row, lines[row.layer]) for _, row in data.iterrows()]
     data["layers_to_cross"] = data["layers_to_cross"].astype(float)
     series = list(dict.fromkeys(data["series"]))
-    palette = dict(zip(series, sns.color_palette(n_colors=len(series))))
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    sns.lineplot(
-        data=data, x="n", y="layers_to_cross", hue="series", hue_order=series, palette=palette, marker="o", ax=ax
-    )
-    for name, group in data.groupby("series"):
-        formula = group.dropna(subset=["layers_to_cross_formula"]).sort_values("n")
+    # each line in the colour of its (first) layer, as in every figure; sizes of one layer (k=3, k=5) in
+    # that colour, lighter and with another marker for each further size
+    palette = style.layer_palette(data["layer"].unique())
+    first = {name: group["layer"].iloc[0] for name, group in data.groupby("series", sort=False)}
+    rank = {name: [s for s in series if first[s] == first[name]].index(name) for name in series}
+    colors = {
+        name: tuple(c + (1 - c) * min(0.45, 0.3 * rank[name]) for c in palette[first[name]][:3]) for name in series
+    }
+    markers = {name: style.MARKERS[rank[name] % len(style.MARKERS)] for name in series}
+    fig, ax = plt.subplots(figsize=(6.0, 4.2))
+    handles = []
+    for name in series:
+        group = data[data["series"] == name].sort_values("n")
+        (line,) = ax.plot(
+            group["n"].to_numpy(float),
+            group["layers_to_cross"].to_numpy(float),
+            color=colors[name],
+            marker=markers[name],
+            markersize=6,
+            linewidth=1.6,
+            zorder=3,
+        )
+        handles.append(line)
+        formula = group.dropna(subset=["layers_to_cross_formula"])
         ax.plot(
-            formula["n"],
-            formula["layers_to_cross_formula"].astype(float),
+            formula["n"].to_numpy(float),
+            formula["layers_to_cross_formula"].astype(float).to_numpy(),
             linestyle="--",
             linewidth=1,
             marker="x",
             markersize=9,
-            color=palette[name],
+            color=colors[name],
+            zorder=2,
         )
     ax.set(xscale="log", yscale="log", xlabel="n (positions)", ylabel="layers for position 0 to reach n−1")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(
-        fontsize=7,
-        title="measured (×, dashed: closed form)",
-        title_fontsize=7,
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-    )
+    style.measured_ticks(ax, data["n"], "x")
+    low, high = ax.get_ylim()
+    ax.set_ylim(low / 1.3, high * 1.3)  # room for the markers at the ends
+    style.log_axis(ax, "y", style.plain)
+    style.grid(ax)
+    style.legend_outside(ax, handles, series, title="measured (dashed, ×: closed form)")
     return ctx.figure(
         fig,
         "paths_layers_to_cross",
-        "Layers stacked until output n−1 depends on input 0, measured on the real layers (solid, dots) "
+        "Layers stacked until output n−1 depends on input 0, measured on the real layers (solid) "
         "against the closed form (dashed, crosses), log-log.",
     )
 
@@ -218,9 +243,11 @@ def paths_section(ctx: ReportContext) -> str:
     if ctx.paths is None or len(ctx.paths) == 0:
         return TITLE + "\nNo paths were stored: no run has a paths.csv (`python -m bench paths`).\n"
     rows = _latest(ctx)
+    machine = rows["machine"].iloc[0] if "machine" in rows and len(rows) else None
+    where = f"On {ctx.machine_words(machine)}: m" if machine else "M"
     parts = [
         TITLE,
-        "Measured on the real layers (batch 1, small width, float32), never taken from the formula. "
+        f"{where}easured on the real layers (batch 1, small width, float32), never taken from the formula. "
         "*Layers to cross*: fresh layers of one kind are stacked until output position n−1 depends on input "
         "position 0; after each layer, the positions that depend on input 0 are found by setting them to NaN "
         "and seeing which outputs turn NaN (exact where no layer masks by multiplying with zero, which none "

@@ -4,45 +4,41 @@ attention with the LSTM and the convolution; the fraction of the device's matmul
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import seaborn as sns
+from matplotlib.lines import Line2D
 
 import models
 
 from .. import fits
 from ..spec import device_keys
+from . import style
 from .context import ReportContext
 
 METRIC_LABEL = {"time": "time per forward pass (s)", "flops": "FLOPs (counted)", "memory": "peak allocated bytes"}
+AXIS_LABEL = {"time": "time per forward pass", "flops": "FLOPs per forward pass (counted)", "memory": "peak allocated"}
+AXIS_UNIT = {"time": "s", "flops": "FLOP", "memory": "B"}  # the y ticks carry the unit: "300 µs", "1 GB"
 CROSSOVER_K = 3  # the kernel size of the convolution attention is compared with
+IQR_NOTE = "error bars: median ± IQR/2 (points.csv stores each point's IQR, not its quartiles)"
+GUIDE_NOTE = {
+    "time": "dashed: the slope Table 1 predicts, through each layer's largest point",
+    "flops": "dashed: the slope Table 1 predicts, through each layer's largest point",
+    "memory": "dashed: the slope of the activation estimate, through each layer's largest point",
+}
 
 
-def _present(order, data: pd.DataFrame) -> list[str]:
-    """The layers of `order` that `data` has, in that order (a plot's legend order)."""
-    return [name for name in order if name in set(data["layer"])]
-
-
-def _layer_lines(ax, data: pd.DataFrame, x: str, y: str, order) -> None:
-    """One line with markers per layer, coloured and marked by layer, legend in `order`."""
-    sns.lineplot(
-        data=data,
-        x=x,
-        y=y,
-        hue="layer",
-        style="layer",
-        markers=True,
-        dashes=False,
-        hue_order=_present(order, data),
-        ax=ax,
+def _fixed_text(fixed: dict) -> str:
+    """The sizes a sweep holds fixed, as fits.fit_table writes them in its `fixed` column."""
+    return ", ".join(
+        f"{k}={int(v)}" for k, v in fixed.items() if k in ("n", "d", "k", "heads", "window") and not pd.isna(v)
     )
 
 
 def primary_sweeps(points: pd.DataFrame, variable: str) -> pd.DataFrame:
     """For each source and layer, the sweep of `variable` with the most points (ties: the smallest other
-    sizes), labelled in a `sweep` column such as 'd=32'."""
+    sizes), labelled in a `sweep` column such as 'd=32' and, in `fit_fixed`, as fits.csv's `fixed`."""
     best: dict[tuple, tuple] = {}
     for fixed, group in fits.sweeps(points, variable):
         source = group["source"].iloc[0]
@@ -50,23 +46,135 @@ def primary_sweeps(points: pd.DataFrame, variable: str) -> pd.DataFrame:
         label = ", ".join(f"{k}={int(v)}" for k, v in fixed.items() if k in ("n", "d", "batch") and not pd.isna(v))
         rank = (-group[variable].nunique(), tuple(0 if pd.isna(v) else v for k, v in fixed.items() if k in ("d", "n")))
         if key not in best or rank < best[key][0]:
-            best[key] = (rank, group.assign(sweep=label))
+            best[key] = (rank, group.assign(sweep=label, fit_fixed=_fixed_text(fixed)))
     if not best:
         return pd.DataFrame()
     return pd.concat([g for _, g in best.values()], ignore_index=True)
 
 
+def _predicted_from_formula(metric: str, variable: str) -> Callable:
+    """exponent(source, layer, sweep) from the formulas (fits.predicted_exponent), over the range of the
+    sweep drawn that fits.fit_table would fit (so the slope is the fits table's `predicted`), else over the
+    whole sweep; None where the layer's formula cannot be evaluated (a size it needs not stored, an
+    unknown layer)."""
+
+    def exponent(source, layer, sweep):
+        try:
+            used = (
+                fits.time_fit_range(sweep, variable, layer).data
+                if metric == "time"
+                else fits.asymptotic_range(sweep, variable, layer)
+            )
+        except (AttributeError, KeyError, ValueError, TypeError):
+            used = sweep
+        if used[variable].nunique() < 2:
+            used = sweep
+        try:
+            return fits.predicted_exponent(metric, layer, used, variable)
+        except (KeyError, ValueError, TypeError):
+            return None
+
+    return exponent
+
+
+def _predicted_from_fits(fit_rows: pd.DataFrame, metric: str, variable: str) -> Callable:
+    """exponent(source, layer, sweep): the `predicted` of the fit row of that very sweep (what the fits
+    table shows), else the formula's slope over the sweep drawn."""
+    rows = fit_rows[(fit_rows["metric"] == metric) & (fit_rows["variable"] == variable)]
+    table = {
+        (r.source, r.layer, r.fixed, float(r.batch)): r.predicted for r in rows.itertuples() if not pd.isna(r.predicted)
+    }
+    fallback = _predicted_from_formula(metric, variable)
+
+    def exponent(source, layer, sweep):
+        first = sweep.iloc[0]
+        value = None
+        if "fit_fixed" in sweep:
+            value = table.get((source, layer, first["fit_fixed"], float(first["batch"])))
+        return fallback(source, layer, sweep) if value is None else float(value)
+
+    return exponent
+
+
+def sweep_figure(
+    data: pd.DataFrame,
+    variable: str,
+    column: str,
+    metric: str,
+    titles: dict,
+    panel: str = "source",
+    exponent: Callable | None = None,
+):
+    """One panel per value of `data[panel]` (titled `titles[value]`; in that order), axes shared, so
+    panels of two machines read against one scale; in each, one line per layer in its colour and marker,
+    never pooled across sources. Time gets error bars of ± IQR/2 per point; `exponent(source, layer,
+    sweep)`, where given, a dashed guide per layer with that slope through its largest point, the slope
+    named in the legend. Log-log, x ticks at the measured sizes, legend right of the last panel."""
+    keys = [key for key in titles if (data[panel] == key).any()]
+    palette, markers = style.layer_palette(data["layer"].unique()), style.layer_markers(data["layer"].unique())
+    fig, axes = style.panels(len(keys))
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    guides: dict[str, list[str]] = {}
+    pending = []
+    for ax, key in zip(axes, keys):
+        part = data[data[panel] == key]
+        for layer in style.layer_order(part["layer"].unique()):
+            sweep = part[part["layer"] == layer].sort_values(variable)
+            sweep = sweep[sweep[column].notna() & (sweep[column] > 0)]
+            if sweep.empty:
+                continue
+            xs, ys = sweep[variable].to_numpy(float), sweep[column].to_numpy(float)
+            color = palette[layer]
+            ax.plot(xs, ys, color=color, marker=markers[layer], markersize=5, linewidth=1.6, label=layer, zorder=3)
+            if metric == "time" and "time_iqr_s" in sweep and sweep["time_iqr_s"].notna().any():
+                half = np.nan_to_num(sweep["time_iqr_s"].to_numpy(float) / 2, nan=0.0)
+                lower = np.minimum(half, 0.95 * ys)  # a log axis has no room at or below 0
+                ax.errorbar(xs, ys, yerr=[lower, half], fmt="none", ecolor=color, elinewidth=1.0, capsize=2.5, zorder=2)
+            if exponent is not None and len(sweep) >= 2:
+                slope = exponent(sweep["source"].iloc[0], layer, sweep)
+                if slope is not None and math.isfinite(slope):
+                    pending.append((ax, xs, (xs[-1], ys[-1]), slope, layer))
+        ax.set_title(titles[key], fontsize=10)
+        ax.set_xlabel(variable)
+        style.grid(ax)
+    axes[0].set_ylabel(AXIS_LABEL[metric])
+    style.measured_ticks(axes[0], data[variable], "x")  # the axes are shared: every panel
+    style.log_axis(axes[0], "y", style.eng(AXIS_UNIT[metric]))
+    for ax, xs, anchor, slope, layer in pending:
+        style.slope_guide(ax, xs, anchor, slope, variable, color=palette[layer], label=f"_guide {layer}")
+        label = style.slope_label(slope, variable)
+        if label not in guides.setdefault(layer, []):
+            guides[layer].append(label)
+    layers = style.layer_order(data.loc[data[panel].isin(keys), "layer"].unique())
+    handles = [
+        Line2D([], [], color=palette[layer], marker=markers[layer], markersize=5, linewidth=1.6) for layer in layers
+    ]
+    labels = [f"{layer}   {' / '.join(guides[layer])}" if layer in guides else layer for layer in layers]
+    style.legend_outside(
+        axes[-1], handles, labels, title="layer   (dashed guide: predicted slope)" if guides else "layer"
+    )
+    return fig
+
+
 def _loglog_plot(
-    ctx: ReportContext, data: pd.DataFrame, variable: str, column: str, metric: str, name: str, caption: str
+    ctx: ReportContext,
+    data: pd.DataFrame,
+    variable: str,
+    column: str,
+    metric: str,
+    name: str,
+    caption: str,
+    fit_rows: pd.DataFrame | None = None,
 ) -> str:
-    sources = sorted(data["source"].unique())
-    fig, axes = plt.subplots(1, len(sources), figsize=(6.2 * len(sources), 4.4), squeeze=False)
-    for ax, source in zip(axes[0], sources):
-        part = data[data["source"] == source]
-        _layer_lines(ax, part, variable, column, models.LAYERS)
-        ax.set(xscale="log", yscale="log", xlabel=variable, ylabel=METRIC_LABEL[metric], title=f"{source}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+    titles = {source: ctx.source_label(source) for source in sorted(data["source"].unique())}
+    exponent = (
+        _predicted_from_formula(metric, variable)
+        if fit_rows is None
+        else _predicted_from_fits(fit_rows, metric, variable)
+    )
+    fig = sweep_figure(data, variable, column, metric, titles, exponent=exponent)
     return ctx.figure(fig, name, caption)
 
 
@@ -132,7 +240,11 @@ def fits_markdown(ctx: ReportContext, fit_rows: pd.DataFrame, metric: str, texts
     rows = rows[rows["sweep_points"] >= fits.MIN_FIT_POINTS]
     note = ""
     if len(short):
-        count = ctx.cite(f"all.{metric}.sweeps_too_short", len(short), "sweeps", short["run_id"].iloc[-1])
+        count = ", ".join(
+            f"{ctx.cite(f'{source}.{metric}.sweeps_too_short', len(part), 'sweeps', part['run_id'].iloc[-1])} "
+            f"on {ctx.source_label(source)}"
+            for source, part in short.groupby("source")
+        )
         note = (
             f"Sweeps of fewer than {fits.MIN_FIT_POINTS} points, not fitted and not listed here "
             f"(in fits.csv, verdict inconclusive): {count}.\n"
@@ -185,7 +297,9 @@ def scaling_section(
                 metric,
                 f"{metric}_vs_{variable}",
                 f"{METRIC_LABEL[metric].capitalize()} against {variable}, log-log, per layer "
-                f"({', '.join(sorted(set(data['sweep'])))})",
+                f"({', '.join(sorted(set(data['sweep'])))}); {GUIDE_NOTE[metric]}"
+                + (f"; {IQR_NOTE}" if metric == "time" else ""),
+                fit_rows,
             )
         )
     parts.append(
@@ -197,20 +311,23 @@ def scaling_section(
 
 
 def flops_check(ctx: ReportContext) -> str:
-    """Counted against analytic FLOPs, point by point."""
+    """Counted against analytic FLOPs, point by point, for each source."""
     ok = ctx.points[ctx.points["status"] == "ok"]
     if ok.empty or ok["flops_counted"].isna().all():
         return "_No counted FLOPs stored._\n"
     both = ok[ok["flops_counted"].notna()]
-    equal = int((both["flops_counted"] == both["flops_analytic"]).sum())
-    uncounted = both["flops_uncounted_ops"].astype(object).fillna("").astype(str)
-    with_uncounted = int((uncounted != "").sum())
-    run_id = both["run_id"].iloc[-1]
-    text = (
-        f"Counted FLOPs equal the closed form at {ctx.cite('all.flops.points_equal', equal, 'points', run_id)}, "
-        f"out of {ctx.cite('all.flops.points_counted', len(both), 'points', run_id)} measured; "
-        f"points with operators that ran uncounted: {ctx.cite('all.flops.points_with_uncounted_ops', with_uncounted, 'points', run_id)}."
-    )
+    lines = []
+    for source, part in both.groupby("source"):
+        equal = int((part["flops_counted"] == part["flops_analytic"]).sum())
+        uncounted = int((part["flops_uncounted_ops"].astype(object).fillna("").astype(str) != "").sum())
+        run_id = part["run_id"].iloc[-1]
+        lines.append(
+            f"- {ctx.source_label(source)}: counted FLOPs equal the closed form at "
+            f"{ctx.cite(f'{source}.flops.points_equal', equal, 'points', run_id)} out of "
+            f"{ctx.cite(f'{source}.flops.points_counted', len(part), 'points', run_id)} measured; points with "
+            f"operators that ran uncounted: {ctx.cite(f'{source}.flops.points_with_uncounted_ops', uncounted, 'points', run_id)}."
+        )
+    text = "\n".join(lines)
     bad = both[both["flops_counted"] != both["flops_analytic"]]
     if len(bad):
         text += (
@@ -223,12 +340,15 @@ def flops_check(ctx: ReportContext) -> str:
     if "flops_elementwise" in both and both["flops_elementwise"].notna().any():
         share = (
             (both["flops_elementwise"] / (both["flops_counted"] + both["flops_elementwise"]))
-            .groupby(both["layer"])
+            .groupby([both["source"], both["layer"]])
             .median()
+            .dropna()
         )
+        run_of = both.groupby("source")["run_id"].last()
         items = ", ".join(
-            f"{layer} {ctx.cite(f'all.{layer}.flops.elementwise_share_median', round(100 * v, 2), '%', run_id)}"
-            for layer, v in share.items()
+            f"{layer} {ctx.cite(f'{source}.{layer}.flops.elementwise_share_median', round(100 * v, 2), '%', run_of[source])}"
+            + (f" ({ctx.source_tag(source)})" if both["source"].nunique() > 1 else "")
+            for (source, layer), v in share.items()
         )
         text += f"\n\nElement-wise work (softmax, gates, activations; not in the counts above) as a share of all work, median over points: {items}.\n"
     return text + "\n"
@@ -260,6 +380,76 @@ def two_term_section(ctx: ReportContext) -> str:
         "| source | layer | c (s) | a (s per n·d²) | b (s per n²·d) | a/b | rms error | points |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(out) + "\n"
     )
+
+
+CROSSOVER_KINDS = {"time, measured": "X", "FLOPs, counted": "s", "closed form": "o"}  # kind -> marker
+CROSSOVER_MARKER_SIZE = {"time, measured": 7, "FLOPs, counted": 5, "closed form": 11}  # a hollow ring around
+BATCH_LINESTYLES = ("-", "--", "-.", (0, (1, 1.5)))
+
+
+def crossover_figure(ctx: ReportContext, data: pd.DataFrame, attention: str):
+    """n* against d, one panel per source (two machines are never one line), axes shared: colour = the
+    layer compared with (its colour in every figure), marker = how n* was found, line style = the batch."""
+    titles = {source: ctx.source_label(source) for source in sorted(data["source"].unique())}
+    palette = style.layer_palette(data["other"].unique())
+    batches = sorted(data["batch"].unique())
+    linestyle = {b: BATCH_LINESTYLES[i % len(BATCH_LINESTYLES)] for i, b in enumerate(batches)}
+    fig, axes = style.panels(len(titles))
+    paper_lines = []
+    for ax, (source, title) in zip(axes, titles.items()):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        part = data[data["source"] == source]
+        for (other, batch, kind), line in part.groupby(["other", "batch", "kind"], sort=False):
+            line = line.sort_values("d")
+            ax.plot(
+                line["d"].to_numpy(float),
+                line["n*"].to_numpy(float),
+                color=palette[other],
+                linestyle=linestyle[batch],
+                marker=CROSSOVER_KINDS.get(kind, "o"),
+                markersize=CROSSOVER_MARKER_SIZE.get(kind, 6),
+                markerfacecolor="none" if kind == "closed form" else palette[other],
+                linewidth=1.4,
+            )
+        ds = np.array(sorted(data["d"].unique()), float)
+        paper_lines.append(ax.plot(ds, ds, color="0.25", linewidth=1.0, linestyle=(0, (1, 2)))[0])
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("d")
+        style.grid(ax)
+    axes[0].set_ylabel(f"crossover n* ({attention} costlier above)")
+    style.measured_ticks(axes[0], data["d"], "x")
+    x_lo, x_hi = axes[0].get_xlim()
+    axes[0].set_xlim(x_lo / 1.1, x_hi * 1.1)  # room for the markers at the ends
+    y_lo, y_hi = axes[0].get_ylim()
+    axes[0].set_ylim(y_lo / 1.25, y_hi * 1.25)
+    style.log_axis(axes[0], "y", style.plain)
+    x_lo, x_hi = axes[0].get_xlim()
+    for line in paper_lines:  # n = d across the whole panel, also where a single d was measured
+        line.set_data([x_lo, x_hi], [x_lo, x_hi])
+    others = style.layer_order(data["other"].unique())
+    handles = [Line2D([], [], color=palette[o], linewidth=2) for o in others]
+    labels = [f"vs {o}" for o in others]
+    for kind, marker in CROSSOVER_KINDS.items():
+        if kind in set(data["kind"]):
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color="0.3",
+                    marker=marker,
+                    markersize=min(CROSSOVER_MARKER_SIZE[kind], 8),
+                    linestyle="none",
+                    markerfacecolor="none" if kind == "closed form" else "0.3",
+                )
+            )
+            labels.append(kind)
+    handles += [Line2D([], [], color="0.3", linestyle=linestyle[b]) for b in batches]
+    labels += [f"batch {b}" for b in batches]
+    handles.append(Line2D([], [], color="0.25", linewidth=1.0, linestyle=(0, (1, 2))))
+    labels.append("n = d (paper)")
+    style.legend_outside(axes[-1], handles, labels, title=f"where {attention} overtakes")
+    return fig
 
 
 def crossover_section(ctx: ReportContext) -> str:
@@ -303,14 +493,15 @@ def crossover_section(ctx: ReportContext) -> str:
             for value, kind in ((measured, "time, measured"), (counted, "FLOPs, counted")):
                 if value is not None:
                     rows.append(
-                        {"source": source, "d": d, "vs": f"{other}, batch {int(batch)}", "n*": value, "kind": kind}
+                        {"source": source, "d": d, "other": other, "batch": int(batch), "n*": value, "kind": kind}
                     )
             if predicted is not None and predicted > 1:
                 rows.append(
                     {
                         "source": source,
                         "d": d,
-                        "vs": f"{other}, batch {int(batch)}",
+                        "other": other,
+                        "batch": int(batch),
                         "n*": predicted,
                         "kind": "closed form",
                     }
@@ -327,15 +518,12 @@ def crossover_section(ctx: ReportContext) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(lines) + "\n"
     )
     if rows:
-        data = pd.DataFrame(rows)
-        fig, ax = plt.subplots(figsize=(6.2, 4.4))
-        sns.lineplot(data=data, x="d", y="n*", hue="vs", style="kind", markers=True, ax=ax)
-        ds = np.array(sorted(data["d"].unique()), float)
-        ax.plot(ds, ds, "k:", label="n = d (paper)")
-        ax.set(xscale="log", yscale="log", xlabel="d", ylabel="crossover n*", title=f"Where {attention} overtakes")
-        ax.legend(fontsize=7)
+        fig = crossover_figure(ctx, pd.DataFrame(rows), attention)
         text += "\n" + ctx.figure(
-            fig, "crossover", "Crossover n* against d: measured (time), counted (FLOPs) and solved from the formulas."
+            fig,
+            "crossover",
+            "Crossover n* against d, one panel per machine and device: measured (time), counted (FLOPs) and "
+            "solved from the formulas; colour: the layer attention is compared with, line style: the batch.",
         )
     return text
 
@@ -353,6 +541,44 @@ def point_peaks(points: pd.DataFrame, runs: dict[str, dict]) -> pd.Series:
     peaks = _stored_peaks(runs)
     values = [peaks.get((r, k), {}).get("flops_per_s", math.nan) for r, k in zip(points["run_id"], device_keys(points))]
     return pd.Series(values, index=points.index, dtype=float)
+
+
+def fraction_of_peak_figure(ctx: ReportContext, ok: pd.DataFrame):
+    """Achieved / peak against FLOPs, every point, one panel per source (axes shared), layer colours."""
+    titles = {source: ctx.source_label(source) for source in sorted(ok["source"].unique())}
+    palette, markers = style.layer_palette(ok["layer"].unique()), style.layer_markers(ok["layer"].unique())
+    fig, axes = style.panels(len(titles))
+    for ax, (source, title) in zip(axes, titles.items()):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        part = ok[ok["source"] == source]
+        for layer in style.layer_order(part["layer"].unique()):
+            points = part[part["layer"] == layer]
+            ax.scatter(
+                points["flops_counted"],
+                points["fraction"],
+                color=palette[layer],
+                marker=markers[layer],
+                s=26,
+                alpha=0.85,
+                linewidths=0.4,
+                edgecolors="white",
+                zorder=3,
+            )
+        ax.axhline(1.0, color="0.25", linestyle=":", linewidth=1)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("FLOPs per forward pass (counted)")
+        style.grid(ax)
+    axes[0].set_ylabel("achieved FLOP/s / matmul peak")
+    style.log_axis(axes[0], "x", style.eng("FLOP"))
+    style.log_axis(axes[0], "y", style.percent)
+    layers = style.layer_order(ok["layer"].unique())
+    handles = [
+        Line2D([], [], color=palette[layer], marker=markers[layer], linestyle="none", markersize=6) for layer in layers
+    ]
+    handles.append(Line2D([], [], color="0.25", linestyle=":", linewidth=1))
+    style.legend_outside(axes[-1], handles, [*layers, "matmul peak"], title="layer")
+    return fig
 
 
 def peak_section(ctx: ReportContext) -> str:
@@ -385,26 +611,7 @@ def peak_section(ctx: ReportContext) -> str:
             f"{ctx.cite(f'{source}.{layer}.fraction_of_peak.largest', round(100 * top.fraction, 1), '%', top.run_id)} | "
             f"{ctx.cite(f'{source}.{layer}.achieved_flops_per_s.largest', float(f'{top.achieved:.4g}'), 'FLOP/s', top.run_id)} |"
         )
-    over = ok[ok["fraction"] > 1]
-    fig, ax = plt.subplots(figsize=(6.8, 4.4))
-    sns.scatterplot(
-        data=ok,
-        x="flops_counted",
-        y="fraction",
-        hue="layer",
-        style="source",
-        ax=ax,
-        hue_order=_present(models.LAYERS, ok),
-    )
-    ax.axhline(1.0, color="k", ls=":", lw=1)
-    ax.set(
-        xscale="log",
-        yscale="log",
-        xlabel="FLOPs per forward pass",
-        ylabel="achieved / matmul peak",
-        title="Fraction of the measured matmul peak",
-    )
-    ax.legend(fontsize=7)
+    fig = fraction_of_peak_figure(ctx, ok)
     text = (
         "Each device's matrix-multiply peak is measured at the start and at the end of each run, and the better of the two kept (best of a few square matmuls each time). "
         "Achieved FLOP/s = counted FLOPs / median time. Small problems are dominated by fixed per-call "
@@ -415,7 +622,12 @@ def peak_section(ctx: ReportContext) -> str:
         + "\n".join(rows)
         + "\n\n"
     )
-    text += f"Points above the peak: {ctx.cite('all.fraction_of_peak.points_above_peak', len(over), 'points', ok['run_id'].iloc[-1])}.\n\n"
+    above = ", ".join(
+        f"{ctx.cite(f'{source}.fraction_of_peak.points_above_peak', int((part['fraction'] > 1).sum()), 'points', part['run_id'].iloc[-1])} "
+        f"on {ctx.source_label(source)}"
+        for source, part in ok.groupby("source")
+    )
+    text += f"Points above the peak: {above}.\n\n"
     return text + ctx.figure(fig, "fraction_of_peak", "Achieved FLOP/s over the measured matmul peak, every point.")
 
 
@@ -426,16 +638,14 @@ def memory_pair_plot(ctx: ReportContext) -> str:
     data = primary_sweeps(ok, "n")
     if data.empty:
         return ""
-    fig, ax = plt.subplots(figsize=(6.2, 4.4))
-    sns.lineplot(data=data, x="n", y="mem_peak_bytes", hue="layer", style="source", markers=True, ax=ax)
-    ax.set(
-        xscale="log", yscale="log", xlabel="n", ylabel="peak allocated bytes", title="Fused against explicit attention"
-    )
-    ax.grid(True, which="both", alpha=0.3)
+    titles = {source: ctx.source_label(source) for source in sorted(data["source"].unique())}
+    fig = sweep_figure(data, "n", "mem_peak_bytes", "memory", titles, exponent=_predicted_from_formula("memory", "n"))
+    fig.suptitle("Fused against explicit attention", fontsize=11)
     return ctx.figure(
         fig,
         "memory_attention_pair",
-        f"Peak memory of {fused} (fused kernel) and {explicit} (explicit n×n scores) against n.",
+        f"Peak memory of {fused} (fused kernel) and {explicit} (explicit n×n scores) against n; "
+        f"{GUIDE_NOTE['memory']}.",
     )
 
 
@@ -484,7 +694,9 @@ def sequential_time_section(ctx: ReportContext) -> str:
             continue
         batch, d = sizes.sort_values(["batch", "d"]).iloc[0][["batch", "d"]]
         sweep = sizes[(sizes["batch"] == batch) & (sizes["d"] == d)]
-        frames.append(sweep.assign(panel=f"{source}, batch {int(batch)}, d={int(d)}"))
+        title = f"{ctx.source_label(source)}\nbatch {int(batch)}, d={int(d)}"
+        # one line per layer and source, nothing averaged
+        frames.append(sweep.drop_duplicates(["layer", "n"], keep="last").assign(panel=source, title=title))
         growth = []
         for layer, g in sweep.groupby("layer"):
             g = g.sort_values("n")
@@ -501,13 +713,10 @@ def sequential_time_section(ctx: ReportContext) -> str:
     if not frames:
         return ""
     data = pd.concat(frames, ignore_index=True)
-    panels = sorted(data["panel"].unique())
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.4), squeeze=False)
-    for ax, panel in zip(axes[0], panels):
-        sub = data[data["panel"] == panel]
-        _layer_lines(ax, sub, "n", "time_median_s", wanted)
-        ax.set(xscale="log", yscale="log", xlabel="n", ylabel="time per forward pass (s)", title=panel)
-        ax.grid(True, which="both", alpha=0.3)
+    titles = dict(sorted(zip(data["panel"], data["title"])))
+    fig = sweep_figure(
+        data, "n", "time_median_s", "time", titles, panel="panel", exponent=_predicted_from_formula("time", "n")
+    )
     return (
         "### Sequential operations seen in time\n\nA recurrent layer must take its n steps one after "
         "another; attention and convolution process all positions at once. Where the device has "
@@ -520,6 +729,7 @@ def sequential_time_section(ctx: ReportContext) -> str:
             fig,
             "time_sequential",
             "Time against n at the smallest batch and width swept: the "
-            "recurrent layers' sequential steps against attention's and convolution's parallel pass.",
+            "recurrent layers' sequential steps against attention's and convolution's parallel pass; "
+            f"{GUIDE_NOTE['time']}; {IQR_NOTE}.",
         )
     )

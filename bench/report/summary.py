@@ -8,6 +8,7 @@ import models
 
 from .. import fits
 from .context import ReportContext
+from .headline import paths_rows
 
 
 def _exp(texts: dict, source: str, layer: str, metric: str, variable: str) -> str:
@@ -20,27 +21,27 @@ def _exp(texts: dict, source: str, layer: str, metric: str, variable: str) -> st
     return f"{value.split(' [')[0]} {fits.VERDICT_MARK[verdict]}"
 
 
-def _paths_cells(ctx: ReportContext, layer: str) -> tuple[str, str]:
-    """Measured sequential depth and layers to cross at the two ends of the paths study."""
-    if ctx.paths is None:
-        return "–", "–"
-    rows = ctx.paths[ctx.paths["layer"] == layer]
+def _paths_cells(ctx: ReportContext, source: str, layer: str) -> tuple[str, str]:
+    """Measured sequential depth and layers to cross at the two ends of the paths study of the source's
+    machine."""
+    rows = paths_rows(ctx, source)
+    rows = rows[rows["layer"] == layer] if not rows.empty else rows
     if "k" in rows and rows["k"].notna().any():
         rows = rows[rows["k"] == rows["k"].min()]
     if rows.empty:
         return "–", "–"
     rows = rows.sort_values("n")
     lo, hi = rows.iloc[0], rows.iloc[-1]
-    run_id = hi["run_id"]
+    run_id, key = hi["run_id"], f"{ctx.machine_of_source(source)}.paths.{layer}"
     depth = (
-        f"{ctx.cite(f'paths.{layer}.seq_depth.n{int(lo.n)}', int(lo.seq_depth), 'ops', run_id)} → "
-        f"{ctx.cite(f'paths.{layer}.seq_depth.n{int(hi.n)}', int(hi.seq_depth), 'ops', run_id)}"
+        f"{ctx.cite(f'{key}.seq_depth.n{int(lo.n)}', int(lo.seq_depth), 'ops', run_id)} → "
+        f"{ctx.cite(f'{key}.seq_depth.n{int(hi.n)}', int(hi.seq_depth), 'ops', run_id)}"
     )
 
     def crossing(row) -> str:
         if pd.isna(row.layers_to_cross):  # a stack that never crossed within the probe's cap
             return "never"
-        return ctx.cite(f"paths.{layer}.layers_to_cross.n{int(row.n)}", int(row.layers_to_cross), "layers", run_id)
+        return ctx.cite(f"{key}.layers_to_cross.n{int(row.n)}", int(row.layers_to_cross), "layers", run_id)
 
     cross = f"{crossing(lo)} → {crossing(hi)}"
     return depth, cross
@@ -50,11 +51,11 @@ def summary_rows(ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict) -> pd.
     rows = []
     ns = sorted(ctx.paths["n"].unique()) if ctx.paths is not None else []
     span = f", n={int(ns[0])}→{int(ns[-1])}" if ns else ""
-    for source in sorted(ctx.points["source"].unique()):
+    for source in ctx.sources():
         present = set(ctx.points.loc[ctx.points["source"] == source, "layer"])
         for layer in [l for l in models.LAYERS if l in present]:
             row = models.LAYERS[layer].table1  # the layer's own Table 1 row
-            depth, cross = _paths_cells(ctx, layer)
+            depth, cross = _paths_cells(ctx, source, layer)
             rows.append(
                 {
                     "source": source,

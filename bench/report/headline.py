@@ -1,0 +1,175 @@
+"""The report's first screen: a headline in words for each machine and device ("does Table 1 hold here?"),
+then a compact verdict table, both read from the fits and the paths study; every number through ctx.cite.
+
+The headline counts, per metric, the layers whose primary n-exponent (scaling.cite_fits) is consistent with
+Table 1, inconclusive or inconsistent; for the paths study, the points where the measured layers to cross
+equal the closed form, and the layers whose sequential depth grows with n as Table 1's sequential column
+says (its exponent in n within SEQUENTIAL_TOLERANCE of 0 for O(1), of 1 for O(n)).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+import models
+
+from .. import fits
+from .context import ReportContext
+
+METRICS = {"flops": "FLOPs", "time": "time", "memory": "memory"}
+SEQUENTIAL_TOLERANCE = 0.1  # |measured depth exponent in n - Table 1's| at most this for "as Table 1 says"
+
+
+def _layers(ctx: ReportContext, source: str) -> list[str]:
+    present = set(ctx.points.loc[ctx.points["source"] == source, "layer"])
+    return [name for name in models.LAYERS if name in present]
+
+
+def _verdict_counts(texts: dict, source: str, layers: list[str], metric: str) -> dict[str, int]:
+    counts = {verdict: 0 for verdict in fits.VERDICTS} | {"unfitted": 0}
+    for layer in layers:
+        entry = texts.get((source, layer, metric, "n"))
+        counts[entry[1] if entry and entry[0] != "–" else "unfitted"] += 1
+    return counts
+
+
+def _metric_phrase(ctx: ReportContext, source: str, metric: str, counts: dict[str, int], run_id: str) -> str:
+    total = sum(counts.values())
+    key = f"{source}.headline.{metric}"
+    ok = ctx.cite(f"{key}.consistent_layers", counts["consistent"], "layers", run_id, show_unit=False)
+    others = [
+        f"{ctx.cite(f'{key}.{name}_layers', counts[name], 'layers', run_id, show_unit=False)} {word}"
+        for name, word in (
+            ("inconclusive", "inconclusive"),
+            ("inconsistent", "not"),
+            ("unfitted", "without an n-sweep to fit"),
+        )
+        if counts[name]
+    ]
+    return f"{METRICS[metric]} in {ok} of {total} layers" + (f" ({', '.join(others)})" if others else "")
+
+
+def paths_rows(ctx: ReportContext, source: str) -> pd.DataFrame:
+    """The paths study of the source's machine (empty where it has none)."""
+    if ctx.paths is None or "machine" not in ctx.paths:
+        return pd.DataFrame()
+    return ctx.paths[ctx.paths["machine"] == ctx.machine_of_source(source)]
+
+
+def _depth_exponent(rows: pd.DataFrame) -> float | None:
+    rows = rows.sort_values("n")
+    lo, hi = rows.iloc[0], rows.iloc[-1]
+    if hi.n == lo.n or not lo.seq_depth or pd.isna(lo.seq_depth) or pd.isna(hi.seq_depth):
+        return None
+    return math.log(hi.seq_depth / lo.seq_depth) / math.log(hi.n / lo.n)
+
+
+def _paths_phrase(ctx: ReportContext, source: str) -> str:
+    rows = paths_rows(ctx, source)
+    if rows.empty:
+        return "no paths study stored for this machine (`python -m bench paths`)"
+    machine = ctx.machine_of_source(source)
+    run_id = rows["run_id"].iloc[-1]
+    measured = rows.dropna(subset=["layers_to_cross_formula"])
+    equal = int((measured["layers_to_cross"] == measured["layers_to_cross_formula"]).sum())
+    as_table, layers = 0, 0
+    for layer, group in rows.groupby("layer"):
+        if layer not in models.LAYERS:
+            continue
+        if "k" in group and group["k"].notna().any():
+            group = group[group["k"] == group["k"].min()]
+        exponent = _depth_exponent(group)
+        if exponent is None:
+            continue
+        layers += 1
+        as_table += abs(exponent - models.LAYERS[layer].table1.sequential_exponent) <= SEQUENTIAL_TOLERANCE
+    key = f"{machine}.headline.paths"
+    return (
+        f"layers to cross equal the closed form at "
+        f"{ctx.cite(f'{key}.points_equal', equal, 'points', run_id, show_unit=False)} of "
+        f"{ctx.cite(f'{key}.points', len(measured), 'points', run_id)}; sequential depth grows with n as "
+        f"Table 1 says for {ctx.cite(f'{key}.sequential_as_table1', as_table, 'layers', run_id, show_unit=False)} "
+        f"of {ctx.cite(f'{key}.sequential_layers', layers, 'layers', run_id)}"
+    )
+
+
+def headline(ctx: ReportContext, texts: dict) -> str:
+    """One paragraph per source, this machine's first."""
+    lines = []
+    for source in ctx.sources():
+        layers = _layers(ctx, source)
+        run_id = ctx.points.loc[ctx.points["source"] == source, "run_id"].iloc[-1]
+        phrases = [_metric_phrase(ctx, source, m, _verdict_counts(texts, source, layers, m), run_id) for m in METRICS]
+        date = (ctx.runs[run_id].get("started_utc") or "")[:10]
+        lines.append(
+            f"**On {ctx.source_label(source)}** (run {run_id}, {date}), the exponent in n agrees with Table 1 for "
+            + "; ".join(phrases)
+            + f". Paths: {_paths_phrase(ctx, source)}."
+        )
+    return "\n\n".join(lines) + "\n"
+
+
+def _cell(texts: dict, source: str, layer: str, metric: str) -> str:
+    entry = texts.get((source, layer, metric, "n"))
+    if entry is None:
+        return "–"
+    text, verdict = entry
+    return f"{fits.VERDICT_MARK[verdict]} {text}" if text != "–" else f"{fits.VERDICT_MARK[verdict]} –"
+
+
+def _crossing(ctx: ReportContext, source: str, layer: str) -> str:
+    rows = paths_rows(ctx, source)
+    rows = rows[rows["layer"] == layer] if not rows.empty else rows
+    if rows.empty:
+        return "–"
+    if "k" in rows and rows["k"].notna().any():
+        rows = rows[rows["k"] == rows["k"].min()]
+    rows = rows.sort_values("n")
+    lo, hi = rows.iloc[0], rows.iloc[-1]
+    machine, run_id = ctx.machine_of_source(source), hi["run_id"]
+
+    def one(row) -> str:
+        if pd.isna(row.layers_to_cross):
+            return "never"
+        key = f"{machine}.paths.{layer}.layers_to_cross.n{int(row.n)}"
+        return ctx.cite(key, int(row.layers_to_cross), "layers", run_id, show_unit=False)
+
+    exact = (rows["layers_to_cross"] == rows["layers_to_cross_formula"]).all()
+    return f"{fits.VERDICT_MARK['consistent' if exact else 'inconsistent']} {one(lo)} → {one(hi)}"
+
+
+def verdict_table(ctx: ReportContext, texts: dict) -> str:
+    """Layers down, the n-exponents (mark, value, interval) and layers to cross across; with several
+    sources, each layer's rows side by side, one per source."""
+    sources = ctx.sources()
+    several = len(sources) > 1
+    rows = []
+    for layer in [name for name in models.LAYERS if any(name in _layers(ctx, s) for s in sources)]:
+        row1 = models.LAYERS[layer].table1
+        for source in sources:
+            if layer not in _layers(ctx, source):
+                continue
+            row = {"layer": layer}
+            if several:
+                row["measured on"] = ctx.source_tag(source)
+            row |= {
+                "Table 1": row1.compute_text,
+                "FLOPs ∝ n^": _cell(texts, source, layer, "flops"),
+                "time ∝ n^": _cell(texts, source, layer, "time"),
+                "memory ∝ n^": _cell(texts, source, layer, "memory"),
+                "path": row1.path_text,
+                "layers to cross": _crossing(ctx, source, layer),
+            }
+            rows.append(row)
+    if not rows:
+        return "_No points stored._\n"
+    marks = ", ".join(f"{fits.VERDICT_MARK[v]} {v}" for v in fits.VERDICTS)
+    return (
+        pd.DataFrame(rows).to_markdown(index=False)
+        + f"\n\n{marks}; exponent [{100 * fits.CONFIDENCE:g} % interval] of the primary n-sweep (the sections "
+        "below have every sweep and the "
+        "reason of each verdict); layers to cross from the smallest to the largest n of the paths study, "
+        "✓ where every point equals the closed form.\n"
+    )

@@ -1,0 +1,324 @@
+"""One look for every figure of the report.
+
+- One colour and one marker per layer, the same in every figure: `layer_palette()` and `layer_markers()`
+  follow the registration order of `models.LAYERS` through a fixed palette ("tab10", then "Dark2", then
+  evenly spaced hues), so a layer registered later gets the next free colour and no other layer's changes.
+- Log axes labelled for reading, not for counting decades: `measured_ticks` puts the ticks of a swept size
+  (n, d, k) at the values measured, labelled plainly ("64", "128"), a label left blank where it would
+  touch its neighbour at the size drawn, and no minor ticks or labels; `log_axis` labels a measured quantity at 1-2-5 or 1-3 steps with its unit
+  ("300 µs", "1 ms") and leaves the minor ticks unlabelled.
+- `legend_outside`: the legend right of (or below) the panel, never over the data.
+- `slope_guide`: a thin dashed line ∝ x^p through an anchor point, labelled "∝ n²".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+import matplotlib
+
+matplotlib.use("Agg")  # reports are written headless
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.ticker import (  # noqa: E402
+    EngFormatter,
+    FixedLocator,
+    Formatter,
+    LogLocator,
+    MaxNLocator,
+    NullFormatter,
+    NullLocator,
+)
+from matplotlib.transforms import offset_copy  # noqa: E402
+
+import models  # noqa: E402
+
+PALETTES = ("tab10", "Dark2")  # the fixed palettes layers take their colours from, in order
+MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "H", "8")
+GUIDE_STYLE = {"linestyle": (0, (4, 3)), "linewidth": 1.0, "alpha": 0.55, "zorder": 1}
+LEGEND_FONTSIZE = 8
+PANEL_SIZE = (5.2, 4.0)  # inches per panel of a figure with one panel per source
+
+_SUPERSCRIPT = str.maketrans("0123456789.-", "⁰¹²³⁴⁵⁶⁷⁸⁹·⁻")
+
+
+# -------------------------------------------------------------------------------------- layer identity
+def _layer_names(extra: Iterable[str] = ()) -> list[str]:
+    """The registered layers in registration order, then any other names (sorted: a stored run may name a
+    layer no longer registered)."""
+    names = list(models.LAYERS)
+    return names + sorted({str(name) for name in extra} - set(names))
+
+
+def _colors(count: int) -> list[tuple]:
+    colors: list[tuple] = []
+    for name in PALETTES:
+        colors += [tuple(c) for c in sns.color_palette(name)]
+    if count > len(colors):
+        colors += [tuple(c) for c in sns.color_palette("husl", count - len(colors))]
+    return colors[:count]
+
+
+def layer_palette(extra: Iterable[str] = ()) -> dict[str, tuple]:
+    """{layer: RGB} for every registered layer (and the names in `extra`), by registration order: the same
+    colour for a layer in every figure and every call."""
+    names = _layer_names(extra)
+    return dict(zip(names, _colors(len(names))))
+
+
+def layer_markers(extra: Iterable[str] = ()) -> dict[str, str]:
+    """{layer: matplotlib marker}, by registration order like the colours (for readers who cannot tell
+    two colours apart)."""
+    names = _layer_names(extra)
+    return {name: MARKERS[i % len(MARKERS)] for i, name in enumerate(names)}
+
+
+def layer_order(names: Iterable[str]) -> list[str]:
+    """`names` in registration order (unregistered ones last, sorted): the order of every legend."""
+    present = {str(name) for name in names}
+    return [name for name in _layer_names(present) if name in present]
+
+
+# ---------------------------------------------------------------------------------------------- ticks
+def plain(value: float) -> str:
+    """A tick label as a reader writes the number: 64, 1024, 0.5."""
+    value = float(value)
+    return f"{int(value)}" if value.is_integer() and abs(value) < 1e15 else f"{value:g}"
+
+
+def percent(value: float) -> str:
+    return f"{plain(float(f'{100 * value:.3g}'))} %"
+
+
+def eng(unit: str) -> Callable[[float], str]:
+    """SI-prefixed labels: eng("s")(3e-4) == "300 µs"."""
+    formatter = EngFormatter(unit=unit, sep=" ")
+    return lambda value: formatter(value) if value != 0 else "0"
+
+
+def _axis(ax, axis: str):
+    if axis not in ("x", "y"):
+        raise ValueError(f"axis must be 'x' or 'y', not {axis!r}")
+    return ax.xaxis if axis == "x" else ax.yaxis
+
+
+def _thin(positions, widths) -> list[int]:
+    """The indices of the labels to show, given each label's centre and extent along the axis (pixels):
+    the first and the last always, and between them each label clear of the previous one shown and of
+    the last, so that no two labels touch."""
+    count = len(positions)
+    if count <= 2:
+        return list(range(count))
+    order = np.argsort(positions)
+
+    def clear(i, j):
+        return abs(positions[i] - positions[j]) >= (widths[i] + widths[j]) / 2
+
+    first, last = int(order[0]), int(order[-1])
+    kept = [first]
+    for i in map(int, order[1:-1]):
+        if clear(i, kept[-1]) and clear(i, last):
+            kept.append(i)
+    kept.append(last)
+    return sorted(kept)
+
+
+class MeasuredFormatter(Formatter):
+    """Labels at the measured values, `fmt`-formatted, thinned when drawn so that none overlaps another
+    at the size the axis has then (a label that would touch its neighbour is left blank)."""
+
+    def __init__(self, fmt: Callable[[float], str] = None):
+        self.fmt = fmt or plain
+
+    def __call__(self, x, pos=None):
+        return self.fmt(x)
+
+    def format_ticks(self, values):
+        labels = [self.fmt(v) for v in values]
+        axis = self.axis
+        if axis is None or len(values) <= 2:
+            return labels
+        ax = axis.axes
+        horizontal = axis.axis_name == "x"
+        ticks = axis.get_major_ticks(len(values))
+        size = ticks[0].label1.get_fontsize() if ticks else plt.rcParams["font.size"]
+        pixels = size * ax.figure.dpi / 72
+        other = ax.get_ylim()[0] if horizontal else ax.get_xlim()[0]
+        points = [(v, other) if horizontal else (other, v) for v in values]
+        positions = ax.transData.transform(points)[:, 0 if horizontal else 1]
+        # a digit is about 0.6 em wide; a label needs its width plus a digit of space (a line plus some on y)
+        widths = [(len(text) + 1) * 0.6 * pixels if horizontal else 1.4 * pixels for text in labels]
+        shown = set(_thin(list(positions), widths))
+        return [text if i in shown else "" for i, text in enumerate(labels)]
+
+
+def measured_ticks(ax, values, axis: str = "x", fmt: Callable[[float], str] = plain) -> list[float]:
+    """Make `axis` logarithmic with its ticks at the measured `values` (a size swept: n, d, k), labelled
+    plainly (64, 128, ...; any two labels that would collide at the drawn size: one of them left blank),
+    and no minor ticks, so no minor labels. Returns the tick values."""
+    values = sorted({float(v) for v in values if v is not None and np.isfinite(float(v)) and float(v) > 0})
+    which = _axis(ax, axis)
+    if which.get_scale() != "log":
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    if not values:
+        return []
+    which.set_major_locator(FixedLocator(values))
+    which.set_major_formatter(MeasuredFormatter(fmt))
+    which.set_minor_locator(NullLocator())
+    which.set_minor_formatter(NullFormatter())
+    return values
+
+
+TICK_SCHEMES = ((1, 2, 3, 4, 5, 6, 7, 8, 9), (1, 2, 5), (1, 3), (1,))  # multiples per decade, dense first
+
+
+def nice_log_ticks(low: float, high: float, max_ticks: int = 8) -> list[float]:
+    """Round values to label a log axis from `low` to `high`, at most `max_ticks` of them: 1-2-5 steps,
+    else 1-3, else decades (every 2nd, 3rd... decade over a wide span); over less than about a decade,
+    evenly spaced round values (3.5, 4, 4.5 MB)."""
+    if not (low > 0 and high > low):
+        return []
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+
+    def ticks(subs, step):
+        out = []
+        for exponent in range(first - first % step, last + 1, step):
+            for sub in subs:
+                value = float(f"{sub * 10.0**exponent:.12g}")
+                if low * (1 - 1e-9) <= value <= high * (1 + 1e-9):
+                    out.append(value)
+        return out
+
+    # preferred: evenly looking steps (1-2-5, 1-3, decades, every 2nd... decade) giving 3 or more labels;
+    # then evenly spaced values (a span under a decade), every multiple, and at last any 2 or 1 values
+    even = [ticks(subs, 1) for subs in TICK_SCHEMES[1:]] + [ticks((1,), step) for step in range(2, 10)]
+    linear = MaxNLocator(nbins=max(2, min(4, max_ticks - 1)), steps=[1, 2, 2.5, 5, 10]).tick_values(low, high)
+    linear = [float(f"{v:.12g}") for v in linear if low * (1 - 1e-9) <= v <= high * (1 + 1e-9)]
+    candidates = [*even, linear, ticks(TICK_SCHEMES[0], 1)]
+    for least in (3, 2, 1):
+        fitting = [c for c in candidates if least <= len(c) <= max_ticks]
+        if fitting:
+            return fitting[0]
+    return [float(f"{math.sqrt(low * high):.2g}")]  # no round value inside: the middle
+
+
+def log_axis(ax, axis: str = "y", fmt: Callable[[float], str] = plain) -> list[float]:
+    """Make `axis` logarithmic and label it at round values inside its current limits (call it once the
+    data are drawn; the limits are then fixed), formatted by `fmt` (`eng("s")`, `percent`), as many as the
+    axis has room for (labels left blank where two would still touch); minor ticks kept for the grid,
+    unlabelled. Returns the tick values."""
+    which = _axis(ax, axis)
+    if which.get_scale() != "log":
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    low, high = ax.get_xlim() if axis == "x" else ax.get_ylim()
+    (ax.set_xlim if axis == "x" else ax.set_ylim)(low, high)  # later lines (guides) must not move them
+    low, high = min(low, high), max(low, high)
+    # room: the axis length over a label's extent (its longest label's width on x, two lines on y)
+    box = ax.get_position()
+    size_in = plt.rcParams["font.size"] / 72
+    if axis == "x":
+        length = box.width * ax.figure.get_figwidth()
+        decades = range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
+        label = max(len(fmt(10.0**exponent)) for exponent in decades)
+        room = length / ((label + 2) * 0.6 * size_in)
+    else:
+        length = box.height * ax.figure.get_figheight()
+        room = length / (2.2 * size_in)
+    ticks = nice_log_ticks(low, high, max_ticks=max(2, min(10, int(room))))
+    which.set_major_locator(FixedLocator(ticks))
+    which.set_major_formatter(MeasuredFormatter(fmt))
+    which.set_minor_locator(LogLocator(base=10, subs=tuple(range(2, 10))))
+    which.set_minor_formatter(NullFormatter())
+    return ticks
+
+
+def grid(ax) -> None:
+    """Light grid: major lines, fainter minor ones (where an axis has minor ticks)."""
+    ax.grid(True, which="major", alpha=0.35, linewidth=0.7)
+    ax.grid(True, which="minor", alpha=0.12, linewidth=0.5)
+
+
+# --------------------------------------------------------------------------------------------- legend
+def legend_outside(ax, handles=None, labels=None, title: str | None = None, where: str = "right", **kwargs):
+    """The legend outside the panel, right of it (top-aligned) or below it (under the x label), so that it
+    never covers data. The figure must be saved with bbox_inches="tight" (ctx.figure does). Returns the
+    legend, or None when there is nothing to show."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return None
+    options = dict(fontsize=LEGEND_FONTSIZE, title_fontsize=LEGEND_FONTSIZE, frameon=False, borderaxespad=0.0)
+    if where == "right":
+        options.update(loc="upper left", bbox_to_anchor=(1.03, 1.0))
+    elif where == "below":
+        # below the tick labels and the x label: a fixed distance in points, whatever the panel's height
+        below = offset_copy(ax.transAxes, fig=ax.figure, y=-34, units="points")
+        options.update(loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below, ncol=min(2, len(handles)))
+    else:
+        raise ValueError(f"where must be 'right' or 'below', not {where!r}")
+    options.update(kwargs)
+    return ax.legend(handles, labels, title=title, **options)
+
+
+# ---------------------------------------------------------------------------------------- slope guide
+def exponent_text(exponent: float) -> str:
+    """2 -> "²", 1 -> "", 1.5 -> "¹·⁵" (at most 2 decimals; within 0.02 of an integer it is that integer)."""
+    rounded = round(exponent)
+    if abs(exponent - rounded) < 0.02:
+        return "" if rounded == 1 else str(int(rounded)).translate(_SUPERSCRIPT)
+    return f"{exponent:.2f}".rstrip("0").translate(_SUPERSCRIPT)
+
+
+def slope_label(exponent: float, variable: str = "n") -> str:
+    """ "∝ n²", "∝ d", "∝ k¹·⁵"; "∝ 1" for a flat line."""
+    if abs(exponent) < 0.02:
+        return "∝ 1"
+    return f"∝ {variable}{exponent_text(exponent)}"
+
+
+def slope_guide(ax, x, anchor: tuple[float, float], exponent: float, variable: str = "n", color="0.35", label=None):
+    """A dashed line y = y₀·(x/x₀)^exponent over the x values `x` (and x₀), through `anchor` = (x₀, y₀);
+    thin and light, drawn without moving the axes' limits. Its legend label is "∝ n^p" unless `label`
+    says otherwise (a label starting with "_" keeps it out of the legend). Returns the Line2D."""
+    x0, y0 = float(anchor[0]), float(anchor[1])
+    xs = np.array(sorted({float(v) for v in x} | {x0}), float)
+    ys = y0 * (xs / x0) ** float(exponent)
+    (line,) = ax.plot(
+        xs,
+        ys,
+        color=color,
+        label=slope_label(exponent, variable) if label is None else label,
+        scalex=False,
+        scaley=False,
+        **GUIDE_STYLE,
+    )
+    return line
+
+
+def panels(count: int, sharex: bool = True, sharey: bool = True):
+    """A figure of `count` panels side by side sharing their axes: (fig, list of axes)."""
+    fig, axes = plt.subplots(
+        1, count, figsize=(PANEL_SIZE[0] * count, PANEL_SIZE[1]), squeeze=False, sharex=sharex, sharey=sharey
+    )
+    return fig, list(axes[0])
+
+
+__all__ = [
+    "layer_palette",
+    "layer_markers",
+    "layer_order",
+    "plain",
+    "percent",
+    "eng",
+    "measured_ticks",
+    "nice_log_ticks",
+    "log_axis",
+    "grid",
+    "legend_outside",
+    "exponent_text",
+    "slope_label",
+    "slope_guide",
+    "panels",
+]

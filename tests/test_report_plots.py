@@ -1,0 +1,288 @@
+"""The report's figures: one colour per layer everywhere, readable log ticks, legends off the data, slope
+guides with the stated exponent, and panels of two machines on one scale, never pooled into one line."""
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.colors import to_rgb  # noqa: E402
+
+import models  # noqa: E402
+from bench import fits  # noqa: E402
+from bench.report import style  # noqa: E402
+from bench.report.context import ReportContext  # noqa: E402
+from bench.report.scaling import cite_fits, crossover_section, scaling_section  # noqa: E402
+
+SOURCES = {"intel-xeon-2c-vm.cpu": "Intel Xeon, 2 cores (vm) · cpu", "amd-epyc-8c.cpu": "AMD EPYC, 8 cores · cpu"}
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+# ------------------------------------------------------------------------------------------ colours
+def test_every_registered_layer_has_its_own_colour_the_same_in_every_call():
+    first, second = style.layer_palette(), style.layer_palette()
+    assert list(first) == list(models.LAYERS)
+    assert first == second
+    colours = [tuple(np.round(c, 6)) for c in first.values()]
+    assert len(set(colours)) == len(colours)
+    markers = style.layer_markers()
+    assert set(markers) == set(models.LAYERS) and markers == style.layer_markers()
+
+
+def test_a_layer_registered_later_gets_a_new_colour_and_moves_no_other(monkeypatch):
+    before = style.layer_palette()
+    for i in range(12):  # past the end of the first palettes too
+        monkeypatch.setitem(models.LAYERS, f"toy{i}", object)
+    after = style.layer_palette()
+    assert {name: after[name] for name in before} == before
+    colours = [tuple(np.round(c, 6)) for c in after.values()]
+    assert len(set(colours)) == len(colours) == len(models.LAYERS)
+
+
+def test_a_stored_layer_no_longer_registered_still_gets_a_colour():
+    palette = style.layer_palette(["gone_layer"])
+    assert "gone_layer" in palette and palette["gone_layer"] not in [palette[n] for n in models.LAYERS]
+    assert style.layer_order(["gone_layer", "lstm", "conv"]) == ["conv", "lstm", "gone_layer"]
+
+
+# ------------------------------------------------------------------------------------------- guides
+@pytest.mark.parametrize(("exponent", "variable", "label"), [(2, "n", "∝ n²"), (1, "n", "∝ n"), (2, "d", "∝ d²")])
+def test_slope_guide_passes_through_its_anchor_with_the_stated_exponent(exponent, variable, label):
+    fig, ax = plt.subplots()
+    ax.loglog([64, 1024], [1e-3, 1.0], "o")
+    limits = (ax.get_xlim(), ax.get_ylim())
+    anchor = (1024.0, 0.5)
+    line = style.slope_guide(ax, [64, 128, 256, 512], anchor, exponent, variable, color="C1")
+    x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+    assert 1024.0 in x and y[list(x).index(1024.0)] == pytest.approx(0.5)
+    slopes = np.diff(np.log(y)) / np.diff(np.log(x))
+    assert slopes == pytest.approx(np.full(len(slopes), exponent))
+    assert line.get_label() == label
+    assert line.get_linestyle() == "--" and line.get_linewidth() <= 1.2 and line.get_alpha() < 1
+    assert (ax.get_xlim(), ax.get_ylim()) == limits  # a guide does not stretch the axes
+
+
+def test_slope_labels():
+    assert style.slope_label(1) == "∝ n" and style.slope_label(2.0, "d") == "∝ d²"
+    assert style.slope_label(1.93) == "∝ n¹·⁹³" and style.slope_label(0.001, "k") == "∝ 1"
+    assert style.slope_label(3.01, "k") == "∝ k³"
+
+
+# -------------------------------------------------------------------------------------------- ticks
+def _labels(ax, axis="x", minor=False):
+    which = ax.xaxis if axis == "x" else ax.yaxis
+    return [t.get_text() for t in which.get_ticklabels(minor=minor)]
+
+
+def _overlaps(ax, axis="x"):
+    """Pairs of visible tick labels whose boxes intersect."""
+    renderer = ax.figure.canvas.get_renderer()
+    which = ax.xaxis if axis == "x" else ax.yaxis
+    boxes = [t.get_window_extent(renderer) for t in which.get_ticklabels() if t.get_text() and t.get_visible()]
+    return [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :] if a.overlaps(b)]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[16, 32, 64, 128, 256, 512, 1024], [48, 64, 96, 128], [3, 5, 9, 15, 21, 31]],
+    ids=["d=16..1024", "d=48..128", "k=3..31"],
+)
+def test_measured_ticks_label_the_measured_values_and_no_minor_tick(values):
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot(values, np.square(values), "o-")
+    ax.set_xscale("log")
+    style.measured_ticks(ax, values, "x")
+    fig.canvas.draw()
+    assert all(text == "" for text in _labels(ax, minor=True))
+    assert not ax.xaxis.get_minorticklocs().size
+    assert [float(t) for t in _labels(ax) if t] == [float(v) for v in values]
+    assert not _overlaps(ax)
+
+
+def test_the_default_log_axis_would_have_labelled_minor_ticks():
+    """The fault this replaces: matplotlib labels minor ticks ("6×10¹") on a short log axis."""
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot([48, 64, 96, 128], [1, 2, 3, 4], "o-")
+    ax.set_xscale("log")
+    fig.canvas.draw()
+    assert any(_labels(ax, minor=True))
+
+
+def test_measured_ticks_leave_blank_the_labels_that_would_collide():
+    values = [1, 2, 3, 4, 5, 6, 8, 10, 16, 20, 32, 50, 64, 100, 128, 256, 512, 1000, 1024]
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot(values, values)
+    style.measured_ticks(ax, values, "x")
+    fig.canvas.draw()
+    shown = [t for t in _labels(ax) if t]
+    assert shown[0] == "1" and shown[-1] == "1024" and len(shown) < len(values)
+    assert not _overlaps(ax)
+
+
+@pytest.mark.parametrize(("low", "high"), [(1.2e-4, 0.6), (2.6e-3, 4.7e-3), (3e6, 3e10)])
+def test_log_axis_labels_round_values_with_units_and_no_minor_tick(low, high):
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot([1, 2], [low, high])
+    ax.set_yscale("log")
+    ax.set_ylim(low, high)
+    ticks = style.log_axis(ax, "y", style.eng("s"))
+    fig.canvas.draw()
+    assert len(ticks) >= 2 and all(low <= t <= high for t in ticks)
+    assert all(text == "" for text in _labels(ax, "y", minor=True))
+    assert all(text.endswith("s") for text in _labels(ax, "y") if text)
+    assert not _overlaps(ax, "y")
+
+
+def test_legend_outside_sits_right_of_the_panel_or_below_it():
+    fig, (a, b) = plt.subplots(1, 2, figsize=(8, 3))
+    for ax in (a, b):
+        ax.plot([1, 2], [1, 2], label="conv")
+        ax.plot([1, 2], [2, 1], label="lstm")
+    right = style.legend_outside(a)
+    below = style.legend_outside(b, where="below")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    assert right.get_window_extent(renderer).x0 >= a.get_window_extent(renderer).x1
+    assert below.get_window_extent(renderer).y1 <= b.get_window_extent(renderer).y0
+    assert style.legend_outside(fig.add_subplot(3, 3, 9)) is None  # nothing to show: no legend
+
+
+# --------------------------------------------------------------------------- figures of the report
+class CapturingContext(ReportContext):
+    """A ReportContext that keeps each figure open for the test instead of saving it."""
+
+    def figure(self, fig, name, caption):
+        self.captured[name] = (fig, caption)
+        return f"![{caption}](figures/{name}.png)\n"
+
+
+def _context(tmp_path, points: pd.DataFrame) -> CapturingContext:
+    runs = {f"r{i}": {"machine": label, "started_utc": "2026-01-01T00:00:00+00:00"} for i, label in enumerate(SOURCES)}
+    ctx = CapturingContext(points=points, runs=runs, out_dir=tmp_path, labels=dict(SOURCES))
+    ctx.captured = {}
+    return ctx
+
+
+def _points() -> pd.DataFrame:
+    """lstm and attention over n = 64..1024 at d = 8 on two machines; the second 3x slower, so one shared
+    scale shows both; FLOPs from the layers' own formulas."""
+    rows = []
+    for i, (source, slow) in enumerate(zip(SOURCES, (1.0, 3.0))):
+        for layer in ("lstm", "attention"):
+            heads = 2 if layer == "attention" else None
+            cfg = models.LayerConfig.of(8, "float32", heads=heads)
+            for n in (64, 128, 256, 512, 1024):
+                flops = models.LAYERS[layer].flops(1, n, cfg)
+                t = slow * (2e-5 + flops / 1e9)
+                rows.append(
+                    {
+                        "source": source,
+                        "run_id": f"r{i}",
+                        "layer": layer,
+                        "device": "cpu",
+                        "dtype": "float32",
+                        "batch": 1,
+                        "n": n,
+                        "d": 8,
+                        "k": np.nan,
+                        "heads": heads if heads else np.nan,
+                        "window": np.nan,
+                        "dilation": np.nan,
+                        "time_median_s": t,
+                        "time_iqr_s": 0.1 * t,
+                        "time_ci_low_s": 0.97 * t,
+                        "time_ci_high_s": 1.03 * t,
+                        "time_reliable": True,
+                        "flops_analytic": flops,
+                        "flops_counted": flops,
+                        "flops_elementwise": 0.0,
+                        "mem_peak_bytes": 1000.0 * n * (n if layer == "attention" else 1),
+                        "status": "ok",
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def _section(ctx, metric):
+    fit_rows = fits.fit_table(ctx.points)
+    texts = cite_fits(ctx, fit_rows)
+    return scaling_section(ctx, fit_rows, texts, metric, metric, "")
+
+
+def test_two_machines_get_one_panel_each_on_shared_axes(tmp_path):
+    ctx = _context(tmp_path, _points())
+    _section(ctx, "time")
+    fig, caption = ctx.captured["time_vs_n"]
+    axes = fig.axes
+    assert [ax.get_title() for ax in axes] == [SOURCES[source] for source in sorted(SOURCES)]
+    assert axes[0].get_ylim() == axes[1].get_ylim() and axes[0].get_xlim() == axes[1].get_xlim()
+    low, high = axes[0].get_ylim()
+    times = ctx.points["time_median_s"]
+    assert low <= times.min() and high >= times.max()  # the slower machine's points fit the shared scale
+    assert "IQR/2" in caption and "*" not in caption
+
+
+def test_time_panels_have_iqr_error_bars_layer_colours_and_guides_through_the_largest_point(tmp_path):
+    points = _points()
+    ctx = _context(tmp_path, points)
+    _section(ctx, "time")
+    fig, _ = ctx.captured["time_vs_n"]
+    palette = style.layer_palette()
+    for ax, source in zip(fig.axes, sorted(SOURCES)):
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        for layer in ("lstm", "attention"):
+            measured = points[(points["source"] == source) & (points["layer"] == layer)].sort_values("n")
+            line = lines[layer]
+            assert to_rgb(line.get_color()) == pytest.approx(palette[layer])
+            assert list(line.get_ydata()) == pytest.approx(list(measured["time_median_s"]))
+            guide = lines[f"_guide {layer}"]
+            x, y = np.asarray(guide.get_xdata(), float), np.asarray(guide.get_ydata(), float)
+            assert x[-1] == 1024 and y[-1] == pytest.approx(measured["time_median_s"].iloc[-1])
+            slope = np.polyfit(np.log(x), np.log(y), 1)[0]
+            assert slope == pytest.approx(2.0 if layer == "attention" else 1.0, abs=1e-6)
+            assert to_rgb(guide.get_color()) == pytest.approx(palette[layer])
+        # one error bar per point, from median - IQR/2 to median + IQR/2
+        bars = [c for c in ax.collections if c.get_segments() and len(c.get_segments()) == 5]
+        spans = sorted(round(seg[1][1] - seg[0][1], 12) for bar in bars for seg in bar.get_segments())
+        iqr = points.loc[points["source"] == source, "time_iqr_s"]
+        assert spans == pytest.approx(sorted(iqr))
+    legend = fig.axes[-1].get_legend()
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert any(t.startswith("lstm") and "∝ n" in t for t in texts)
+    assert any(t.startswith("attention") and "∝ n²" in t for t in texts)
+    renderer = fig.canvas.get_renderer()
+    fig.canvas.draw()
+    assert legend.get_window_extent(renderer).x0 >= fig.axes[-1].get_window_extent(renderer).x1  # off the data
+
+
+def test_crossover_gets_one_panel_per_machine(tmp_path):
+    ctx = _context(tmp_path, _points())
+    text = crossover_section(ctx)
+    assert "crossover" in ctx.captured, text
+    fig, caption = ctx.captured["crossover"]
+    assert len(fig.axes) == 2 and {ax.get_title() for ax in fig.axes} == set(SOURCES.values())
+    assert fig.axes[0].get_ylim() == fig.axes[1].get_ylim()
+    assert caption.count("*") == 1  # the n* it names, no more
+    for ax in fig.axes:  # each panel draws only its own machine's rows: lines in lstm's colour
+        coloured = [
+            line for line in ax.get_lines() if to_rgb(line.get_color()) == pytest.approx(style.layer_palette()["lstm"])
+        ]
+        assert coloured and all(len(line.get_xdata()) == 1 for line in coloured)  # one d per series here
+
+
+def test_the_figures_use_each_source_label_and_keep_the_source_in_cite_keys(tmp_path):
+    ctx = _context(tmp_path, _points())
+    _section(ctx, "flops")
+    fig, _ = ctx.captured["flops_vs_n"]
+    assert {ax.get_title() for ax in fig.axes} == set(SOURCES.values())
+    assert any(key.startswith("amd-epyc-8c.cpu.") for key in ctx.numbers)
+    assert not any(math.isnan(ax.get_ylim()[0]) for ax in fig.axes)

@@ -1,0 +1,74 @@
+"""Which runs the report shows: this machine's by default, the reference only when asked (or when this
+machine has none yet), the newest run of each machine and device, machines never pooled."""
+
+import json
+
+import pytest
+from test_report import _write_run
+
+from bench import storage
+from bench.report import load
+from bench.report.build import build_report
+
+HERE = {"cpu_model": "Intel(R) Xeon(R) Processor", "cpu_cores": 2, "hostname": "laptop"}
+THERE = {"cpu_model": "AMD EPYC 7763 64-Core Processor", "cpu_cores": 64, "hostname": "server"}
+
+
+def _run(root, run_id, machine, started):
+    run = _write_run(root, run_id, new_format=True)
+    meta = json.loads((run / "meta.json").read_text())
+    (run / "meta.json").write_text(json.dumps(meta | machine | {"started_utc": started}))
+    return run
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    root = tmp_path / "results"
+    monkeypatch.setattr(storage, "RESULTS_ROOT", root)
+    monkeypatch.setattr(load, "REFERENCE_DIR", root / "reference")
+    monkeypatch.setattr(load.machine, "this_machine", lambda: ("intel-xeon-2c-laptop", "Intel Xeon, 2 cores (laptop)"))
+    _run(root / "reference" / "amd-epyc-7763-64c-server", "ref1", THERE, "2026-01-01T00:00:00+00:00")
+    return root
+
+
+def _numbers(out):
+    return json.loads((out / "numbers.json").read_text())["numbers"]
+
+
+def test_without_a_run_of_this_machine_the_reference_is_shown_and_said(results, tmp_path):
+    out = tmp_path / "reports"
+    build_report(None, out)
+    md = (out / "report.md").read_text()
+    assert "No run of this machine (Intel Xeon, 2 cores (laptop))" in md
+    assert all(key.startswith("reference.amd-epyc-7763-64c-server.") for key in _numbers(out))
+
+
+def test_this_machine_first_and_alone_then_side_by_side_with_the_reference(results, tmp_path):
+    _run(results, "old", HERE, "2026-02-01T00:00:00+00:00")
+    _run(results, "new", HERE, "2026-03-01T00:00:00+00:00")
+    _run(results, "elsewhere", THERE, "2026-03-02T00:00:00+00:00")  # copied from another machine
+    out = tmp_path / "mine"
+    build_report(None, out)
+    md, numbers = (out / "report.md").read_text(), _numbers(out)
+    assert {v["run_id"] for v in numbers.values()} == {"new"}  # the newest run of this machine, nothing else
+    assert "Older runs of the same machine and device, not shown (the newest is): old." in md
+    assert "1 stored run(s) of other machines in results/ are not shown" in md
+    key = "intel-xeon-2c-laptop.cpu.attention.time.exponent_n"
+    headlines = [line for line in md.splitlines() if line.startswith("**On ")]
+    assert len(headlines) == 1 and headlines[0].startswith("**On Intel Xeon, 2 cores (laptop) · cpu**")
+
+    both = tmp_path / "both"
+    build_report(None, both, compare_reference=True)
+    compared = _numbers(both)
+    assert compared[key] == numbers[key]  # a key means the same with the reference beside it
+    assert "reference.amd-epyc-7763-64c-server.cpu.attention.time.exponent_n" in compared
+    html = (both / "report.html").read_text()
+    assert "this machine · cpu" in html and "reference: AMD EPYC 7763 · cpu" in html  # side by side, by name
+
+
+def test_results_named_show_every_machine_apart(results, tmp_path):
+    _run(results, "here", HERE, "2026-02-01T00:00:00+00:00")
+    out = tmp_path / "all"
+    build_report([results], out)
+    runs = {v["run_id"] for v in _numbers(out).values()}
+    assert runs == {"here", "ref1"}
