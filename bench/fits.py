@@ -246,22 +246,28 @@ def plan_warnings(specs) -> list[str]:
     them (`sweeps`). Warned about: a sweep of n, d or k of at least MIN_FIT_POINTS values whose range keeps
     fewer (attention's n >= 8·d); and the points in no sweep of MIN_FIT_POINTS values, grouped as the
     n-sweeps they are (of fewer values, or a single n). A sweep of fewer values whose points another sweep
-    fits (the two widths the n-sweeps are repeated at, say) is not warned about. The rule is the same on
-    every device and dtype, so each line is given once."""
+    fits (the two widths the n-sweeps are repeated at, say) is not warned about, nor a sweep of a layer
+    whose exponent in the same variable another sweep of the plan fits (a sweep measured for the crossover
+    beside the one that gives the exponent). The rule is the same on every device and dtype, so each line is
+    given once."""
     if not specs:
         return []
     points = pd.DataFrame([spec.as_row() for spec in specs]).assign(status="ok")
-    lines, covered = [], set()
+    pending, fitted, covered = [], set(), set()
     for variable in VARIABLES:
         for fixed, sweep in sweeps(points, variable):
             if sweep[variable].nunique() >= MIN_FIT_POINTS:
                 covered.update(_sweep_keys(sweep))
-                lines += _plan_warning(fixed, sweep, variable)
+                warning = _plan_warning(fixed, sweep, variable)
+                pending += [((fixed["layer"], variable), line) for line in warning]
+                if not warning:
+                    fitted.add((fixed["layer"], variable))
     alone = points[[key not in covered for key in _sweep_keys(points)]]
     fixed_keys = [c for c in SWEEP_KEYS if c != "n"]
     for key, group in alone.groupby(fixed_keys, dropna=False):
-        lines += _plan_warning(dict(zip(fixed_keys, key)), group.drop_duplicates("n"), "n")
-    return list(dict.fromkeys(lines))
+        fixed = dict(zip(fixed_keys, key))
+        pending += [((fixed["layer"], "n"), line) for line in _plan_warning(fixed, group.drop_duplicates("n"), "n")]
+    return list(dict.fromkeys(line for what, line in pending if what not in fitted))
 
 
 def _sweep_keys(frame: pd.DataFrame) -> list[tuple]:

@@ -342,3 +342,26 @@ def test_a_page_without_the_structure_names_what_is_missing(browser, tmp_path):
         "no table of contents (nav#toc)",
         "no first screen (section#first-screen)",
     ]
+
+
+@pytest.mark.slow
+def test_two_machines_side_by_side_still_fit_1024_px(browser, tmp_path):
+    """The committed runs, and the same runs as if measured on a second machine: the verdict table grows a
+    column and a row per machine, and must still fit."""
+    import json  # noqa: PLC0415
+
+    from bench.cli import main  # noqa: PLC0415
+
+    runs = committed_run_dirs()
+    for run in runs:
+        copy = tmp_path / "other" / run.name
+        shutil.copytree(run, copy)
+        meta = json.loads((copy / "meta.json").read_text())
+        (copy / "meta.json").write_text(json.dumps(meta | {"hostname": "a-second-machine-with-a-long-name"}))
+    out = tmp_path / "report"
+    with contextlib.redirect_stderr(io.StringIO()):
+        assert main(["report", "--results", *map(str, runs), str(tmp_path / "other"), "--out", str(out)]) == 0
+    page = open_page(browser, (out / "report.html").as_uri(), NARROW)
+    problems = image_problems(page) + verdict_table_problems(page) + toc_problems(page)
+    page.close()
+    assert not problems, "\n".join(problems)

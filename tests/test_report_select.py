@@ -63,7 +63,7 @@ def test_this_machine_first_and_alone_then_side_by_side_with_the_reference(resul
     assert compared[key] == numbers[key]  # a key means the same with the reference beside it
     assert "reference.amd-epyc-7763-64c-server.cpu.attention.time.exponent_n" in compared
     html = (both / "report.html").read_text()
-    assert "this machine · cpu" in html and "reference: AMD EPYC 7763 · cpu" in html  # side by side, by name
+    assert "here · cpu" in html and "ref. AMD EPYC 7763 · cpu" in html  # side by side, by name
 
 
 def test_results_named_show_every_machine_apart(results, tmp_path):
@@ -72,3 +72,12 @@ def test_results_named_show_every_machine_apart(results, tmp_path):
     build_report([results], out)
     runs = {v["run_id"] for v in _numbers(out).values()}
     assert runs == {"here", "ref1"}
+
+
+def test_two_machines_with_the_same_run_id_are_told_apart(results, tmp_path):
+    _run(tmp_path / "a", "same", HERE, "2026-02-01T00:00:00+00:00")
+    _run(tmp_path / "b", "same", THERE, "2026-02-01T00:00:00+00:00")
+    out = tmp_path / "r"
+    build_report([tmp_path / "a", tmp_path / "b", tmp_path / "a"], out)  # a folder named twice is read once
+    runs = {v["run_id"] for v in _numbers(out).values()}
+    assert runs == {"same", "same@amd-epyc-7763-64c-server"}

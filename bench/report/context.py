@@ -89,11 +89,11 @@ class ReportContext:
         return self.machines.get(source, source.rsplit(".", 1)[0])
 
     def source_tag(self, source: str) -> str:
-        """A short name of a source for a table column: "this machine · cpu", or the other machine's."""
+        """A short name of a source for a table column: "here · cpu" (this machine), "ref. Intel Xeon · cpu"."""
         device = source.rsplit(".", 1)[-1]
         if self.machine_of_source(source) == self.primary and not self.primary.startswith(f"{REFERENCE}."):
-            return f"this machine · {device}"
-        words = self.labels.get(source, source).split(" · ")[0]
+            return f"here · {device}"
+        words = self.labels.get(source, source).split(" · ")[0].replace(f"{REFERENCE}: ", "ref. ")
         return f"{words.split(',')[0].split(' (')[0]} · {device}"
 
     def source_label(self, source: str) -> str:

@@ -159,9 +159,10 @@ def verdict_table(ctx: ReportContext, texts: dict) -> str:
                 "FLOPs ∝ n^": _cell(texts, source, layer, "flops"),
                 "time ∝ n^": _cell(texts, source, layer, "time"),
                 "memory ∝ n^": _cell(texts, source, layer, "memory"),
-                "path": row1.path_text,
-                "layers to cross": _crossing(ctx, source, layer),
             }
+            if not several:  # the path cell is the layer's, not the machine's: once is enough beside several
+                row["path"] = row1.path_text
+            row["layers to cross"] = _crossing(ctx, source, layer)
             rows.append(row)
     if not rows:
         return "_No points stored._\n"

@@ -40,7 +40,7 @@ def find_run_dirs(paths: list[Path], exclude: tuple[Path, ...] = ()) -> list[Pat
         found.extend(
             run for run in _runs_below(path) if not any(run.resolve().is_relative_to(e.resolve()) for e in exclude)
         )
-    return found
+    return list({run.resolve(): run for run in found}.values())  # a folder named twice is read once
 
 
 def is_reference(run_dir: Path) -> bool:
@@ -73,9 +73,13 @@ def load_runs(paths: list[Path], skip_bad: bool = False, exclude: tuple[Path, ..
             print(f"skipping damaged run {run_dir}: {exc}", file=sys.stderr)
             continue
         run_id = meta.get("run_id") or run_dir.name
+        if run_id in runs:  # two machines started a run in the same second: told apart by the machine
+            run_id = f"{run_id}@{'ref.' if is_reference(run_dir) else ''}{machine.machine_identity(meta)[0]}"
+        if run_id in runs:
+            raise BadInput(f"--results: run {run_id} is given twice ({runs[run_id]['folder']} and {run_dir})")
         runs[run_id] = dict(meta, run_id=run_id, folder=str(run_dir), reference=is_reference(run_dir))
         for name, df in run_tables.items():
-            tables[name].append(df)
+            tables[name].append(df.assign(run_id=run_id))
     if not runs:
         raise BadInput(f"--results {' '.join(map(str, paths))}: no stored runs found")
     frames = {name: (pd.concat(dfs, ignore_index=True) if dfs else None) for name, dfs in tables.items()}
