@@ -7,19 +7,23 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import re
 import sys
 import traceback
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
+
 import models
 
-from . import machine, storage
+from . import estimate, machine, storage
 from .errors import BadInput, RunFailed
 from .presets import get_preset, load_presets
 from .spec import PointSpec, expand_grid
-from .timing import TimingPolicy
+from .timing import MIN_ROUNDS_PER_PASS, TimingPolicy
 
 DESCRIPTION = (
     "Measure the complexity table of sequence layers (Vaswani et al. 2017, Table 1) on this machine: FLOPs, "
@@ -33,6 +37,28 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         raise BadInput(message)
+
+
+# Bounds of the options that set how long a run measures and what it seeds. A value outside them passes
+# argparse's type but makes every point an error or the run hang (--target-time inf, --rounds 10**9), so it is
+# bad input (exit 2) naming the option and the range.
+MAX_TARGET_TIME_S = 60.0  # seconds of rounds per point; the presets use 0.2-0.5 s. Infinity makes every point's
+# round count an OverflowError; a minute per point is far beyond what the median's interval needs, and with
+# --rounds at its bound it makes a point of slow calls last minutes
+MAX_ROUNDS = 10_000  # each round lasts at least min_round_s (5 ms by default): 10 000 rounds are at least 50 s
+# per point, and timings.jsonl keeps every round of every pass
+MAX_PASSES = 100  # every pass visits every point (builds its layer, an untimed call and round) and times at
+# least MIN_ROUNDS_PER_PASS (2) rounds of it: 100 passes are 200 rounds and 100 visits a point
+MAX_SEED = 2**32 - 1  # seeds go to torch.manual_seed and torch.Generator.manual_seed (up to 2**64 - 1) and
+# random.Random (any); numpy's legacy seeding takes < 2**32; the claims seed with seed·1000 + a small offset,
+# which stays below 2**42. Non-negative: numpy's default_rng refuses a negative seed
+MAX_PATHS_N = 16_384  # the paths study grows a stack of up to n−1 layers (a contiguous convolution at k = 3,
+# restricted attention at r = 2) and runs each twice over the n positions: on a 2-core CPU n = 2048 takes
+# 1.5-5 s per layer and k, n = 8192 18-45 s, growing as about n^1.7, so n = 16384 takes minutes per layer and
+# n = 100000 an hour or more; and attention_math's n×n scores and their softmax hold 2·n²·4 bytes (2 GiB at
+# n = 16384, 80 GB at 100000)
+MAX_PATHS_POSITIONS = 2**22  # conv_dilated is probed inside k·n extra positions each side (bench/paths.py):
+# n·(1 + 2k) positions of d = 8 floats, 128 MiB a tensor at this bound
 
 
 # Converters for argparse: they raise ArgumentTypeError, which argparse reports as
@@ -65,14 +91,33 @@ def _positive_int(name: str):
     return parse
 
 
-def _positive_float(name: str):
+def _bounded_int(low: int, high: int, why: str):
+    """An integer low <= value <= high; `why` says where the bound comes from."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer; allowed {low} to {high}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value}: allowed {low} to {high} ({why})")
+        return value
+
+    return parse
+
+
+def _seconds(high: float):
+    """A finite number of seconds, 0 < value <= high."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a positive number of seconds") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text!r}: must be positive")
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a number; allowed more than 0 up to {high:g} s"
+            ) from None
+        if not (math.isfinite(value) and 0 < value <= high):
+            raise argparse.ArgumentTypeError(f"{text!r}: allowed more than 0 up to {high:g} s, finite")
         return value
 
     return parse
@@ -110,13 +155,18 @@ def _grid_specs(args) -> list[PointSpec]:
         heads=[args.heads or 1],
         window=[args.window],
         batch=[args.batch or 1],
-        devices=resolve_devices(args.device),
+        devices=resolve_devices(args.device or "auto"),
         dtypes=[args.dtype or "float32"],
     )
 
 
 GRID_OPTIONS = ("layers", "n", "d", "k", "heads", "batch", "window")
-POLICY_OPTIONS = ("rounds", "target_time", "passes", "threads")
+# What `run --resume DIR` reads from the command line; every other option of `run` (all default to None or
+# False) would be ignored, since DIR/plan.json fixes the points, the policy, the seed and the folder.
+RESUME_READS = ("command", "debug", "resume", "no_progress")
+# Presets sized for a device other than the CPU: without that device they are refused, with the preset to use
+# instead. (Data that belongs in presets.toml once bench.presets reads a device per preset.)
+PRESET_DEVICES = {"gpu": ("cuda", "quick (minutes) or full (tens of minutes)")}
 
 
 def _policy(args, policy: TimingPolicy) -> TimingPolicy:
@@ -130,40 +180,177 @@ def _policy(args, policy: TimingPolicy) -> TimingPolicy:
     return policy
 
 
+def ignored_by_resume(args) -> list[str]:
+    """The options given beside --resume that it would ignore, as flags (`--rounds`), in the parser's order."""
+    return [
+        f"--{name.replace('_', '-')}"
+        for name, value in vars(args).items()
+        if name not in RESUME_READS and value is not None and value is not False
+    ]
+
+
+def wide_kernel_warnings(points: Iterable[tuple[str, int, int | None]]) -> list[str]:
+    """One line per kernel size k wider than a sequence length n it is paired with, for (layer, n, k) of the
+    layers that read k.
+
+    Warned, not refused: the layer computes what it should (centered 'same' padding keeps all n outputs), its
+    FLOPs count every tap, the padded ones too, which it really multiplies, and one layer then links every pair
+    of positions, which the paths study reports as it is. What no longer holds is Table 1's setting, a kernel of
+    width k < n (Vaswani et al. 2017, section 4): most taps read the zero padding, so such points say little
+    about O(k·n·d²) or O(n/k). The other plan warnings are warnings for the same reason: the sweep goes ahead.
+    (conv_dilated's span, (k−1)·dilation + 1, may exceed n by design, as in the quick preset's k-sweep: only
+    the kernel's own width is checked.)"""
+    wide: dict[int, tuple[set[str], set[int]]] = {}
+    for layer, n, k in points:
+        if k is not None and "k" in models.LAYERS[layer].uses and k > n:
+            layers, ns = wide.setdefault(k, (set(), set()))
+            layers.add(layer)
+            ns.add(n)
+    return [
+        f"k={k} is wider than the sequence at n={','.join(map(str, sorted(ns)))} "
+        f"({', '.join(sorted(layers))}): most of each output's taps read the zero padding, outside Table 1's "
+        f"setting of a kernel narrower than the sequence (k < n); measured anyway"
+        for k, (layers, ns) in sorted(wide.items())
+    ]
+
+
+def _check_preset_device(name: str) -> None:
+    needs = PRESET_DEVICES.get(name)
+    if needs is not None and needs[0] == "cuda" and not machine.cuda_available():
+        raise BadInput(
+            f"--preset {name}: sized for a CUDA GPU, and none is present on this machine; "
+            f"on a CPU use --preset {needs[1]}"
+        )
+
+
+def stdin_is_terminal() -> bool:
+    """Whether a person can be asked: `run` asks before a long or large plan only then."""
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+def _ask_stdin(question: str) -> bool:
+    print(question, end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def device_memory(devices: Iterable[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """(available now, total) bytes of each device: psutil for the CPU, the CUDA driver for a GPU."""
+    import torch  # noqa: PLC0415 - keeps `--help` fast
+
+    available, total = {}, {}
+    for device in set(devices):
+        if device.startswith("cuda"):
+            available[device], total[device] = torch.cuda.mem_get_info()
+        else:
+            memory = psutil.virtual_memory()
+            available[device], total[device] = memory.available, memory.total
+    return available, total
+
+
+def confirm_plan(
+    plan: estimate.PlanEstimate,
+    available_bytes: dict[str, int],
+    total_bytes: dict[str, int],
+    *,
+    yes: bool,
+    interactive: bool,
+    ask: Callable[[str], bool] | None = None,
+) -> None:
+    """Go ahead, or raise BadInput (its one line is all a refusal prints). With `yes`, always go ahead. A CPU
+    point estimated above the machine's whole memory: refused. A plan estimated above estimate.LONG_RUN_S, or
+    with a CPU point above the memory available now: asked about (`ask`, default a [y/N] question on stdin)
+    when `interactive`, i.e. stdin is a terminal, refused otherwise. (A GPU point beyond the GPU's memory is
+    warned about, not refused: estimate.REFUSED_BEYOND_MEMORY says why.)"""
+    if yes:
+        return
+    too_large = estimate.too_large(plan, total_bytes)
+    if too_large:
+        raise BadInput(f"run: {'; '.join(too_large)}; give smaller sizes, or --yes to try it anyway")
+    reasons = estimate.reasons_to_ask(plan, available_bytes)
+    if not reasons:
+        return
+    if not interactive:
+        raise BadInput(
+            f"run: {'; '.join(reasons)}; stdin is not a terminal to ask, so give --yes to measure it anyway, "
+            "or a smaller plan"
+        )
+    if not (ask or _ask_stdin)(f"{'; '.join(reasons)}. Measure it? [y/N] "):
+        raise BadInput("run: not confirmed, nothing measured; --yes measures without asking")
+
+
+def _print_lines(lines: list[str]) -> None:
+    for line in lines:
+        print(line, file=sys.stderr)
+
+
+def _estimate_and_confirm(specs: list[PointSpec], policy: TimingPolicy, warnings: list[str], args) -> list[str]:
+    """Estimate the plan (bench.estimate, from a quick matmul timed at the threads a quiet machine gets) and
+    `confirm_plan` it. Returns the lines still to print before measuring: the plan's warnings, then
+    `plan: N points, about T ..., peak memory about B ...`. A refusal prints nothing but its one error line;
+    a question prints them first."""
+    from .load import Load, choose_threads, physical_cores  # noqa: PLC0415
+    from .threads import pinned_threads  # noqa: PLC0415
+
+    quiet = Load(others_busy_cores=0.0, loadavg_1m=0.0, logical_cores=psutil.cpu_count() or 1, wall_s=0.0)
+    threads = args.threads or choose_threads(quiet, physical_cores())[0]
+    with pinned_threads(threads):
+        rates = estimate.quick_rates(specs)
+    plan = estimate.estimate_plan(specs, policy, rates)
+    available, total = device_memory({s.device for s in specs})
+    lines = [f"warning: {line}" for line in [*warnings, *estimate.expected_ooms(plan, total)]]
+    lines.append(estimate.summary_line(plan))
+
+    def ask(question: str) -> bool:
+        _print_lines(lines)
+        lines.clear()
+        return _ask_stdin(question)
+
+    confirm_plan(plan, available, total, yes=args.yes, interactive=stdin_is_terminal(), ask=ask)
+    return lines
+
+
 def cmd_run(args, argv) -> int:
-    from .fits import plan_warnings  # noqa: PLC0415 - keeps `--help` fast
+    from .run import sigterm_as_interrupt  # noqa: PLC0415 - keeps `--help` fast
+
+    with sigterm_as_interrupt():  # a scheduler's SIGTERM, from the first moment, ends the run like Ctrl-C
+        return _run(args, argv)
+
+
+def _run(args, argv) -> int:
+    from .fits import plan_warnings  # noqa: PLC0415
     from .run import Run  # noqa: PLC0415
 
-    grid_given = [f"--{name}" for name in GRID_OPTIONS if getattr(args, name) is not None]
     if args.resume is not None:
-        given = (
-            (["--preset"] if args.preset else [])
-            + grid_given
-            + [f"--{name.replace('_', '-')}" for name in POLICY_OPTIONS if getattr(args, name) is not None]
-        )
-        if given:
-            raise BadInput(f"--resume {args.resume}: finishes the run as planned; drop {' '.join(given)}")
+        ignored = ignored_by_resume(args)
+        if ignored:
+            raise BadInput(
+                f"--resume finishes the run as planned in {args.resume / 'plan.json'}; "
+                f"{', '.join(ignored)} would be ignored"
+            )
         run = Run.resume(args.resume)
     else:
+        grid_given = [f"--{name}" for name in GRID_OPTIONS if getattr(args, name) is not None]
         if args.preset is not None and grid_given:
             raise BadInput(f"--preset {args.preset} and {' '.join(grid_given)}: give a preset or a grid, not both")
         if args.preset is not None:
             preset = get_preset(args.preset)
-            specs, policy = preset.specs(resolve_devices(args.device), dtype=args.dtype), preset.timing
+            _check_preset_device(args.preset)
+            specs, policy = preset.specs(resolve_devices(args.device or "auto"), dtype=args.dtype), preset.timing
         else:
             specs, policy = _grid_specs(args), TimingPolicy()
-        warnings = plan_warnings(specs)
+        policy = _policy(args, policy)
+        warnings = plan_warnings(specs) + wide_kernel_warnings((s.layer, s.n, s.k) for s in specs)
+        lines = _estimate_and_confirm(specs, policy, warnings, args)
         run = Run.create(
             specs,
-            _policy(args, policy),
+            policy,
             out=args.out,
             command=argv,
             preset=args.preset,
             threads=args.threads,
-            seed=args.seed,
+            seed=args.seed or 0,
         )
-        for line in warnings:  # before measuring, which goes ahead
-            print(f"warning: {line}", file=sys.stderr)
+        _print_lines(lines)  # before measuring, which goes ahead
     try:
         meta = run.execute(progress=not args.no_progress)
     except KeyboardInterrupt:
@@ -184,7 +371,7 @@ def cmd_run(args, argv) -> int:
 
 # -------------------------------------------------------------------------------------------- paths
 def cmd_paths(args, argv) -> int:
-    from .paths import DEFAULT_D, DEFAULT_WINDOW, paths_table  # noqa: PLC0415
+    from .paths import DEFAULT_D, DEFAULT_WINDOW, ends_margin, paths_table  # noqa: PLC0415
 
     if args.preset is not None:
         cfg = get_preset(args.preset).paths or {}
@@ -193,11 +380,25 @@ def cmd_paths(args, argv) -> int:
         layers, ns, ks, window = args.layers, args.n, args.k or [3], args.window or DEFAULT_WINDOW
     if not layers or not ns:
         raise BadInput("paths: give --preset NAME or --layers and --n")
+    for n in ns:
+        if not 2 <= n <= MAX_PATHS_N:
+            raise BadInput(
+                f"paths --n {n}: allowed 2 to {MAX_PATHS_N} (a path from position 0 to n−1 needs 2 positions; "
+                f"a stack of up to n−1 layers over n positions takes minutes per layer at {MAX_PATHS_N})"
+            )
     for layer, n, k in itertools.product(layers, ns, ks):  # each layer's own check (models/), as in a sweep
         try:
             models.check(layer, models.LayerConfig(d=DEFAULT_D, k=k, window=window), n)
         except ValueError as exc:
             raise BadInput(str(exc)) from None
+        positions = n + 2 * ends_margin(layer, n, k)
+        if positions > MAX_PATHS_POSITIONS:
+            raise BadInput(
+                f"paths --k {k} --n {n}: {layer} is probed over n·(1 + 2k) = {positions} positions; allowed up "
+                f"to {MAX_PATHS_POSITIONS} (give a smaller k or n)"
+            )
+    for line in wide_kernel_warnings(itertools.product(layers, ns, ks)):
+        print(f"warning: {line}", file=sys.stderr)
     table = paths_table(layers, ns, ks, window=window)
     return _write_side_table(args, argv, "paths", table)
 
@@ -374,45 +575,70 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--device",
         choices=["cpu", "cuda", "auto"],
-        default="auto",
-        help="cpu, cuda, or auto: every device present (default)",
+        help="cpu, cuda, or auto: every device present (default auto)",
     )
     run.add_argument("--dtype", choices=list(models.DTYPES), help="default float32")
+    logical_cores = psutil.cpu_count() or 1
     run.add_argument(
         "--threads",
-        type=_positive_int("threads"),
+        type=_bounded_int(1, logical_cores, "this machine's logical cores: more only oversubscribe them"),
         help="torch intra-op threads, pinned for the run (default: the physical cores other "
-        "processes leave free, less one for the system; see bench/load.py)",
+        f"processes leave free, less one for the system; see bench/load.py); at most {logical_cores}, the "
+        "logical cores",
     )
-    run.add_argument("--rounds", type=_positive_int("rounds"), help="minimum timed rounds")
+    run.add_argument(
+        "--rounds",
+        type=_bounded_int(
+            1,
+            MAX_ROUNDS,
+            f"each round lasts at least {TimingPolicy().min_round_s * 1e3:g} ms; more buy no better median",
+        ),
+        help=f"minimum timed rounds, 1 to {MAX_ROUNDS}",
+    )
     run.add_argument(
         "--target-time",
-        type=_positive_float("target-time"),
-        help="seconds of timed rounds per point, roughly (default: the preset's)",
+        type=_seconds(MAX_TARGET_TIME_S),
+        help=f"seconds of timed rounds per point, roughly, more than 0 up to {MAX_TARGET_TIME_S:g} "
+        "(default: the preset's)",
     )
     run.add_argument(
-        "--passes", type=_positive_int("passes"), help="interleaved passes over the plan (default: the preset's)"
+        "--passes",
+        type=_bounded_int(
+            1, MAX_PASSES, f"each pass visits every point and times at least {MIN_ROUNDS_PER_PASS} rounds of it"
+        ),
+        help=f"interleaved passes over the plan, 1 to {MAX_PASSES} (default: the preset's)",
     )
     run.add_argument(
         "--seed",
-        type=int,
-        default=0,
-        help="seed of the layers' weights, the inputs and the shuffled order of the passes (default 0)",
+        type=_bounded_int(0, MAX_SEED, "what torch, numpy and random all accept as a seed"),
+        help=f"seed of the layers' weights, the inputs and the shuffled order of the passes, 0 to {MAX_SEED} "
+        "(default 0)",
     )
     run.add_argument("--out", type=Path, help="a new or empty folder for the run (default results/<run-id>)")
-    run.add_argument("--resume", type=Path, help="finish an interrupted or killed run in this folder")
+    run.add_argument(
+        "--resume",
+        type=Path,
+        help="finish an interrupted or killed run in this folder, as its plan.json says (alone, or with --no-progress)",
+    )
+    run.add_argument(
+        "--yes",
+        action="store_true",
+        help="measure without asking: before a new run its duration and peak memory are estimated, and a plan "
+        f"above {estimate.format_duration(estimate.LONG_RUN_S)}, or with a point above the memory available, is "
+        "asked about on a terminal and refused elsewhere unless --yes",
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     paths = command("paths")
-    _grid_options(paths, "take layers, n, k and window from a preset", "64,256", "(default 16)")
+    _grid_options(paths, "take layers, n, k and window from a preset", f"64,256 (2 to {MAX_PATHS_N})", "(default 16)")
     paths.add_argument("--out", type=Path, help="a run folder to add paths.csv to, or a new folder")
 
     claims = command("claims")
     claims.add_argument(
         "--seed",
-        type=int,
+        type=_bounded_int(0, MAX_SEED, "what torch, numpy and random all accept as a seed"),
         default=0,
-        help="seed of the random inputs and weights the claims are measured on (default 0)",
+        help=f"seed of the random inputs and weights the claims are measured on, 0 to {MAX_SEED} (default 0)",
     )
     claims.add_argument("--out", type=Path, help="a run folder to add claims.csv to, or a new folder")
 

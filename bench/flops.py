@@ -17,6 +17,12 @@ executes, so nothing that ran goes unseen. Every executed operator falls in exac
   uncounted       anything else. It ran, it might multiply matrices and no formula says how much, so it
                   is reported in `FlopCount.uncounted_ops` and `total` is a lower bound. Never silently 0.
 
+Memory: FlopCounterMode decomposes a composite it has no formula for, so a recurrence the CPU runs as a loop
+of per-step operators (nn.RNN, nn.GRU; not the fused LSTM) is counted step by step; in bfloat16 or float16
+that holds a copy of the gate weights per step until the call ends (g·d² elements a step: 8.6 GB for rnn at
+n = 16384, d = 512), where float32 holds nothing that grows with n. bench.estimate.flop_count_bytes counts it,
+so `run` warns before such a point; the counts themselves need the decomposition (it is what they count).
+
 An operator joins `NO_MATRIX_WORK_OPS` only when it certainly does no matrix product or convolution.
 The rule is applied to the operators that execute, so it counts what the kernels did: `torch.einsum`
 computes a contraction over an index of size 1 (a window of one key, a head size of 1) as a broadcast

@@ -15,10 +15,17 @@ its row at once, with the full traceback in errors.log, and is not visited again
 
 The machine's load is watched throughout (bench.load): before the run, to choose the thread count and warn
 if the machine is busy; during each pass and each point's timed rounds, stored in meta.json and the rows.
+
+One process writes a run folder at a time (storage.hold, for the life of the Run). Before each pass over a
+point, a line in started.jsonl says so; a point started and never stored KILLED_AFTER times (its process
+was killed while measuring it: the kernel's OOM killer or a memory limit, most likely) is stored as `killed`
+and not tried again, so a resume goes on past it. meta.json says `finished` only when everything is written.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import signal
 import sys
 import time
@@ -43,6 +50,8 @@ from .threads import pinned_threads
 from .timing import Timing, TimingPolicy, method_constants, pass_order, summarize
 
 ATTEMPTS = 2  # a point's sets of passes at most: the first, and one re-measurement if unreliable
+KILLED_AFTER = 2  # deaths of the process while measuring one point before it is stored as `killed`
+META_REQUIRED = (*storage.META_KEYS, "threads", "machine_info", "commit_info")  # what a resume needs
 PASS_ONLY_KEYS = ("pass", "attempt", "others_busy_cores", "probes")  # kept out of a point's merged record
 
 
@@ -56,7 +65,7 @@ def decide_threads(requested: int | None) -> tuple[int, str, Load]:
 
 
 @contextmanager
-def _sigterm_as_interrupt():
+def sigterm_as_interrupt():
     """A scheduler's SIGTERM ends the run like Ctrl-C: cleanly, with status `interrupted`."""
 
     def handler(signum, frame):
@@ -94,7 +103,8 @@ class _State:
     rows: dict[str, dict] = field(default_factory=dict)
     records: dict[tuple[str, int, int], dict] = field(default_factory=dict)
     timings: dict[tuple[str, int], Timing] = field(default_factory=dict)  # summaries of complete attempts
-    ooms: list[PointSpec] = field(default_factory=list)
+    ooms: list[PointSpec] = field(default_factory=list)  # out of memory or killed: larger siblings are skipped
+    deaths: dict[str, int] = field(default_factory=dict)  # passes started and never stored, by point id
 
 
 def _stderr(line: str) -> None:
@@ -109,6 +119,7 @@ class Run:
     policy: TimingPolicy
     seed: int = 0
     log: Callable[[str], None] = _stderr
+    lock: object = None  # the folder's writer lock (storage.hold), held until the run ends
 
     # ------------------------------------------------------------------------------------ create
     @classmethod
@@ -127,7 +138,18 @@ class Run:
         """A new run folder with meta.json and plan.json; the thread count chosen from the free cores
         unless given."""
         threads, why, load = decide_threads(threads)
-        run_dir = new_run_folder(out, "-".join(sorted({s.device for s in specs})))
+        run_dir, lock = new_run_folder(out, "-".join(sorted({s.device for s in specs})))
+        try:
+            return cls._create_in(run_dir, lock, specs, policy, command, preset, threads, why, load, seed, log)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the folder is being made: say so in it
+            if (run_dir / "meta.json").exists():
+                meta = storage.read_json(run_dir / "meta.json")
+                storage.write_json(run_dir / "meta.json", meta | {"status": "interrupted"})
+            lock.release()
+            raise
+
+    @classmethod
+    def _create_in(cls, run_dir, lock, specs, policy, command, preset, threads, why, load, seed, log) -> Run:
         meta = run_meta("run", command, preset, threads)
         meta.update(
             run_id=run_dir.name,
@@ -138,33 +160,36 @@ class Run:
             timing_method=method_constants(),
             load_passes=[],
         )
-        storage.write_json(
-            run_dir / "plan.json",
-            {"specs": [s.as_row() for s in specs], "timing_policy": policy.as_dict(), "seed": seed},
-        )
+        plan = {"specs": [s.as_row() for s in specs], "timing_policy": policy.as_dict(), "seed": seed}
+        meta["plan_sha1"] = _plan_digest(plan)
+        storage.write_json(run_dir / "plan.json", plan)
         storage.write_json(run_dir / "meta.json", meta)
-        run = cls(run_dir, meta, specs, policy, seed, log)
+        run = cls(run_dir, meta, specs, policy, seed, log, lock)
         run._announce(load)
         return run
 
     @classmethod
     def resume(cls, run_dir: Path, log: Callable[[str], None] = _stderr) -> Run:
+        """The run in `run_dir`, held, its meta.json and plan.json checked; RunFailed naming what is damaged."""
         if not run_dir.is_dir() or not storage.is_run_dir(run_dir):
             raise BadInput(f"--resume {run_dir}: not a run folder (no meta.json there)")
-        meta = storage.read_json(run_dir / "meta.json")
-        plan = storage.read_json(run_dir / "plan.json")
+        lock = storage.hold(run_dir)
         try:
-            specs = [validate(PointSpec(**row)) for row in plan["specs"]]
-            policy = TimingPolicy(**plan["timing_policy"])
-        except (KeyError, TypeError) as exc:
-            raise RunFailed(f"{run_dir / 'plan.json'}: damaged or from another version ({exc})") from None
+            meta = storage.read_meta(run_dir, META_REQUIRED)
+            plan = storage.read_json(run_dir / "plan.json")
+            specs, policy = _read_plan(run_dir / "plan.json", plan, meta)
+        except BaseException:
+            lock.release()
+            raise
         for device in {s.device for s in specs}:
             if device == "cuda" and not machine.cuda_available():
+                lock.release()
                 raise BadInput(f"--resume {run_dir}: its plan measures cuda, and no CUDA GPU is present here")
-        meta.setdefault("resumed_utc", []).append(storage.utc_now())
-        meta.update(status="running", finished_utc=None)
-        storage.write_json(run_dir / "meta.json", meta)
-        run = cls(run_dir, meta, specs, policy, plan.get("seed", 0), log)
+        run = cls(run_dir, meta, specs, policy, plan.get("seed", 0), log, lock)
+        if meta.get("status") != "finished":
+            meta.setdefault("resumed_utc", []).append(storage.utc_now())
+            meta.update(status="running", finished_utc=None)
+            storage.write_json(run_dir / "meta.json", meta)
         run._announce(sample_load())
         return run
 
@@ -182,10 +207,21 @@ class Run:
     def execute(self, progress: bool = True) -> dict:
         """Measure what is not stored yet. Returns the finished meta; KeyboardInterrupt (Ctrl-C, SIGTERM)
         marks the run `interrupted` and propagates after the last finished pass is stored."""
+        try:
+            if self.meta.get("status") == "finished":
+                self.log(f"{self.dir}: finished already ({self.meta.get('finished_utc')}); nothing to measure")
+                return self.meta
+            return self._execute(progress)
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+    def _execute(self, progress: bool) -> dict:
         started = time.monotonic()
         state = self._stored_state()
+        self._store_killed(state)
         try:
-            with pinned_threads(self.threads), _sigterm_as_interrupt():
+            with pinned_threads(self.threads), sigterm_as_interrupt():
                 self._measure_peaks("start")
                 pending = [s for s in self.specs if s.point_id not in state.rows]
                 self._passes(pending, 0, state, progress)
@@ -202,30 +238,68 @@ class Run:
                         self._store_row(spec, self._final_row(spec, state), state)
                 self._measure_peaks("end")
         except KeyboardInterrupt:
+            storage.append_stopped(self.dir)
             self.meta.update(status="interrupted", finished_utc=storage.utc_now())
             storage.write_json(self.dir / "meta.json", self.meta)
+            raise
+        except storage.DiskFull:
+            self.meta.update(status="interrupted", finished_utc=storage.utc_now())
+            try:
+                storage.write_json(self.dir / "meta.json", self.meta)
+            except storage.DiskFull:
+                pass  # meta.json keeps `running`: still not `finished`
+            raise
+        except Exception:
+            storage.append_stopped(self.dir)  # an error, not a death of the process
             raise
         return self._finish(state, time.monotonic() - started)
 
     def _stored_state(self) -> _State:
+        """What the folder holds, checked against the plan: rows, pass records, and the points started and
+        never finished (storage.read_points and read_timing_records name anything damaged)."""
         state = _State()
         by_id = {s.point_id: s for s in self.specs}
         points_path = self.dir / "points.csv"
         if points_path.exists():
-            storage.repair_tail(points_path)
+            storage.repair_tail(points_path, storage._complete_row(storage.POINT_COLUMNS))
             if points_path.stat().st_size:
-                for row in storage.read_points(self.dir).to_dict("records"):
+                plan = {pid: spec.as_row() for pid, spec in by_id.items()}
+                for row in storage.read_points(self.dir, plan).to_dict("records"):
                     state.rows[row["point_id"]] = row
-                    if row["status"] == "oom" and row["point_id"] in by_id:
+                    if row["status"] in ("oom", "killed"):
                         state.ooms.append(by_id[row["point_id"]])
-        for record in storage.read_timing_records(self.dir):
+        timings = self.dir / "timings.jsonl"
+        for number, record in enumerate(storage.read_timing_records(self.dir), 1):
             if not {"point_id", "attempt", "pass"} <= set(record):
                 raise RunFailed(
-                    f"{self.dir / 'timings.jsonl'}: written by an older version without interleaved "
-                    f"passes; it cannot be resumed (start a new run)"
+                    f"{timings}: written by an older version without interleaved passes; it cannot be resumed "
+                    f"(start a new run)"
                 )
+            if record["point_id"] not in by_id:
+                raise RunFailed(f"{timings}: damaged at line {number}: point {record['point_id']} is not in plan.json")
             state.records[(record["point_id"], record["attempt"], record["pass"])] = record
+        last = {}  # each process's last line: a death if it is a start whose pass was never stored
+        for entry in storage.read_started(self.dir):
+            last[entry.get("process", entry.get("pid"))] = entry
+        for entry in last.values():
+            if entry.get("stopped") or entry["point_id"] not in by_id or entry["point_id"] in state.rows:
+                continue
+            if (entry["point_id"], entry["attempt"], entry["pass"]) not in state.records:
+                state.deaths[entry["point_id"]] = state.deaths.get(entry["point_id"], 0) + 1
         return state
+
+    def _store_killed(self, state: _State) -> None:
+        """Points whose process died KILLED_AFTER times while measuring them: stored as `killed`, not tried again."""
+        for spec in self.specs:
+            deaths = state.deaths.get(spec.point_id, 0)
+            if deaths >= KILLED_AFTER and spec.point_id not in state.rows:
+                reason = (
+                    f"the process died {deaths} times while measuring this point and left no error: killed from "
+                    "outside, most likely for memory (the kernel's OOM killer or a memory limit); not tried again"
+                )
+                self.log(f"{spec.layer} n={spec.n} d={spec.d} batch={spec.batch}: {reason}")
+                self._store_row(spec, dict(base_row(spec, self.threads), status="killed", error=reason), state)
+                state.ooms.append(spec)
 
     def _measure_peaks(self, when: str) -> None:
         """The matmul peak of each device and dtype, measured at the start and again at the end of the run;
@@ -236,6 +310,7 @@ class Run:
             measured = dict(peaks.get(key, {}).get("measured", {}))
             if when in measured:
                 continue
+            self.log(f"matmul peak of {key}, at the {when} of the run")
             measured[when] = matmul_peak(device, models.DTYPES[dtype])
             best = max(measured.values(), key=lambda m: m["flops_per_s"])
             peaks[key] = dict(best, measured=measured)
@@ -277,10 +352,11 @@ class Run:
         if first:
             blocker = next((o for o in state.ooms if _larger(spec, o)), None)
             if blocker is not None:
-                reason = f"larger than n={blocker.n} d={blocker.d} batch={blocker.batch}, which ran out of memory"
+                reason = f"larger than n={blocker.n} d={blocker.d} batch={blocker.batch}, which ran out of memory or was killed"
                 self._store_row(spec, dict(base_row(spec, self.threads), status="skipped", error=reason), state)
                 return
         plan = None if first else self._plan(spec, state)
+        storage.append_started(self.dir, {"point_id": spec.point_id, "attempt": attempt, "pass": p})
         result = measure_pass(spec, self.policy, plan, seed=self.seed, with_probes=first)
         if isinstance(result, PassFailure):
             storage.append_error(self.dir, spec.key, result.traceback)
@@ -370,17 +446,6 @@ class Run:
             for pid in ok["point_id"]
             if pid in by_id
         ]
-        self.meta.update(
-            status="finished",
-            finished_utc=storage.utc_now(),
-            points_stored=int(len(df)),
-            status_counts={k: int(v) for k, v in df["status"].value_counts().items()},
-            points_noisy=int(ok["time_noisy"].astype(bool).sum()) if len(ok) else 0,
-            points_unreliable=int((~ok["time_reliable"].astype(bool)).sum()) if len(ok) else 0,
-            points_remeasured=int((ok["attempts"] > 1).sum()) if len(ok) else 0,
-            measure_s=round(elapsed_s, 1),
-        )
-        storage.write_json(self.dir / "meta.json", self.meta)
         storage.write_json(
             self.dir / "pytest-benchmark.json",
             {
@@ -391,6 +456,17 @@ class Run:
                 "version": _pytest_benchmark_version(),
             },
         )
+        self.meta.update(  # last: `finished` only once everything else is written
+            status="finished",
+            finished_utc=storage.utc_now(),
+            points_stored=int(len(df)),
+            status_counts={k: int(v) for k, v in df["status"].value_counts().items()},
+            points_noisy=int(ok["time_noisy"].astype(bool).sum()) if len(ok) else 0,
+            points_unreliable=int((~ok["time_reliable"].astype(bool)).sum()) if len(ok) else 0,
+            points_remeasured=int((ok["attempts"] > 1).sum()) if len(ok) else 0,
+            measure_s=round(elapsed_s, 1),
+        )
+        storage.write_json(self.dir / "meta.json", self.meta)
         return self.meta
 
 
@@ -414,11 +490,37 @@ def run_meta(kind: str, command: list[str], preset: str | None, threads: int) ->
     }
 
 
-def new_run_folder(out: Path | None, tag: str) -> Path:
-    """--out DIR (new or empty), or results/<run-id>."""
+def new_run_folder(out: Path | None, tag: str):
+    """(folder, its writer lock): --out DIR (new or empty), or results/<run-id>."""
     if out is not None:
         return storage.claim_out_dir(out)
-    return storage.new_run_dir(storage.RESULTS_ROOT, storage.make_run_id(tag))
+    run_dir = storage.new_run_dir(storage.RESULTS_ROOT, storage.make_run_id(tag))
+    return run_dir, storage.hold(run_dir)
+
+
+def _plan_digest(plan: dict) -> str:
+    return hashlib.sha1(json.dumps(plan["specs"], sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _read_plan(path: Path, plan, meta: dict) -> tuple[list[PointSpec], TimingPolicy]:
+    """The plan's specs and policy, each checked; RunFailed naming the file and the entry that is damaged."""
+    if not isinstance(plan, dict) or not isinstance(plan.get("specs"), list) or "timing_policy" not in plan:
+        raise RunFailed(f"{path}: damaged, expected an object with `specs` (a list) and `timing_policy`")
+    if meta.get("plan_sha1") not in (None, _plan_digest(plan)):
+        raise RunFailed(f"{path}: does not match this folder's meta.json (plan_sha1): a plan from another run?")
+    specs = []
+    for index, row in enumerate(plan["specs"]):
+        try:
+            specs.append(validate(PointSpec(**row)))
+        except (TypeError, BadInput) as exc:
+            raise RunFailed(f"{path}: damaged at specs[{index}]: {exc}") from None
+    try:
+        policy = TimingPolicy(**plan["timing_policy"])
+    except TypeError as exc:
+        raise RunFailed(f"{path}: damaged at timing_policy: {exc}") from None
+    if meta.get("points_planned") not in (None, len(specs)):
+        raise RunFailed(f"{path}: {len(specs)} points, meta.json planned {meta['points_planned']}")
+    return specs, policy
 
 
 def store_side_table(kind: str, table, *, out: Path | None, command: list[str], preset: str | None) -> Path:
@@ -426,11 +528,12 @@ def store_side_table(kind: str, table, *, out: Path | None, command: list[str], 
     run folder of their own. Returns the file's path."""
     filename = f"{kind}.csv"
     if out is not None and storage.is_run_dir(out):
+        _lock = storage.hold(out)  # noqa: F841 - held until this process ends: one writer per folder
         if (out / filename).exists():
             raise BadInput(f"--out {out}: already has {filename}; run folders are never overwritten")
         run_dir = out
     else:
-        run_dir = new_run_folder(out, kind)
+        run_dir, _lock = new_run_folder(out, kind)  # held until this process ends
         meta = run_meta(kind, command, preset, torch.get_num_threads())
         meta.update(run_id=run_dir.name, status="finished", finished_utc=storage.utc_now())
         storage.write_json(run_dir / "meta.json", meta)

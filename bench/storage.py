@@ -10,19 +10,30 @@ claims.csv come from their commands.
 Nothing measured is lost if a run stops: rows are appended whole (one write of the full line, then flush
 and fsync), so a killed process leaves at most one partial last line, which `read_points` ignores and
 `repair_tail` removes before a resume appends; JSON files are written to a temporary file and renamed.
-A run folder is never overwritten: `new_run_dir` refuses an existing one.
+A run folder is never overwritten: `new_run_dir` refuses an existing one. One process at a time writes a
+run folder: `hold` takes an OS lock on it (filelock: flock on Linux) for the writer's life, so a second
+writer is refused with the holder's pid, and a killed holder leaves no lock behind.
+
+What is read back is checked (`check_points`, `read_meta`): a damaged value or file is a RunFailed naming
+the file, the line or key, and what was expected; nothing damaged counts as stored.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
+import math
 import os
+import platform
+import sys
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
+from filelock import FileLock, Timeout
 
 from .errors import BadInput, RunFailed
 
@@ -72,7 +83,9 @@ POINT_COLUMNS = [
     "point_id",
     "finished_utc",
 ]
-STATUSES = ("ok", "oom", "error", "skipped")
+STATUSES = ("ok", "oom", "killed", "error", "skipped")
+# killed: the process died while measuring the point, KILLED_AFTER times (the kernel's OOM killer or a memory
+# limit, most likely: a SIGKILL leaves no trace in the process); recorded so that a resume goes on past it.
 RESULTS_ROOT = Path(__file__).resolve().parent.parent / "results"
 
 
@@ -98,26 +111,81 @@ def new_run_dir(root: Path, run_id: str) -> Path:
     raise RunFailed(f"could not find a free run folder name for {run_id} under {root}")
 
 
-def claim_out_dir(path: Path) -> Path:
-    """--out DIR: a new or empty folder; a folder that holds anything is never overwritten."""
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+def claim_out_dir(path: Path) -> tuple[Path, FileLock]:
+    """--out DIR: a new or empty folder, held (see `hold`) before it is found empty, so of several processes
+    given the same DIR at once one gets it and the others are refused; a folder that holds anything is never
+    overwritten."""
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"--out {path}: exists and is not a folder")
+    path.mkdir(parents=True, exist_ok=True)
+    lock = hold(path)
+    if any(p.name not in WRITER_FILES for p in path.iterdir()):
+        lock.release()
         raise BadInput(
             f"--out {path}: exists and is not empty; runs are never overwritten "
             f"(choose a new folder, or --resume {path} to finish it)"
         )
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return path, lock
+
+
+# ------------------------------------------------------------------------------------------ one writer
+LOCK_NAME = ".writer.lock"
+OWNER_NAME = ".writer.json"  # who holds the lock: pid, host, since, command
+WRITER_FILES = (LOCK_NAME, OWNER_NAME)
+
+
+def hold(run_dir: Path) -> FileLock:
+    """The run folder's writer lock, taken without waiting and held until released or the process ends (an
+    OS lock on .writer.lock: the kernel drops it with a killed process, so a stale file never blocks). A
+    second writer gets BadInput naming the folder and the process that holds it."""
+    lock = FileLock(str(run_dir / LOCK_NAME), timeout=0, thread_local=False)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise BadInput(
+            f"{run_dir}: another process is writing this run folder ({_owner(run_dir)}); "
+            "one writer at a time: wait for it to end, or stop it"
+        ) from None
+    owner = {"pid": os.getpid(), "host": platform.node(), "since": utc_now(), "command": " ".join(sys.argv)}
+    write_json(run_dir / OWNER_NAME, owner)
+    return lock
+
+
+def _owner(run_dir: Path) -> str:
+    try:
+        owner = json.loads((run_dir / OWNER_NAME).read_text())
+        return f"pid {owner['pid']} on {owner['host']} since {owner['since']}: {owner['command']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a process that has not said who it is yet"
+
+
+class DiskFull(RunFailed):
+    """No space left while writing a run folder: what was stored stays, the run can be resumed."""
+
+
+def _disk_full(path: Path, exc: OSError) -> DiskFull:
+    return DiskFull(
+        f"{path}: no space left on the device ({exc.strerror}); what was stored is kept: free some space, then "
+        f"`python -m bench run --resume {path.parent}`"
+    )
 
 
 def write_json(path: Path, obj) -> None:
-    """Write atomically: a temporary file beside it, fsync, rename over."""
+    """Write atomically: a temporary file beside it, fsync, rename over; the temporary file is removed if
+    the write fails (a full disk: DiskFull naming the file)."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=False, default=str)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=False, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.errno == errno.ENOSPC:
+            raise _disk_full(path, exc) from None
+        raise
 
 
 def read_json(path: Path) -> dict:
@@ -132,14 +200,22 @@ def read_json(path: Path) -> dict:
 
 def _append_line(path: Path, text: str) -> None:
     # One write call of the whole line on an O_APPEND file, then flush and fsync.
-    with open(path, "a", newline="") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "a", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            repair_tail(path)  # the part of the line that was written, if any
+            raise _disk_full(path, exc) from None
+        raise
 
 
-def repair_tail(path: Path) -> None:
-    """Drop a partial last line (a write cut off by a kill) so appends start on a fresh line."""
+def repair_tail(path: Path, complete=None) -> None:
+    """Drop a partial last line (a write cut off by a kill) so appends start on a fresh line; a last line that
+    `complete(line)` says is whole (it lacks only its newline: a hand edit) gets its newline instead. A file
+    with no whole line at all is damaged, never emptied."""
     if not path.exists() or path.stat().st_size == 0:
         return
     with open(path, "r+b") as f:
@@ -147,7 +223,14 @@ def repair_tail(path: Path) -> None:
         if f.read(1) == b"\n":  # the usual case, checked on every append: read one byte, not the file
             return
         f.seek(0)
-        f.truncate(f.read().rfind(b"\n") + 1)
+        data = f.read()
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            raise RunFailed(f"{path}: damaged, no whole line in it (expected a header and rows)")
+        if complete is not None and complete(data[cut:].decode(errors="replace")):
+            f.write(b"\n")
+            return
+        f.truncate(cut)
 
 
 def _csv_line(values: list) -> str:
@@ -156,12 +239,27 @@ def _csv_line(values: list) -> str:
     return buf.getvalue()
 
 
+def _complete_row(columns: list[str]):
+    """Whether a CSV line is a whole row of `columns` whose last field, finished_utc, is a whole timestamp."""
+
+    def complete(line: str) -> bool:
+        fields = next(csv.reader([line]), [])
+        if len(fields) != len(columns):
+            return False
+        try:
+            return datetime.fromisoformat(fields[-1]).tzinfo is not None and len(fields[-1]) == len(utc_now())
+        except ValueError:
+            return False
+
+    return complete
+
+
 def append_row(path: Path, row: dict, columns: list[str]) -> None:
     """Append one row; the header is written first if the file is new. Unknown keys are an error."""
     extra = set(row) - set(columns)
     if extra:
         raise ValueError(f"row has columns not in the schema: {sorted(extra)}")
-    repair_tail(path)
+    repair_tail(path, _complete_row(columns) if columns[-1] == "finished_utc" else None)
     text = _csv_line([row.get(c) for c in columns])
     if not path.exists() or path.stat().st_size == 0:
         text = _csv_line(columns) + text
@@ -169,7 +267,17 @@ def append_row(path: Path, row: dict, columns: list[str]) -> None:
 
 
 def append_point(run_dir: Path, row: dict) -> None:
-    append_row(run_dir / "points.csv", row, POINT_COLUMNS)
+    """Append a point's row; a point already stored is refused (RunFailed naming it), never stored twice."""
+    path = run_dir / "points.csv"
+    if path.exists() and path.stat().st_size:
+        repair_tail(path, _complete_row(POINT_COLUMNS))
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            if any(stored.get("point_id") == row["point_id"] for stored in reader):
+                raise RunFailed(
+                    f"{path}: point {row['point_id']} ({row.get('layer')}, n={row.get('n')}) is already stored"
+                )
+    append_row(path, row, POINT_COLUMNS)
 
 
 def append_timing_record(run_dir: Path, record: dict) -> None:
@@ -196,6 +304,45 @@ def read_timing_records(run_dir: Path) -> list[dict]:
     return out
 
 
+PROCESS = uuid.uuid4().hex[:12]  # this process, in started.jsonl (a pid can be reused)
+
+
+def append_started(run_dir: Path, entry: dict) -> None:
+    """A pass over a point is about to start (started.jsonl, with this process's id): if the process's last
+    line is a start whose pass was never stored and it never said it stopped, it died there."""
+    path = run_dir / "started.jsonl"
+    repair_tail(path)
+    _append_line(path, json.dumps(dict(entry, process=PROCESS, pid=os.getpid(), utc=utc_now())) + "\n")
+
+
+def append_stopped(run_dir: Path) -> None:
+    """This process stops measuring cleanly (an interrupt, an error): its last start was no death."""
+    path = run_dir / "started.jsonl"
+    if path.exists():
+        _append_line(
+            path, json.dumps({"stopped": True, "process": PROCESS, "pid": os.getpid(), "utc": utc_now()}) + "\n"
+        )
+
+
+def read_started(run_dir: Path) -> list[dict]:
+    """started.jsonl; a cut-off last line is ignored, a damaged line anywhere else names it."""
+    path = run_dir / "started.jsonl"
+    if not path.exists():
+        return []
+    text = path.read_text()
+    lines = text.splitlines()[: None if text.endswith("\n") else -1]
+    out = []
+    for number, line in enumerate(lines, 1):
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise RunFailed(f"{path}: damaged at line {number} ({exc})") from None
+        if not isinstance(entry, dict) or not ({"point_id", "attempt", "pass"} <= set(entry) or entry.get("stopped")):
+            raise RunFailed(f"{path}: damaged at line {number}: expected point_id, attempt and pass")
+        out.append(entry)
+    return out
+
+
 def append_error(run_dir: Path, what: str, traceback_text: str) -> None:
     """The full traceback of a failed point, in errors.log (points.csv keeps its first line)."""
     _append_line(run_dir / "errors.log", f"=== {utc_now()} {what}\n{traceback_text.rstrip()}\n")
@@ -214,12 +361,86 @@ def read_csv(path: Path) -> pd.DataFrame:
         raise RunFailed(f"{path}: damaged, cannot be read as CSV ({str(exc).strip()})") from None
 
 
-def read_points(run_dir: Path) -> pd.DataFrame:
-    df = read_csv(run_dir / "points.csv")
+def read_points(run_dir: Path, plan: dict[str, dict] | None = None) -> pd.DataFrame:
+    """points.csv, checked (`check_points`); with `plan` ({point_id: spec row}), every row must be a point
+    of it, with its sizes."""
+    path = run_dir / "points.csv"
+    df = read_csv(path)
     missing = [c for c in ("layer", "n", "d", "status", "point_id") if c not in df.columns]
     if missing:
-        raise RunFailed(f"{run_dir / 'points.csv'}: damaged, columns {missing} missing")
+        raise RunFailed(f"{path}: damaged, columns {missing} missing")
+    return check_points(df, path, plan)
+
+
+SIZE_COLUMNS = ("n", "d", "batch")
+NUMBER_COLUMNS = [
+    c for c in POINT_COLUMNS if c.startswith(("time_", "flops_", "mem_")) and c not in ("time_flag", "mem_method")
+]
+NUMBER_COLUMNS.remove("flops_uncounted_ops")
+
+
+def check_points(df: pd.DataFrame, path: Path, plan: dict[str, dict] | None = None) -> pd.DataFrame:
+    """Every row of a points table whole and sound, or RunFailed naming the file, the line, the column and
+    what was expected: a known status, a point id seen once (and, with `plan`, one of the plan's points with
+    its sizes), positive integer sizes, numbers that are numbers and finite, and an ok point's median time
+    positive. Returns the table with its number columns as numbers."""
+
+    def bad(index, what: str) -> RunFailed:
+        return RunFailed(f"{path}: damaged at line {index + 2}: {what}")
+
+    def shown(value) -> str:
+        return repr(value) if isinstance(value, str) else str(value)
+
+    for index, status in df["status"].items():
+        if status not in STATUSES:
+            raise bad(index, f"status {status!r}, expected one of {', '.join(STATUSES)}")
+    ids = df["point_id"].astype(str)
+    has_id = df["point_id"].notna() & (ids.str.strip() != "")  # rows of older runs may have none
+    for index in df.index[has_id & ids.duplicated()]:
+        raise bad(index, f"point {ids[index]} stored twice (a point is stored once)")
+    for column in SIZE_COLUMNS:
+        if column not in df:
+            continue
+        values = pd.to_numeric(df[column], errors="coerce")
+        for index in df.index[~(values.notna() & (values >= 1) & (values == values.round()))]:
+            raise bad(index, f"{column} = {shown(df[column][index])}, expected a positive integer")
+    df = df.copy()
+    for column in [c for c in NUMBER_COLUMNS if c in df]:
+        values = pd.to_numeric(df[column], errors="coerce")
+        given = df[column].notna() & (df[column].astype(str).str.strip() != "")
+        for index in df.index[given & ~values.map(lambda v: isinstance(v, float | int) and math.isfinite(v))]:
+            raise bad(index, f"{column} = {shown(df[column][index])}, expected a finite number")
+        df[column] = values
+    if "time_median_s" in df:
+        ok = df["status"] == "ok"
+        for index in df.index[ok & ~(df["time_median_s"] > 0)]:
+            raise bad(index, f"time_median_s = {shown(df['time_median_s'][index])} for an ok point, expected > 0")
+    if plan is not None:
+        for index, point_id in ids.items():
+            spec = plan.get(point_id)
+            if spec is None:
+                raise bad(index, f"point {point_id} is not in the folder's plan.json (a table from another run?)")
+            for column in ("layer", *SIZE_COLUMNS):
+                if column in df and str(df[column][index]) != str(spec[column]):
+                    raise bad(
+                        index, f"{column} = {shown(df[column][index])}, the plan has {spec[column]!r} for this point"
+                    )
     return df
+
+
+META_KEYS = ("run_id", "kind", "status", "started_utc")
+
+
+def read_meta(run_dir: Path, required: tuple[str, ...] = META_KEYS) -> dict:
+    """meta.json, which must be a JSON object with the `required` keys (RunFailed naming what is missing)."""
+    path = run_dir / "meta.json"
+    meta = read_json(path)
+    if not isinstance(meta, dict):
+        raise RunFailed(f"{path}: damaged, expected a JSON object, found {type(meta).__name__}")
+    missing = [key for key in required if key not in meta]
+    if missing:
+        raise RunFailed(f"{path}: damaged, keys {', '.join(missing)} missing")
+    return meta
 
 
 def write_table(path: Path, df: pd.DataFrame) -> None:

@@ -21,6 +21,9 @@ from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any
 class _Recurrent(nn.Module):
     gates: int
     fused_cls: type[nn.RNNBase]
+    # Whether PyTorch runs it on the CPU as one fused operator (oneDNN), which FlopCounterMode counts as it is,
+    # or as ATen's loop of per-step operators, which it decomposes to count (bench/flops.py, bench/estimate.py).
+    cpu_fused: bool = False
     uses: tuple[str, ...] = ()
     table1 = Table1Row(lambda n, d, k, r: n * d**2, "O(n·d²)", "O(n)", "O(n)")
     path = CONSTANT_PATH  # causal, left to right: x_0 reaches every later output within one layer
@@ -105,6 +108,7 @@ class LSTM(_Recurrent):
 
     gates = 4
     fused_cls = nn.LSTM
+    cpu_fused = True
 
     def _initial_state(self, x):
         zeros = x.new_zeros(x.shape[0], self.cfg.d)

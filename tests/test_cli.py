@@ -200,6 +200,7 @@ def test_oom_is_recorded_and_the_sweep_goes_on(tmp_path):
                 "cpu",
                 "--out",
                 str(out),
+                "--yes",  # measured although the plan says it will not fit: that is the test
                 *FAST,
             ]
         )

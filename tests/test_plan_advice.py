@@ -165,6 +165,7 @@ def test_resume_warns_about_nothing(capsys, tmp_path, no_measuring, monkeypatch)
     specs = _grid([ATTENTION], n=[64, 128, 256], d=[64])
     assert plan_warnings(specs)
     run = Run.create(specs, get_preset("quick").timing, out=tmp_path / "run", command=["x"], preset=None)
+    run.lock.release()  # created, never executed: let the resume below hold the folder
     capsys.readouterr()
     monkeypatch.setattr(fits, "plan_warnings", lambda specs: pytest.fail("a resumed run is not warned about"))
     assert main(["run", "--resume", str(run.dir), "--no-progress"]) == 0

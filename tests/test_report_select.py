@@ -10,6 +10,8 @@ from bench import storage
 from bench.report import load
 from bench.report.build import build_report
 
+pytestmark = pytest.mark.slow  # each test builds whole reports
+
 HERE = {"cpu_model": "Intel(R) Xeon(R) Processor", "cpu_cores": 2, "hostname": "laptop"}
 THERE = {"cpu_model": "AMD EPYC 7763 64-Core Processor", "cpu_cores": 64, "hostname": "server"}
 

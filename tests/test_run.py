@@ -84,6 +84,8 @@ def test_resume_measures_only_the_missing_passes(tmp_path):
     (out / "timings.jsonl").write_text("".join(kept) + '{"cut off')
     (out / "points.csv").unlink()
     (out / "pytest-benchmark.json").unlink()
+    meta = json.loads((out / "meta.json").read_text())
+    (out / "meta.json").write_text(json.dumps(meta | {"status": "running"}))  # as a killed run leaves it
     assert main(["run", "--resume", str(out), "--no-progress"]) == 0
     after = (out / "timings.jsonl").read_text().splitlines(keepends=True)
     assert after[: len(kept)] == kept  # the stored passes are kept as they were
@@ -97,7 +99,9 @@ def test_a_run_from_before_interleaving_cannot_be_resumed_and_says_why(tmp_path,
     out = tmp_path / "old"
     out.mkdir()
     spec = PointSpec(layer="conv", n=8, d=4, k=3)
-    (out / "meta.json").write_text(json.dumps({"run_id": "old", "status": "running", "threads": 1}))
+    meta = {"run_id": "old", "kind": "run", "status": "running", "started_utc": "2026-01-01T00:00:00+00:00"}
+    meta |= {"threads": 1, "machine_info": {}, "commit_info": {}}
+    (out / "meta.json").write_text(json.dumps(meta))
     (out / "plan.json").write_text(json.dumps({"specs": [spec.as_row()], "timing_policy": {"min_rounds": 3}}))
     (out / "timings.jsonl").write_text(json.dumps({"point_id": spec.point_id, "stats": {"data": [1.0]}}) + "\n")
     assert main(["run", "--resume", str(out), "--no-progress"]) == 1

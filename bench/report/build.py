@@ -1,14 +1,15 @@
 """`python -m bench report`: stored runs in, reports/ out. Measures nothing.
 
 Writes report.md and report.html (same content; figures beside them in figures/), fits.csv,
-numbers.json (every number the report shows, with provenance) and table.tex.
+numbers.json (every number the report shows, with provenance) and table.tex, and .report-manifest.json
+(the files it wrote). The output folder is switched from the old report to the new one whole, and keeps
+every file the report did not write: see publish.py.
 """
 
 from __future__ import annotations
 
 import html
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from .context import ReportContext, format_value
 from .headline import headline, verdict_table
 from .load import REFERENCE, load_runs, newest_per, select_run_dirs
 from .numbers import numbers_document
+from .publish import staged
 from .scaling import (
     cite_fits,
     crossover_section,
@@ -278,7 +280,8 @@ TITLE = "Sequence layers, measured: does Vaswani et al. (2017), Table 1, hold on
 def build_report(
     results: list[Path] | None, out_dir: Path, skip_bad: bool = False, compare_reference: bool = False
 ) -> dict:
-    """Read the chosen runs (load.select_run_dirs: by default this machine's), write reports/ whole."""
+    """Read the chosen runs (load.select_run_dirs: by default this machine's), write reports/ whole: the old
+    report is replaced in one step, and no file the report did not write is touched (publish.py)."""
     dirs, notes = select_run_dirs(results, compare_reference)
     if not dirs:
         raise BadInput("no stored runs found: `make bench` measures this machine")
@@ -305,9 +308,14 @@ def build_report(
         notes.append(
             f"Older runs of the same machine and device, not shown (the newest is): {', '.join(sorted(hidden))}."
         )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if (out_dir / "figures").exists():
-        shutil.rmtree(out_dir / "figures")  # figures are regenerated whole: none is left from older data
+    # Written whole into a staging folder, then switched in (publish.py): `out_dir` holds the old report or
+    # the new one, never a mix, and keeps every file the report did not write.
+    with staged(out_dir) as stage:
+        return _write_report(stage, points, runs, side, labels, primary, machines, notes)
+
+
+def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, notes) -> dict:
+    """Every file of the report, written into `out_dir` (the staging folder)."""
     ctx = ReportContext(
         points=points,
         runs=runs,

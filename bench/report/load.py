@@ -9,6 +9,7 @@ points per machine and device, never two averaged or pooled); the others are nam
 from __future__ import annotations
 
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pandas as pd
@@ -47,23 +48,82 @@ def is_reference(run_dir: Path) -> bool:
     return REFERENCE in run_dir.resolve().parts[:-1]
 
 
+SPEC_COLUMNS = ("layer", "device", "dtype", "batch", "n", "d", "k", "heads", "window", "dilation", "mode", "node")
+
+
+def _point_words(row: pd.Series) -> str:
+    """A point in words: "attention on cpu float32, batch=1 n=64 d=32 heads=4"."""
+
+    def text(value) -> str:
+        return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+    sizes = " ".join(f"{c}={text(row[c])}" for c in SPEC_COLUMNS[3:] if c in row and pd.notna(row[c]))
+    return f"{row.get('layer')} on {row.get('device')} {row.get('dtype')}, {sizes}"
+
+
+def check_unique_points(points: pd.DataFrame, path: Path) -> None:
+    """A run stores each point once. Two rows of one point (the same point_id, or, for a row without one,
+    the same layer, sizes, device and dtype as another row) mean a damaged points.csv: a RunFailed naming
+    the point and its lines, never two measurements of one point counted twice."""
+    if points.empty:
+        return
+    ids = points["point_id"] if "point_id" in points.columns else pd.Series(None, index=points.index, dtype=object)
+    named = [pd.notna(pid) and str(pid).strip() != "" for pid in ids]
+    spec = [c for c in SPEC_COLUMNS if c in points.columns]
+    keys = [tuple(None if pd.isna(v) else v for v in row) for row in points[spec].itertuples(index=False, name=None)]
+    by_id, by_spec = defaultdict(list), defaultdict(list)
+    for row, (pid, key, has_id) in enumerate(zip(ids, keys, named)):
+        if has_id:
+            by_id[str(pid)].append(row)
+        by_spec[key].append(row)
+    twice = [rows for rows in by_id.values() if len(rows) > 1]
+    twice += [rows for rows in by_spec.values() if len(rows) > 1 and not all(named[r] for r in rows)]
+    if twice:
+        rows = twice[0]
+        first = points.iloc[rows[0]]
+        what = f"point {first['point_id']}" if named[rows[0]] else "a point without point_id"
+        raise RunFailed(
+            f"{path}: damaged, {what} ({_point_words(first)}) is stored more than once "
+            f"(lines {', '.join(str(r + 2) for r in rows)})"
+        )
+
+
+REPORT_META_KEYS = ("run_id", "status")  # what the report reads of every run's meta.json
+
+
 def _read_run(run_dir: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
-    meta = storage.read_json(run_dir / "meta.json")
+    meta = storage.read_meta(run_dir, REPORT_META_KEYS)
     tables = {}
     for name in ("points", "paths", "claims"):
         path = run_dir / f"{name}.csv"
         if path.exists():
             df = storage.read_points(run_dir) if name == "points" else storage.read_csv(path)
+            if name == "points":
+                check_unique_points(df, path)
             df.insert(0, "run_id", meta.get("run_id") or run_dir.name)
             tables[name] = df
     return meta, tables
 
 
+def _identity(meta: dict, run_dir: Path) -> tuple:
+    """What makes two folders copies of one run: its id, the machine it ran on and when it started."""
+    return meta.get("run_id") or run_dir.name, machine.machine_identity(meta)[0], meta.get("started_utc")
+
+
+def _size(tables: dict[str, pd.DataFrame]) -> int:
+    return sum(len(df) for df in tables.values())
+
+
 def load_runs(paths: list[Path], skip_bad: bool = False, exclude: tuple[Path, ...] = ()):
     """(points, runs meta by run_id, paths, claims): tables concatenated over runs, with a run_id column;
-    each run's meta gets `folder` and `reference` (stored under a reference/ folder). A damaged run is a
-    RunFailed naming it, unless skip_bad (then it is named on stderr and left out)."""
-    runs, tables = {}, {"points": [], "paths": [], "claims": []}
+    each run's meta gets `folder` and `reference` (stored under a reference/ folder). A damaged run (a file
+    unreadable, a point stored twice) is a RunFailed naming it, unless skip_bad (then it is named on stderr
+    and left out). A copy of a run in another folder (a backup: the same run id, machine and start) is read
+    once, never pooled: the first found, or the copy holding more rows where they differ (a copy taken
+    while the run went on); the copy left out is named on stderr."""
+    runs: dict[str, dict] = {}
+    read: dict[str, dict[str, pd.DataFrame]] = {}
+    copies: dict[tuple, str] = {}  # identity -> run id
     for run_dir in find_run_dirs(paths, exclude):
         try:
             meta, run_tables = _read_run(run_dir)
@@ -72,16 +132,35 @@ def load_runs(paths: list[Path], skip_bad: bool = False, exclude: tuple[Path, ..
                 raise RunFailed(f"run {run_dir} is damaged: {exc} (use --skip-bad to report the others)") from None
             print(f"skipping damaged run {run_dir}: {exc}", file=sys.stderr)
             continue
-        run_id = meta.get("run_id") or run_dir.name
+        identity = _identity(meta, run_dir)
+        if identity in copies:  # the same run in another folder (a backup)
+            run_id = copies[identity]
+            first, size, first_size = Path(runs[run_id]["folder"]), _size(run_tables), _size(read[run_id])
+            fuller = size > first_size  # a copy taken while the run went on holds fewer rows
+            kept, left = (run_dir, first) if fuller else (first, run_dir)
+            print(
+                f"note: {left} is a copy of run {identity[0]} ({kept}); read once, from {kept}"
+                + (f" (the fuller copy: {size} rows, {first_size} in {left})" if fuller else ""),
+                file=sys.stderr,
+            )
+            if fuller:
+                runs[run_id] = dict(meta, run_id=run_id, folder=str(run_dir), reference=is_reference(run_dir))
+                read[run_id] = run_tables
+            continue
+        run_id = identity[0]
         if run_id in runs:  # two machines started a run in the same second: told apart by the machine
             run_id = f"{run_id}@{'ref.' if is_reference(run_dir) else ''}{machine.machine_identity(meta)[0]}"
         if run_id in runs:
             raise BadInput(f"--results: run {run_id} is given twice ({runs[run_id]['folder']} and {run_dir})")
+        copies[identity] = run_id
         runs[run_id] = dict(meta, run_id=run_id, folder=str(run_dir), reference=is_reference(run_dir))
-        for name, df in run_tables.items():
-            tables[name].append(df.assign(run_id=run_id))
+        read[run_id] = run_tables
     if not runs:
         raise BadInput(f"--results {' '.join(map(str, paths))}: no stored runs found")
+    tables = {
+        name: [df.assign(run_id=run_id) for run_id, t in read.items() if (df := t.get(name)) is not None]
+        for name in ("points", "paths", "claims")
+    }
     frames = {name: (pd.concat(dfs, ignore_index=True) if dfs else None) for name, dfs in tables.items()}
     points = (
         frames["points"] if frames["points"] is not None else pd.DataFrame(columns=storage.POINT_COLUMNS + ["run_id"])
@@ -119,7 +198,7 @@ def select_run_dirs(results: list[Path] | None, compare_reference: bool = False)
 
 def _machine_of(run_dir: Path) -> str | None:
     try:
-        return machine.machine_identity(storage.read_json(run_dir / "meta.json"))[0]
+        return machine.machine_identity(storage.read_meta(run_dir, REPORT_META_KEYS))[0]
     except RunFailed:
         return None  # damaged: load_runs names it
 

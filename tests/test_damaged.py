@@ -1,0 +1,137 @@
+"""Damaged run folders, as a red-team pass made them: each is named (file, line or key, what was expected)
+in one line, with exit 1 for `run --resume` and `report`; `report --skip-bad` reports the others; nothing
+damaged counts as stored."""
+
+import json
+import shutil
+
+import pytest
+
+from bench.cli import main
+
+FAST = ["--rounds", "4", "--target-time", "0.005", "--passes", "2", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "good"
+    assert (
+        main(["run", "--layers", "conv", "--n", "8,16,32", "--d", "4", "--device", "cpu", *FAST, "--out", str(out)])
+        == 0
+    )
+    return out
+
+
+def _edit_csv(path, column, value, row=0):
+    lines = path.read_text().splitlines(keepends=True)
+    header = lines[0].rstrip("\n").split(",")
+    cells = lines[1 + row].rstrip("\n").split(",")
+    cells[header.index(column)] = value
+    lines[1 + row] = ",".join(cells) + "\n"
+    path.write_text("".join(lines))
+
+
+def _json(path, change):
+    path.write_text(json.dumps(change(json.loads(path.read_text()))))
+
+
+DAMAGE = {
+    "a garbage line appended to points.csv": (
+        lambda d: (d / "points.csv").write_text((d / "points.csv").read_text() + "garbage line\n"),
+        "points.csv: damaged at line 5: status nan",
+    ),
+    "text in flops_counted": (
+        lambda d: _edit_csv(d / "points.csv", "flops_counted", "lots"),
+        "points.csv: damaged at line 2: flops_counted = 'lots', expected a finite number",
+    ),
+    "inf in mem_peak_bytes": (
+        lambda d: _edit_csv(d / "points.csv", "mem_peak_bytes", "inf", row=1),
+        "points.csv: damaged at line 3: mem_peak_bytes = inf, expected a finite number",
+    ),
+    "a NaN time": (
+        lambda d: _edit_csv(d / "points.csv", "time_median_s", "nan"),
+        "points.csv: damaged at line 2: time_median_s = nan for an ok point, expected > 0",
+    ),
+    "a negative time": (
+        lambda d: _edit_csv(d / "points.csv", "time_median_s", "-0.001"),
+        "points.csv: damaged at line 2: time_median_s = -0.001 for an ok point, expected > 0",
+    ),
+    "a row cut short mid-file": (
+        lambda d: (d / "points.csv").write_text(
+            "".join(
+                line if i != 2 else line[: len(line) // 3] + "\n"
+                for i, line in enumerate((d / "points.csv").read_text().splitlines(keepends=True))
+            )
+        ),
+        "points.csv: damaged at line 3",
+    ),
+    "a point stored twice": (
+        lambda d: (d / "points.csv").write_text(
+            (d / "points.csv").read_text() + (d / "points.csv").read_text().splitlines(keepends=True)[1]
+        ),
+        "stored twice",
+    ),
+    "meta.json is a list": (lambda d: (d / "meta.json").write_text("[]"), "meta.json: damaged, expected a JSON object"),
+    "meta.json is empty": (lambda d: (d / "meta.json").write_text("{}"), "meta.json: damaged, keys run_id"),
+}
+RESUME_ONLY = {
+    "plan.json without timing_policy": (
+        lambda d: _json(d / "plan.json", lambda p: {k: v for k, v in p.items() if k != "timing_policy"}),
+        "plan.json: damaged, expected an object with `specs`",
+    ),
+    "plan.json with a size as text": (
+        lambda d: _json(d / "plan.json", lambda p: p | {"specs": [dict(p["specs"][0], n="8"), *p["specs"][1:]]}),
+        "plan.json: does not match this folder's meta.json",
+    ),
+    "a points.csv from another grid": (
+        lambda d: _edit_csv(d / "points.csv", "point_id", "0123456789ab"),
+        "points.csv: damaged at line 2: point 0123456789ab is not in the folder's plan.json",
+    ),
+    "a plan.json from another run": (
+        lambda d: _json(d / "plan.json", lambda p: p | {"specs": p["specs"][:2]}),
+        "plan.json: does not match this folder's meta.json (plan_sha1)",
+    ),
+}
+
+
+def _damaged(finished, tmp_path, damage):
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    meta = json.loads((run / "meta.json").read_text())
+    (run / "meta.json").write_text(json.dumps(meta | {"status": "running"}))  # to be resumed
+    damage(run)
+    return run
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    return err.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [*DAMAGE, *RESUME_ONLY])
+def test_resume_names_the_damage(finished, tmp_path, capsys, case):
+    damage, expected = {**DAMAGE, **RESUME_ONLY}[case]
+    run = _damaged(finished, tmp_path, damage)
+    before = (run / "points.csv").read_bytes()
+    assert main(["run", "--resume", str(run), "--no-progress"]) == 1
+    line = _one_error_line(capsys)
+    assert line.startswith(f"error: {run}") and expected in line, line
+    assert (run / "points.csv").read_bytes() == before  # nothing added to, or cut from, a damaged table
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_report_names_the_damage_and_skip_bad_reports_the_rest(finished, tmp_path, capsys, case):
+    damage, expected = DAMAGE[case]
+    run = _damaged(finished, tmp_path, damage)
+    assert main(["report", "--results", str(run), "--out", str(tmp_path / "r1")]) == 1
+    line = _one_error_line(capsys)
+    assert str(run) in line and expected.split(": ", 1)[-1].split(" at line")[0] in line, line
+    good = tmp_path / "good"
+    shutil.copytree(finished, good)
+    assert main(["report", "--results", str(run), str(good), "--out", str(tmp_path / "r2"), "--skip-bad"]) == 0
+    assert str(run) in capsys.readouterr().err
+    numbers = json.loads((tmp_path / "r2" / "numbers.json").read_text())["numbers"]
+    assert {v["run_id"] for v in numbers.values()} == {json.loads((good / "meta.json").read_text())["run_id"]}

@@ -1,0 +1,248 @@
+"""The run estimate (bench.estimate): its arithmetic against the timing engine and hand-worked sizes, and its
+accuracy against the stored reference run of the quick preset, from stored numbers only (no timing on a shared
+machine decides a verdict here)."""
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import models
+from bench import estimate
+from bench.estimate import (
+    ACTIVATION_FLOPS_PER_BYTE,
+    CALIBRATION_CALLS,
+    CALL_OVERHEAD_S,
+    MATMUL_EFFICIENCY,
+    STEP_OVERHEAD_S,
+    PlanEstimate,
+    PointEstimate,
+    call_time_s,
+    estimate_plan,
+    passes_time_s,
+    point_memory_bytes,
+    rates_from_meta,
+)
+from bench.spec import PointSpec
+from bench.timing import TimingPolicy, calibrate, time_rounds
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK_POLICY = TimingPolicy(min_rounds=10, max_rounds=60, target_s=0.25, min_round_s=0.005, passes=5)
+RATE = 1e11  # FLOP/s, a round number for the hand-worked cases
+
+
+def _reference_quick_run() -> Path:
+    """The stored reference run of the quick preset on the CPU (results/reference/<machine>/<run>-cpu/)."""
+    runs = [
+        meta.parent
+        for meta in sorted(ROOT.glob("results/reference/*/*-cpu/meta.json"))
+        if json.loads(meta.read_text()).get("preset") == "quick"
+    ]
+    assert runs, "no stored reference run of the quick preset under results/reference/"
+    return runs[-1]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    run = _reference_quick_run()
+    meta = json.loads((run / "meta.json").read_text())
+    plan = json.loads((run / "plan.json").read_text())
+    specs = [PointSpec(**row) for row in plan["specs"]]
+    policy = TimingPolicy(**plan["timing_policy"])
+    points = pd.read_csv(run / "points.csv").set_index("point_id")
+    return meta, specs, policy, points
+
+
+# ------------------------------------------------------------------------------ against the stored run
+def test_the_quick_presets_estimate_is_within_a_factor_2_of_its_measured_duration(reference):
+    """The reference run's own matmul peak in place of the quick calibration; its measured duration
+    (meta.json measure_s, 143 s) against the estimate (126 s when written)."""
+    meta, specs, policy, _ = reference
+    assert meta["preset"] == "quick" and len(specs) == meta["points_planned"]
+    plan = estimate_plan(specs, policy, rates_from_meta(meta))
+    ratio = plan.time_s / meta["measure_s"]
+    assert 0.5 <= ratio <= 2, f"estimate {plan.time_s:.0f} s, measured {meta['measure_s']} s"
+
+
+@pytest.mark.parametrize("off_by", [0.1, 10])
+def test_a_calibration_off_by_10x_moves_the_estimate_out_of_a_factor_2_or_its_per_point_times(reference, off_by):
+    """The estimate follows the calibration: the test above could fail. Too slow a rate makes the total
+    too long; too fast a rate leaves the total to the timing policy's floor (each point's rounds last about
+    target_s whatever the call), but no longer predicts the points' calls."""
+    meta, specs, policy, points = reference
+    rates = {key: rate * off_by for key, rate in rates_from_meta(meta).items()}
+    plan = estimate_plan(specs, policy, rates)
+    ratio = plan.time_s / meta["measure_s"]
+    calls = np.array([p.call_s / points.loc[p.spec.point_id, "time_median_s"] for p in plan.points])
+    assert not (0.5 <= ratio <= 2) or np.median(calls) < 0.5
+
+
+def test_the_points_call_times_follow_the_measured_medians(reference):
+    """Per point, the roofline call time against the measured median: most within a factor 3, the middle
+    within a factor 2 (fused kernels, per-step loops and gathers differ by layer; the model names none)."""
+    meta, specs, policy, points = reference
+    plan = estimate_plan(specs, policy, rates_from_meta(meta))
+    ratios = np.array([p.call_s / points.loc[p.spec.point_id, "time_median_s"] for p in plan.points])
+    within_3 = np.mean(np.abs(np.log(ratios)) <= math.log(3))
+    assert within_3 >= 0.85, sorted(ratios)
+    assert 0.5 <= np.median(ratios) <= 2
+
+
+def test_the_points_memory_follows_the_measured_peaks(reference):
+    """The estimate (weights, input, activations) against what the point held: the allocator's peak above
+    what was live, plus the weights and input that were live, within a factor 2 for every point."""
+    meta, specs, policy, points = reference
+    for spec in specs:
+        row = points.loc[spec.point_id]
+        elem = 4  # the reference is float32
+        held = row["mem_peak_bytes"] + spec.batch * spec.n * spec.d * elem + _parameters(spec) * elem
+        ratio = point_memory_bytes(spec) / held
+        assert 0.5 <= ratio <= 2, (spec, ratio)
+
+
+def _parameters(spec: PointSpec) -> int:
+    return sum(p.numel() for p in models.build(spec.layer, spec.config()).parameters())
+
+
+# ----------------------------------------------------------------------------------- by hand
+def test_a_convolutions_call_is_its_flops_at_the_matmul_share():
+    spec = PointSpec("conv", n=512, d=128, batch=4, k=3)
+    flops = 2 * 4 * 512 * 128 * 128 * 3
+    assert call_time_s(spec, RATE) == pytest.approx(CALL_OVERHEAD_S["cpu"] + flops / (MATMUL_EFFICIENCY * RATE))
+
+
+def test_the_explicit_attentions_call_is_set_by_its_activation_bytes():
+    """n×n scores and softmax per head: element-wise work on the memory side of the roofline."""
+    spec = PointSpec("attention_math", n=2048, d=32, batch=4, heads=4)
+    activations = (5 * 4 * 2048 * 32 + 2 * 4 * 4 * 2048 * 2048) * 4
+    flops = 4 * 2 * 4 * 2048 * 32 * 32 + 2 * (2 * 4 * 2048 * 2048 * 32)
+    memory_s = activations * ACTIVATION_FLOPS_PER_BYTE["cpu"] / RATE
+    assert memory_s > flops / (MATMUL_EFFICIENCY * RATE)
+    assert call_time_s(spec, RATE) == pytest.approx(CALL_OVERHEAD_S["cpu"] + memory_s)
+
+
+def test_a_recurrence_pays_each_of_its_n_steps():
+    """At d = 128 the products set a GRU's time (per position 2·3·2·d² FLOPs against (1 + 3)·d·4 activation
+    bytes); each step adds its products and STEP_OVERHEAD_S."""
+    short, long = PointSpec("gru", n=256, d=128), PointSpec("gru", n=512, d=128)
+    flops_s = 2 * 3 * 2 * 128 * 128 / (MATMUL_EFFICIENCY * RATE)  # 3 gates, the input and the hidden product
+    assert flops_s > 4 * 128 * 4 * ACTIVATION_FLOPS_PER_BYTE["cpu"] / RATE
+    step_s = STEP_OVERHEAD_S["cpu"] + flops_s
+    assert call_time_s(long, RATE) - call_time_s(short, RATE) == pytest.approx(256 * step_s)
+
+
+@pytest.mark.parametrize("call_s", [1e-5, 3e-4, 2e-3, 0.04, 0.5])
+def test_the_passes_arithmetic_is_the_timing_engines(call_s):
+    """Count the calls bench.timing really makes (calibrate, then each pass's time_rounds) on a fake clock
+    that advances by call_s a call, against passes_time_s."""
+    now, calls = [0.0], [0]
+
+    def target():
+        now[0] += call_s
+        calls[0] += 1
+
+    def clock():
+        return now[0]
+
+    rounds, iterations = calibrate(target, QUICK_POLICY, clock)
+    for _ in range(QUICK_POLICY.passes):
+        time_rounds(target, QUICK_POLICY.rounds_per_pass(rounds), iterations, clock)
+    expected = CALIBRATION_CALLS + passes_time_s(call_s, QUICK_POLICY) / call_s
+    assert calls[0] == pytest.approx(expected)
+
+
+def test_a_points_memory_is_its_weights_input_and_activations():
+    spec = PointSpec("conv", n=64, d=8, batch=2, k=3)
+    weights = (8 * 8 * 3 + 8) * 4  # Conv1d weight and bias, float32
+    assert point_memory_bytes(spec) == weights + 2 * 64 * 8 * 4 + 2 * 2 * 64 * 8 * 4
+    half = PointSpec("conv", n=64, d=8, batch=2, k=3, dtype="bfloat16")
+    assert point_memory_bytes(half) * 2 == point_memory_bytes(spec)
+
+
+def test_estimate_plan_wants_a_rate_for_every_device_and_dtype():
+    with pytest.raises(ValueError, match="cuda-bfloat16"):
+        estimate_plan([PointSpec("conv", 8, 8, k=3, device="cuda", dtype="bfloat16")], QUICK_POLICY, {"cpu": RATE})
+
+
+# ----------------------------------------------------------------------------------- judging
+def _plan(memory: dict[str, list[int]], time_s: float = 60.0) -> PlanEstimate:
+    points = tuple(
+        PointEstimate(PointSpec("attention_math", n=64 * (i + 1), d=8, heads=1, device=device), 1e-3, 0.0, m)
+        for device, sizes in memory.items()
+        for i, m in enumerate(sizes)
+    )
+    return PlanEstimate(points, peaks_s=time_s)
+
+
+def test_a_long_plan_is_asked_about_and_a_short_one_is_not():
+    assert estimate.reasons_to_ask(_plan({"cpu": [10]}, time_s=estimate.LONG_RUN_S - 1), {"cpu": 100}) == []
+    (reason,) = estimate.reasons_to_ask(_plan({"cpu": [10]}, time_s=2 * 3600), {"cpu": 100})
+    assert "about 2.0 h (estimate)" in reason and "30 min" in reason
+
+
+def test_cpu_points_beyond_memory_are_named_and_gpu_ones_only_warned_about():
+    plan = _plan({"cpu": [10, 5000, 3000], "cuda": [10, 9000]})
+    (ask,) = estimate.reasons_to_ask(plan, {"cpu": 1000, "cuda": 1000})
+    assert ask.startswith("attention_math n=128 d=8 batch=1 heads=1 on cpu and 1 smaller point(s)")
+    assert "5 kB" in ask and "1 kB available on cpu now" in ask
+    (refused,) = estimate.too_large(plan, {"cpu": 4000, "cuda": 4000})
+    assert refused.startswith("attention_math n=128 d=8 batch=1 heads=1 on cpu needs about 5 kB")
+    (warned,) = estimate.expected_ooms(plan, {"cpu": 4000, "cuda": 4000})
+    assert "on cuda needs about 9 kB" in warned and "oom" in warned
+    assert estimate.too_large(plan, {"cpu": 5000, "cuda": 9000}) == []
+
+
+def test_the_summary_line():
+    plan = _plan({"cpu": [10, 579_000_000]}, time_s=140)
+    assert estimate.summary_line(plan) == (
+        "plan: 2 points, about 2.3 min on this machine (estimate), peak memory about 579 MB on cpu "
+        "(attention_math n=128 d=8 batch=1 heads=1)"
+    )
+
+
+@pytest.mark.parametrize(
+    "seconds,text", [(45, "45 s"), (140, "2.3 min"), (1800, "30 min"), (5400, "1.5 h"), (50 * 3600, "2.1 days")]
+)
+def test_durations_read_in_their_unit(seconds, text):
+    assert estimate.format_duration(seconds) == text
+
+
+# ----------------------------------------------------------------------------------- measuring
+def test_the_quick_calibration_is_quick_and_positive():
+    """Under a second as asked (2 s allowed here: the machine is shared); the rate is a plausible one."""
+    start = time.perf_counter()
+    rate = estimate.quick_matmul_rate("cpu")
+    assert time.perf_counter() - start < 2.0
+    assert 1e8 < rate < 1e14
+
+
+@pytest.mark.parametrize(
+    "layer, dtype", [("rnn", "bfloat16"), ("gru", "bfloat16"), ("lstm", "bfloat16"), ("gru", "float32")]
+)
+def test_counting_a_recurrence_holds_what_the_estimate_says(layer, dtype):
+    """FlopCounterMode decomposes a CPU recurrence that is not fused; in bfloat16 that holds a copy of the gate
+    weights per step: the allocator's peak during the count (bench.memory, allocation events) is about
+    flop_count_bytes above the forward's own; the fused LSTM and float32 hold nothing that grows with n."""
+    import torch  # noqa: PLC0415
+
+    import models  # noqa: PLC0415
+    from bench.estimate import flop_count_bytes  # noqa: PLC0415
+    from bench.flops import count_flops  # noqa: PLC0415
+    from bench.memory import measure_memory  # noqa: PLC0415
+
+    spec = PointSpec(layer=layer, n=256, d=128, batch=2, dtype=dtype)
+    cfg = spec.config()
+    net = models.build(layer, cfg)
+    x = torch.randn(spec.batch, spec.n, spec.d).to(cfg.torch_dtype)
+    with torch.inference_mode():
+        forward = measure_memory(lambda: net(x), "cpu").peak_bytes
+        counting = measure_memory(lambda: count_flops(lambda: net(x)), "cpu").peak_bytes
+    held, expected = counting - forward, flop_count_bytes(spec)
+    if expected == 0:
+        assert held <= forward  # nothing that grows with n
+    else:
+        assert 0.9 <= held / expected <= 1.2, (held, expected)

@@ -1,0 +1,291 @@
+"""What a red-team pass broke, reproduced: two writers of one run folder, a point that gets its process
+killed every time (the kernel's OOM killer, stood in for by a SIGKILL the point sends itself), a full disk,
+and resumes of finished or hand-edited folders."""
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench import storage
+from bench.cli import main
+from bench.errors import BadInput
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = ["--rounds", "4", "--target-time", "0.005", "--passes", "2", "--no-progress"]
+GRID = ["--layers", "conv", "--n", "8,16,32", "--d", "4", "--device", "cpu", *FAST]
+
+
+# The runs here test the folder, not the matmul peak (3-4 s a run on 2 cores): a stand-in for it.
+FAKE_PEAK = {
+    "flops_per_s": 1e11,
+    "size": 512,
+    "time_median_s": 2.7e-3,
+    "time_iqr_s": 0.0,
+    "time_ci_s": [2.7e-3, 2.7e-3],
+}
+PEAK_STUB = f"import bench.run\nbench.run.matmul_peak = lambda device, dtype: dict({FAKE_PEAK!r}, dtype=str(dtype))\n"
+
+
+@pytest.fixture(autouse=True)
+def _fake_peak(monkeypatch):
+    import bench.run  # noqa: PLC0415
+
+    monkeypatch.setattr(bench.run, "matmul_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
+
+
+def _bench(*args: str, kill_at: str | None = None, delay_s: float = 0) -> subprocess.Popen:
+    """`python -m bench ARGS` in a child process; with kill_at "layer:n", the child kills itself with SIGKILL
+    when it starts measuring that point, as the OOM killer would; with delay_s, each pass over a point takes
+    that much longer (so that a second process surely meets it at work)."""
+    code = "import sys\nfrom bench.cli import main\n" + PEAK_STUB
+    if delay_s:
+        code += textwrap.dedent(
+            f"""
+            import time
+            import bench.run as run
+            slow = run.measure_pass
+            def slowly(*args, **kwargs):
+                time.sleep({delay_s})
+                return slow(*args, **kwargs)
+            run.measure_pass = slowly
+            """
+        )
+    if kill_at:
+        layer, n = kill_at.split(":")
+        code += textwrap.dedent(
+            f"""
+            import os, signal
+            import bench.run as run
+            measure = run.measure_pass
+            def dying(spec, *args, **kwargs):
+                if (spec.layer, spec.n) == ({layer!r}, {int(n)}):
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return measure(spec, *args, **kwargs)
+            run.measure_pass = dying
+            """
+        )
+    code += f"sys.exit(main({list(args)!r}))\n"
+    return subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _ids(run_dir: Path) -> list[str]:
+    return list(pd.read_csv(run_dir / "points.csv")["point_id"])
+
+
+def _plan_ids(run_dir: Path) -> list[str]:
+    from bench.spec import PointSpec  # noqa: PLC0415
+
+    return [PointSpec(**s).point_id for s in json.loads((run_dir / "plan.json").read_text())["specs"]]
+
+
+# ------------------------------------------------------------------------------------------ one writer
+def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
+    lock = storage.hold(tmp_path)
+    with pytest.raises(BadInput, match=rf"{tmp_path}: another process is writing this run folder \(pid {os.getpid()}"):
+        storage.hold(tmp_path)
+    lock.release()
+    storage.hold(tmp_path).release()  # released: the next writer gets it
+
+
+def test_a_killed_holder_leaves_no_lock(tmp_path):
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from bench import storage; import time; lock = storage.hold(__import__('pathlib').Path({str(tmp_path)!r})); print('held', flush=True); time.sleep(60)",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout.readline().strip() == "held"
+    with pytest.raises(BadInput, match=f"pid {child.pid}"):
+        storage.hold(tmp_path)
+    child.kill()
+    child.wait()
+    storage.hold(tmp_path).release()  # the kernel dropped the dead process's lock
+
+
+@pytest.mark.slow
+def test_two_resumes_at_once_one_proceeds_the_other_is_refused(tmp_path):
+    out = tmp_path / "run"
+    assert main(["run", *GRID, "--out", str(out)]) == 0
+    rows = (out / "points.csv").read_text().splitlines(keepends=True)
+    (out / "points.csv").write_text("".join(rows[:2]))  # as if killed after its first point
+    first_id = _ids(out)[0]
+    records = (out / "timings.jsonl").read_text().splitlines(keepends=True)
+    (out / "timings.jsonl").write_text("".join(r for r in records if json.loads(r)["point_id"] == first_id))
+    meta = json.loads((out / "meta.json").read_text())
+    (out / "meta.json").write_text(json.dumps(meta | {"status": "running"}))
+
+    first = _bench("run", "--resume", str(out), "--no-progress", delay_s=0.3)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until the first holds the folder
+        owner = out / storage.OWNER_NAME
+        if owner.exists() and json.loads(owner.read_text())["pid"] == first.pid:
+            break
+        time.sleep(0.05)
+    second = _bench("run", "--resume", str(out), "--no-progress")
+    _, err = second.communicate(timeout=120)
+    assert second.returncode == 2, err
+    assert f"another process is writing this run folder (pid {first.pid}" in err and str(out) in err
+    assert first.wait(timeout=300) == 0
+    assert sorted(_ids(out)) == sorted(_plan_ids(out))  # every point once
+
+
+@pytest.mark.slow
+def test_six_runs_into_one_folder_one_run_five_refusals(tmp_path):
+    out = tmp_path / "same"
+    children = [
+        _bench("run", "--layers", "conv", "--n", "8,16", "--d", "4", "--out", str(out), *FAST) for _ in range(6)
+    ]
+    codes = [child.wait(timeout=300) for child in children]
+    errors = [child.stderr.read() for child in children]
+    assert sorted(codes) == [0, 2, 2, 2, 2, 2], errors
+    for code, err in zip(codes, errors):
+        if code == 2:
+            assert str(out) in err and ("another process is writing" in err or "not empty" in err), err
+    assert sorted(_ids(out)) == sorted(_plan_ids(out))
+
+
+# --------------------------------------------------------------------------------------- process deaths
+@pytest.mark.slow
+def test_a_point_that_kills_its_process_is_recorded_as_killed_and_the_run_finishes(tmp_path):
+    out = tmp_path / "run"
+    first = _bench("run", *GRID, "--out", str(out), kill_at="conv:16")
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == -9, err  # killed, as by the OOM killer: no row, meta.json `running`
+    resumes = []
+    for _ in range(2):
+        child = _bench("run", "--resume", str(out), "--no-progress", kill_at="conv:16")
+        _, err = child.communicate(timeout=300)
+        resumes.append(child.returncode)
+        if child.returncode == 0:
+            break
+    assert resumes == [-9, 0], resumes  # the second resume finds two deaths and goes on
+    assert "killed from outside, most likely for memory" in err
+    points = pd.read_csv(out / "points.csv").set_index("n")
+    assert points.loc[16, "status"] == "killed"
+    assert points.loc[32, "status"] == "skipped"  # larger than a killed point, like after an oom
+    assert points.loc[8, "status"] == "ok"
+    assert sorted(_ids(out)) == sorted(_plan_ids(out))
+    assert json.loads((out / "meta.json").read_text())["status"] == "finished"
+
+
+def test_an_interrupted_pass_is_no_death(tmp_path, monkeypatch):
+    """Ctrl-C (or a SIGTERM) while measuring: the process says it stopped, so its last start is not counted."""
+    import bench.run as run  # noqa: PLC0415
+
+    calls = []
+
+    def interrupted(spec, *args, **kwargs):
+        calls.append(spec)
+        raise KeyboardInterrupt
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(run, "measure_pass", interrupted)
+    for _ in range(3):
+        args = ["run", *GRID, "--out", str(out)] if not calls else ["run", "--resume", str(out), "--no-progress"]
+        assert main(args) == 1
+    started = storage.read_started(out)
+    assert [e.get("stopped", False) for e in started] == [False, True] * 3
+    assert not (out / "points.csv").exists()  # nothing recorded as killed
+
+
+# ------------------------------------------------------------------------------------------- full disk
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="reads /proc/self/fd (Linux)")
+def test_a_full_disk_names_the_folder_and_how_to_resume(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    real = os.fsync
+
+    def filling(fd):  # the disk is full when points.csv is written
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("points.csv"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(fd)
+
+    monkeypatch.setattr(storage.os, "fsync", filling)
+    assert main(["run", *GRID, "--out", str(out)]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert line.startswith(f"error: {out / 'points.csv'}: no space left") and f"--resume {out}" in line
+    assert json.loads((out / "meta.json").read_text())["status"] != "finished"
+    assert not list(out.glob("*.tmp"))
+
+
+def test_finished_is_written_last(tmp_path, monkeypatch):
+    """The disk fills at the last write, meta.json's `finished`: the folder does not say finished."""
+    out = tmp_path / "run"
+    real = storage.write_json
+
+    def filling(path, obj):
+        if path.name == "meta.json" and obj.get("status") == "finished":
+            raise storage.DiskFull(f"{path}: no space left")
+        real(path, obj)
+
+    monkeypatch.setattr(storage, "write_json", filling)
+    assert main(["run", *GRID, "--out", str(out)]) == 1
+    assert json.loads((out / "meta.json").read_text())["status"] != "finished"
+    assert (out / "pytest-benchmark.json").exists()  # written before meta.json's `finished`
+
+
+# ------------------------------------------------------------------------------------- odd resumes
+@pytest.mark.slow
+def test_resume_of_a_finished_run_changes_nothing(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", *GRID, "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.name not in storage.WRITER_FILES}
+    assert main(["run", "--resume", str(out), "--no-progress"]) == 0
+    assert "finished already" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name not in storage.WRITER_FILES} == before
+
+
+def test_a_whole_last_row_without_its_newline_is_kept(tmp_path):
+    path = tmp_path / "points.csv"
+    row = {c: None for c in storage.POINT_COLUMNS} | {"layer": "conv", "n": 8, "d": 4, "batch": 1, "status": "ok"}
+    storage.append_row(path, row | {"point_id": "a", "finished_utc": storage.utc_now()}, storage.POINT_COLUMNS)
+    path.write_text(path.read_text().rstrip("\n"))  # a hand edit drops the final newline
+    storage.append_row(path, row | {"point_id": "b", "finished_utc": storage.utc_now()}, storage.POINT_COLUMNS)
+    assert list(pd.read_csv(path)["point_id"]) == ["a", "b"]
+    path.write_text(path.read_text() + "conv,cpu,float32,1,8,4,,,,,0.1,")  # a row cut off mid-write
+    storage.append_row(path, row | {"point_id": "c", "finished_utc": storage.utc_now()}, storage.POINT_COLUMNS)
+    assert list(pd.read_csv(path)["point_id"]) == ["a", "b", "c"]
+
+
+def test_a_file_with_no_whole_line_is_damaged_not_emptied(tmp_path):
+    path = tmp_path / "points.csv"
+    path.write_text("garbage without a newline")
+    with pytest.raises(storage.RunFailed, match="no whole line"):
+        storage.repair_tail(path)
+    assert path.read_text() == "garbage without a newline"
+
+
+def test_a_point_is_never_appended_twice(tmp_path):
+    row = {"layer": "conv", "n": 8, "d": 4, "batch": 1, "status": "ok", "point_id": "a"}
+    storage.append_point(tmp_path, row | {"finished_utc": storage.utc_now()})
+    with pytest.raises(storage.RunFailed, match="point a .* is already stored"):
+        storage.append_point(tmp_path, row | {"finished_utc": storage.utc_now()})
+
+
+@pytest.mark.slow
+def test_sigterm_in_the_first_moments_leaves_interrupted(tmp_path):
+    """A scheduler's SIGTERM as soon as the folder exists (the matmul peak, or still making the folder):
+    meta.json says `interrupted`, never `running`."""
+    out = tmp_path / "run"
+    child = _bench("run", *GRID, "--out", str(out))
+    deadline = time.monotonic() + 60
+    while not (out / "meta.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    child.send_signal(15)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 1, err
+    assert json.loads((out / "meta.json").read_text())["status"] == "interrupted"
+    assert f"--resume {out}" in err or "interrupted" in err
