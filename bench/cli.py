@@ -352,7 +352,7 @@ def _run(args, argv) -> int:
         )
         _print_lines(lines)  # before measuring, which goes ahead
     try:
-        meta = run.execute(progress=not args.no_progress)
+        meta = run.execute(progress=not args.no_progress and sys.stderr.isatty())  # no bar in a log file
     except KeyboardInterrupt:
         print(
             f"interrupted: the passes finished so far are stored in {run.dir}; finish the run with "
@@ -627,7 +627,9 @@ def build_parser() -> argparse.ArgumentParser:
         f"above {estimate.format_duration(estimate.LONG_RUN_S)}, or with a point above the memory available, is "
         "asked about on a terminal and refused elsewhere unless --yes",
     )
-    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (there is none when stderr is not a terminal)"
+    )
 
     paths = command("paths")
     _grid_options(paths, "take layers, n, k and window from a preset", f"64,256 (2 to {MAX_PATHS_N})", "(default 16)")

@@ -186,6 +186,11 @@ class Run:
                 lock.release()
                 raise BadInput(f"--resume {run_dir}: its plan measures cuda, and no CUDA GPU is present here")
         run = cls(run_dir, meta, specs, policy, plan.get("seed", 0), log, lock)
+        try:
+            run._stored_state()  # what is stored is checked before anything is said or written
+        except BaseException:
+            lock.release()
+            raise
         if meta.get("status") != "finished":
             meta.setdefault("resumed_utc", []).append(storage.utc_now())
             meta.update(status="running", finished_utc=None)

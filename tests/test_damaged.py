@@ -116,7 +116,9 @@ def test_resume_names_the_damage(finished, tmp_path, capsys, case):
     run = _damaged(finished, tmp_path, damage)
     before = (run / "points.csv").read_bytes()
     assert main(["run", "--resume", str(run), "--no-progress"]) == 1
-    line = _one_error_line(capsys)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err  # one line, nothing else
+    line = err.strip()
     assert line.startswith(f"error: {run}") and expected in line, line
     assert (run / "points.csv").read_bytes() == before  # nothing added to, or cut from, a damaged table
 
