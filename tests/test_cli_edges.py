@@ -38,27 +38,6 @@ def _main(capsys, argv):
     return code, captured.err.strip().splitlines()
 
 
-@pytest.fixture
-def no_measuring(monkeypatch):
-    """Run.execute replaced by a stub that records the run folders it was asked to measure."""
-    calls = []
-
-    def execute(run, progress=True):
-        calls.append(run.dir)
-        return {
-            "status_counts": {},
-            "points_stored": 0,
-            "points_noisy": 0,
-            "points_remeasured": 0,
-            "points_unreliable": 0,
-            "measure_s": 0,
-            "threads": 1,
-        }
-
-    monkeypatch.setattr(Run, "execute", execute)
-    return calls
-
-
 # ------------------------------------------------------------------------------------------ bounds
 @pytest.mark.parametrize(
     "argv,named,allowed",

@@ -108,27 +108,6 @@ def test_quick_preset_gives_no_warning_but_its_crossover_sweep_alone_would():
 
 
 # ---------------------------------------------------------------------------------------- in `bench run`
-@pytest.fixture
-def no_measuring(monkeypatch):
-    """Run.execute replaced by a stub that records what was printed before it was called."""
-    calls = []
-
-    def execute(run, progress=True):
-        calls.append(run.dir)
-        return {
-            "status_counts": {},
-            "points_stored": 0,
-            "points_noisy": 0,
-            "points_remeasured": 0,
-            "points_unreliable": 0,
-            "measure_s": 0,
-            "threads": 1,
-        }
-
-    monkeypatch.setattr(Run, "execute", execute)
-    return calls
-
-
 def test_run_prints_the_warnings_before_measuring_and_measures(capsys, tmp_path, no_measuring, monkeypatch):
     printed_before = []
     real = Run.execute
