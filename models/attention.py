@@ -153,3 +153,27 @@ class AttentionLocal(_SelfAttention):
         # Gathered key and value windows (r·n·d each) and the (n, r) scores per head: O(r·n·d).
         r = cfg.window
         return (5 * batch * n * cfg.d + 2 * batch * n * r * cfg.d + 2 * batch * cfg.heads * n * r) * elem_bytes
+
+
+class AdditiveAttention(nn.Module):
+    """Additive (Bahdanau) attention: score(q_i, k_j) = vᵀ tanh(W_q q_i + W_k k_j), then softmax over j
+    and the weighted sum of the values. The (n, n, d_att) tensor of tanh arguments is materialised, as
+    the textbook writes it. Counted FLOPs: 2·b·n·d·d_att twice (W_q, W_k), 2·b·n²·d_att (vᵀ·), 2·b·n²·d_v
+    (weights·V); the broadcast sum and tanh are elementwise and not counted."""
+
+    def __init__(self, d: int, d_att: int):
+        super().__init__()
+        self.w_q = nn.Linear(d, d_att, bias=False)
+        self.w_k = nn.Linear(d, d_att, bias=False)
+        self.v = nn.Parameter(torch.randn(d_att) / math.sqrt(d_att))
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        features = torch.tanh(self.w_q(q)[:, :, None, :] + self.w_k(k)[:, None, :, :])  # (B, n, n, d_att)
+        return torch.einsum("bijd,d->bij", features, self.v)  # (B, n, n)
+
+    def forward(self, q, k, v):
+        return torch.softmax(self.scores(q, k), dim=-1) @ v  # (B, n, d_v)
+
+    @staticmethod
+    def flops(batch: int, n: int, d: int, d_att: int, d_v: int) -> int:
+        return 2 * (2 * batch * n * d * d_att) + 2 * batch * n * n * d_att + 2 * batch * n * n * d_v

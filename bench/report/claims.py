@@ -39,7 +39,7 @@ def claims_section(ctx: ReportContext) -> str:
         f"Run `{run_id}` on {ctx.machine_of(run_id)} checked {len(rows)} claims: "
         + ", ".join(f"{counts.get(v, 0)} {v}" for v in ("holds", "partly", "fails"))
         + ". "
-        "Each claim's verdict follows a rule fixed in `bench/claims.py` before the run "
+        "Each claim's verdict follows a rule fixed in `bench/claims/` (one module per family) before the run "
         "(`expected` states it); a failing claim is reported as failing."
     )
     lines += ["", "| claim | verdict | measured | expected |", "| --- | --- | --- | --- |"]
