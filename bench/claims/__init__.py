@@ -83,6 +83,7 @@ from .positional_encoding import (  # noqa: F401
     wavelengths_from_phase,
 )
 from .record import (  # noqa: F401
+    CATALOG_PATH,
     CLAIMS_THREADS,
     COLUMNS,
     D2L_SELF_ATTENTION,
@@ -99,9 +100,11 @@ from .record import (  # noqa: F401
     _num,
     _numbers,
     _result,
+    catalog,
     claims_frame,
     counted_flops,
     interleaved_times_s,
+    note_refs,
 )
 from .scaled_dot_product import (  # noqa: F401
     _VARIANCE_CHUNK,

@@ -17,8 +17,11 @@ from __future__ import annotations
 import json
 import math
 import time
+import tomllib
 from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -28,7 +31,20 @@ from bench.threads import pinned_threads
 from bench.timing import TimingPolicy, interleaved
 
 VERDICTS = ("holds", "fails", "partly")
-COLUMNS = ("claim_id", "statement", "measured", "expected", "verdict", "source")  # bench/interface.md
+COLUMNS = (  # bench/interface.md
+    "claim_id",
+    "statement",
+    "measured",
+    "expected",
+    "verdict",
+    "source",
+    "seed_ref",
+    "quote",
+)
+# The study notes' checkable statements, each with the file and line that says it and the note's words
+# (../shared/seeds/, in Chinese): catalog.toml beside this file. `meta.existing_claims` maps each claim here
+# to the statements it measures, or says that the notes do not make it.
+CATALOG_PATH = Path(__file__).with_name("catalog.toml")
 
 PAPER = "Vaswani et al. 2017, Attention Is All You Need"
 D2L_SELF_ATTENTION = "d2l.ai §11.6 Self-Attention and Positional Encoding"
@@ -55,6 +71,8 @@ class ClaimResult:
     expected: str  # what `measured` is and what the claim predicts for it
     verdict: str  # one of VERDICTS
     source: str  # paper and section, or d2l.ai chapter
+    seed_ref: str = ""  # where the study notes say it: "file:line; file:line" (empty: the notes do not)
+    quote: str = ""  # the note's words at the first seed_ref
     unit: str = "1"  # unit of `measured` ("1": dimensionless)
     details: dict = field(default_factory=dict, hash=False, compare=False)
 
@@ -142,10 +160,32 @@ STATEMENTS: dict[str, Statement] = {
 }
 
 
+@cache
+def catalog() -> dict:
+    """catalog.toml, read once."""
+    with open(CATALOG_PATH, "rb") as f:
+        return tomllib.load(f)
+
+
+def note_refs(claim_id: str) -> tuple[str, str]:
+    """(seed_ref, quote) of a claim: every note line of the catalogue statements it measures, and the
+    words of the first; ("", "") for a claim the notes do not make."""
+    covered = catalog()["meta"]["existing_claims"].get(claim_id)
+    if covered is None:
+        raise KeyError(f"claim {claim_id!r} is not in {CATALOG_PATH} (meta.existing_claims)")
+    if isinstance(covered, str):  # "not in the notes"
+        return "", ""
+    entries = {entry["id"]: entry for entry in catalog()["statement"]}
+    refs = [ref for statement_id in covered for ref in entries[statement_id]["seed_ref"]]
+    return "; ".join(dict.fromkeys(refs)), entries[covered[0]]["quote"]
+
+
 def _result(claim_id: str, measured, expected: str, verdict: str, details: dict, unit: str = "1") -> ClaimResult:
-    """The ClaimResult of `claim_id`, its statement and source from STATEMENTS."""
+    """The ClaimResult of `claim_id`, its statement and source from STATEMENTS, its note lines from the
+    catalogue."""
     said = STATEMENTS[claim_id]
-    return ClaimResult(claim_id, said.text, measured, expected, verdict, said.source, unit, details)
+    seed_ref, quote = note_refs(claim_id)
+    return ClaimResult(claim_id, said.text, measured, expected, verdict, said.source, seed_ref, quote, unit, details)
 
 
 def _num(value: float | int | torch.Tensor, digits: int = 6) -> float:

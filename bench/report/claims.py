@@ -69,6 +69,10 @@ def _prefix(ctx: ReportContext, run_id: str) -> str:
     return f"{rows['machine'].iloc[0]}.claims" if "machine" in rows and len(rows) else "claims"
 
 
+def _said(value) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
 def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -124,6 +128,10 @@ def _paragraph(ctx: ReportContext, row, run_id: str) -> list[str]:
         f"**`{claim_id}`** — {VERDICT_MARK.get(row['verdict'], row['verdict'])}. {row['statement']} "
         f"Measured {_cite_measured(ctx, row, run_id)}; expected: {row['expected']}."
     )
+    if _said(row.get("seed_ref")):
+        text += f" The notes ({_cell(row['seed_ref'])}): “{_cell(row.get('quote', ''))}”"
+    elif "seed_ref" in row:
+        text += " (Not said in the study notes.)"
     extras = []
     for name, number in details.get("numbers", {}).items():
         value = number.get("value")
