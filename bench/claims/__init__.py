@@ -26,6 +26,7 @@ from bench.threads import pinned_threads
 from models.attention import AdditiveAttention  # noqa: F401
 from models.encoding import PE_BASE, pe_frequencies, sinusoidal_encoding  # noqa: F401
 
+from . import complexity, feed_forward  # noqa: F401 - their claims register themselves
 from .embedding_scale import (  # noqa: F401
     DOMINATES_RATIO,
     EMBEDDING_TOKENS,
@@ -89,6 +90,7 @@ from .record import (  # noqa: F401
     D2L_SELF_ATTENTION,
     D_KS,
     D_MODEL,
+    MEASURES,
     PAPER,
     STATEMENTS,
     TIME_POLICY,
@@ -101,6 +103,7 @@ from .record import (  # noqa: F401
     _numbers,
     _result,
     catalog,
+    claim,
     claims_frame,
     counted_flops,
     interleaved_times_s,
@@ -128,19 +131,18 @@ from .scaled_dot_product import (  # noqa: F401
     softmax_jacobian_norm,
 )
 
-CLAIMS: tuple[Callable[[int], ClaimResult], ...] = (
-    _claim_dot_product_variance,
-    _claim_softmax_saturation,
-    _claim_multihead_cost,
-    _claim_dot_vs_additive,
-    _claim_permutation_equivariance,
-    _claim_pe_rotation,
-    _claim_pe_distinct,
-    _claim_pe_wavelengths,
-    _claim_pe_variance,
-    _claim_embedding_scale,
-    _claim_causal_mask,
-    _claim_extrapolation,
+# The families in the order the paper takes them up; within a family, the order its claims are declared.
+FAMILIES = (
+    "scaled_dot_product",
+    "multi_head",
+    "masks_permutation",
+    "positional_encoding",
+    "embedding_scale",
+    "feed_forward",
+    "complexity",
+)
+CLAIMS: tuple[Callable[[int], ClaimResult], ...] = tuple(  # every family's claims, declared with @claim
+    sorted(MEASURES, key=lambda measure: FAMILIES.index(measure.__module__.rsplit(".", 1)[-1]))
 )
 
 

@@ -9,7 +9,7 @@ from torch import nn
 
 from models.encoding import sinusoidal_encoding
 
-from .record import D_MODEL, ClaimResult, _generator, _num, _numbers, _result
+from .record import D_MODEL, PAPER, ClaimResult, _generator, _num, _numbers, _result, claim
 
 # ------------------------------------------------------------------------ 10. embedding scale
 EMBEDDING_VOCAB = 10_000
@@ -24,6 +24,12 @@ def scaled_embedding_ratio(embedding: nn.Embedding, tokens: torch.Tensor, pe: to
     return float(scaled.double().var(correction=0)), float(pe.double().var(correction=0))
 
 
+@claim(
+    "embedding_scale",
+    "Multiplying the embeddings by √d_model makes the embedding's scale dominate the positional encoding's.",
+    f"{PAPER}, §3.4 (Embeddings and Softmax)",
+    notes=None,
+)
 def _claim_embedding_scale(seed: int) -> ClaimResult:
     gen = _generator(seed, 10)
     tokens = torch.randint(EMBEDDING_VOCAB, (EMBEDDING_TOKENS,), generator=gen)

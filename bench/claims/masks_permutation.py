@@ -12,7 +12,7 @@ import models
 from models import LayerConfig
 from models.encoding import sinusoidal_encoding
 
-from .record import ClaimResult, _generator, _num, _numbers, _result
+from .record import D2L_SELF_ATTENTION, PAPER, ClaimResult, _generator, _num, _numbers, _result, claim
 
 # ------------------------------------------------------------------------ 5. permutation equivariance
 EQUIVARIANCE_SIZE = {"batch": 2, "n": 64, "d": 64, "heads": 4}
@@ -28,6 +28,13 @@ def permutation_error(layer: nn.Module, x: torch.Tensor, perm: torch.Tensor, pe:
         return float((layer(x[:, perm] + pe) - layer(x + pe)[:, perm]).abs().max())
 
 
+@claim(
+    "permutation_equivariance",
+    "Self-attention without positional information is permutation-equivariant: permuting the input "
+    "permutes the output; with sinusoidal encodings added it is not.",
+    f"{PAPER}, §3.5; {D2L_SELF_ATTENTION}",
+    notes=("permutation_equivariance",),
+)
 def _claim_permutation_equivariance(seed: int) -> ClaimResult:
     s = EQUIVARIANCE_SIZE
     gen = _generator(seed, 5)
@@ -74,6 +81,12 @@ def future_weight_max(weights: torch.Tensor) -> float:
     return float(weights[..., torch.ones(n, n, dtype=torch.bool).triu(1)].abs().max())
 
 
+@claim(
+    "causal_mask",
+    "A causal mask (−∞ on future positions before the softmax) gives exactly zero weight to future positions.",
+    f"{PAPER}, §3.2.3",
+    notes=("causal_mask",),
+)
 def _claim_causal_mask(seed: int) -> ClaimResult:
     s = CAUSAL_SIZE
     gen = _generator(seed, 11)

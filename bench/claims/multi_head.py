@@ -7,7 +7,18 @@ import torch
 import models
 from models import LayerConfig
 
-from .record import TIME_THREADS, ClaimResult, _generator, _num, _numbers, _result, counted_flops, interleaved_times_s
+from .record import (
+    PAPER,
+    TIME_THREADS,
+    ClaimResult,
+    _generator,
+    _num,
+    _numbers,
+    _result,
+    claim,
+    counted_flops,
+    interleaved_times_s,
+)
 
 # ------------------------------------------------------------------------ 3. multi-head cost
 MULTIHEAD_HEADS = (1, 2, 4, 8, 16)
@@ -15,6 +26,12 @@ MULTIHEAD_SIZE = {"batch": 1, "n": 256, "d": 256}
 TIME_SIMILAR_RATIO = 1.25  # slowest / fastest time over h at most this for the times to count as "about the same"
 
 
+@claim(
+    "multihead_cost",
+    "Multi-head attention with d_k = d_v = d/h costs about the same as single-head attention of full width d.",
+    f"{PAPER}, §3.2.2",
+    notes=("multihead_cost",),
+)
 def _claim_multihead_cost(seed: int) -> ClaimResult:
     b, n, d = MULTIHEAD_SIZE["batch"], MULTIHEAD_SIZE["n"], MULTIHEAD_SIZE["d"]
     x = torch.randn(b, n, d, generator=_generator(seed, 3))

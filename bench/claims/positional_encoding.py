@@ -10,7 +10,7 @@ from torch import nn
 
 from models.encoding import PE_BASE, pe_frequencies, sinusoidal_encoding
 
-from .record import D_MODEL, ClaimResult, _num, _numbers, _result
+from .record import D2L_SELF_ATTENTION, D_MODEL, PAPER, ClaimResult, _num, _numbers, _result, claim
 
 # ------------------------------------------------------------------------ 6. relative positions are rotations
 ROTATION_POSITIONS = 2048
@@ -44,6 +44,12 @@ def rotation_error(pe: torch.Tensor, k: int, base: float = PE_BASE) -> float:
     return float(torch.maximum((table[k:, 0::2] - moved_sin).abs().max(), (table[k:, 1::2] - moved_cos).abs().max()))
 
 
+@claim(
+    "pe_rotation",
+    "For any fixed offset k, PE(pos + k) is a linear function of PE(pos): the same rotation M_k for every pos.",
+    f"{PAPER}, §3.5; {D2L_SELF_ATTENTION} (relative positional information)",
+    notes=("pe_rotation", "pe_rotation_matrix"),
+)
 def _claim_pe_rotation(seed: int) -> ClaimResult:
     errors = {}
     for dtype in (torch.float32, torch.float64):
@@ -107,6 +113,12 @@ def float32_encoding_error(positions: torch.Tensor, d: int) -> torch.Tensor:
     return (sinusoidal_encoding(positions.float(), d, torch.float32).double() - exact).norm(dim=-1)
 
 
+@claim(
+    "pe_distinct",
+    "Every position gets a distinct sinusoidal encoding.",
+    f"{PAPER}, §3.5; {D2L_SELF_ATTENTION} (absolute positional information)",
+    notes=("pe_distinct",),
+)
 def _claim_pe_distinct(seed: int) -> ClaimResult:
     table64 = sinusoidal_encoding(DISTINCT_POSITIONS, D_MODEL, torch.float64)
     dmin, i, j = min_pairwise_distance(table64)
@@ -184,6 +196,12 @@ def geometric_fit(wavelengths: torch.Tensor) -> tuple[float, float, float]:
     return float(coef[0].exp()), float(coef[1].exp()), float(residual)
 
 
+@claim(
+    "pe_wavelengths",
+    "The wavelengths of the sinusoidal encoding form a geometric progression from 2π to 10000·2π.",
+    f"{PAPER}, §3.5",
+    notes=("pe_wavelengths",),
+)
 def _claim_pe_wavelengths(seed: int) -> ClaimResult:
     lam = wavelengths_from_phase(sinusoidal_encoding(WAVELENGTH_POSITIONS, D_MODEL, torch.float32))
     lam0, ratio, residual = geometric_fit(lam)
@@ -231,6 +249,13 @@ def encoding_variances(pe: torch.Tensor) -> tuple[torch.Tensor, float, float]:
     return table.var(dim=0, correction=0), float(table.var(correction=0)), float((table * table).mean())
 
 
+@claim(
+    "pe_variance_one_third",
+    "Sinusoidal positional encodings have variance about 1/3 (study-note claim used to argue for "
+    "the √d_model embedding scale).",
+    f"study notes (not in the paper); cf. {PAPER}, §3.4 and §3.5",
+    notes=("pe_variance_one_third",),
+)
 def _claim_pe_variance(seed: int) -> ClaimResult:
     pe = sinusoidal_encoding(PE_VARIANCE_POSITIONS, D_MODEL, torch.float64)
     per_dim, overall, second_moment = encoding_variances(pe)
@@ -268,6 +293,13 @@ def learned_lookup(max_len: int, d: int, position: int) -> str:
     return "finite" if bool(torch.isfinite(row).all()) else "not finite"
 
 
+@claim(
+    "extrapolation",
+    "A learned position table cannot represent positions beyond its length; the sinusoidal function can.",
+    f"{PAPER}, §3.5 (sinusoids 'may allow the model to extrapolate to sequence lengths longer than "
+    f"the ones encountered during training')",
+    notes=("extrapolation",),
+)
 def _claim_extrapolation(seed: int) -> ClaimResult:
     beyond = EXTRAPOLATION_MAX_LEN + 1
     with torch.random.fork_rng(devices=[]):

@@ -42,8 +42,7 @@ COLUMNS = (  # bench/interface.md
     "quote",
 )
 # The study notes' checkable statements, each with the file and line that says it and the note's words
-# (../shared/seeds/, in Chinese): catalog.toml beside this file. `meta.existing_claims` maps each claim here
-# to the statements it measures, or says that the notes do not make it.
+# (../shared/seeds/, in Chinese): catalog.toml beside this file; each claim names the statements it measures.
 CATALOG_PATH = Path(__file__).with_name("catalog.toml")
 
 PAPER = "Vaswani et al. 2017, Attention Is All You Need"
@@ -99,65 +98,28 @@ class Statement:
 
     text: str
     source: str  # paper and section, or d2l.ai chapter
+    notes: tuple[str, ...] | None = None  # catalog.toml statements it measures; None: not in the notes
 
 
-# Every claim measured here, by claim_id: the one place its statement and source are written.
-STATEMENTS: dict[str, Statement] = {
-    "dot_product_variance": Statement(
-        "For q, k with independent zero-mean unit-variance components, q·k has variance d_k; "
-        "dividing by √d_k brings it back to 1.",
-        f"{PAPER}, §3.2.1 and footnote 4",
-    ),
-    "softmax_saturation": Statement(
-        "Without the 1/√d_k scaling, large d_k pushes the softmax into saturation (one weight near 1) "
-        "where its gradients are extremely small.",
-        f"{PAPER}, §3.2.1",
-    ),
-    "multihead_cost": Statement(
-        "Multi-head attention with d_k = d_v = d/h costs about the same as single-head attention of full width d.",
-        f"{PAPER}, §3.2.2",
-    ),
-    "dot_vs_additive": Statement(
-        "Dot-product attention is much faster than additive attention in practice, though the two are "
-        "similar in theoretical complexity.",
-        f"{PAPER}, §3.2.1; additive attention: Bahdanau et al. 2015; d2l.ai §11.3 Attention Scoring Functions",
-    ),
-    "permutation_equivariance": Statement(
-        "Self-attention without positional information is permutation-equivariant: permuting the input "
-        "permutes the output; with sinusoidal encodings added it is not.",
-        f"{PAPER}, §3.5; {D2L_SELF_ATTENTION}",
-    ),
-    "pe_rotation": Statement(
-        "For any fixed offset k, PE(pos + k) is a linear function of PE(pos): the same rotation M_k for every pos.",
-        f"{PAPER}, §3.5; {D2L_SELF_ATTENTION} (relative positional information)",
-    ),
-    "pe_distinct": Statement(
-        "Every position gets a distinct sinusoidal encoding.",
-        f"{PAPER}, §3.5; {D2L_SELF_ATTENTION} (absolute positional information)",
-    ),
-    "pe_wavelengths": Statement(
-        "The wavelengths of the sinusoidal encoding form a geometric progression from 2π to 10000·2π.",
-        f"{PAPER}, §3.5",
-    ),
-    "pe_variance_one_third": Statement(
-        "Sinusoidal positional encodings have variance about 1/3 (study-note claim used to argue for "
-        "the √d_model embedding scale).",
-        f"study notes (not in the paper); cf. {PAPER}, §3.4 and §3.5",
-    ),
-    "embedding_scale": Statement(
-        "Multiplying the embeddings by √d_model makes the embedding's scale dominate the positional encoding's.",
-        f"{PAPER}, §3.4 (Embeddings and Softmax)",
-    ),
-    "causal_mask": Statement(
-        "A causal mask (−∞ on future positions before the softmax) gives exactly zero weight to future positions.",
-        f"{PAPER}, §3.2.3",
-    ),
-    "extrapolation": Statement(
-        "A learned position table cannot represent positions beyond its length; the sinusoidal function can.",
-        f"{PAPER}, §3.5 (sinusoids 'may allow the model to extrapolate to sequence lengths longer than "
-        f"the ones encountered during training')",
-    ),
-}
+# Every claim measured here, by claim_id: its statement, its source, and the catalogue statements (the study
+# notes') it measures, written once, where the claim is (the `claim` decorator in each family's module).
+STATEMENTS: dict[str, Statement] = {}
+MEASURES: list[Callable[[int], ClaimResult]] = []  # the claims' functions, in the order they were declared
+
+
+def claim(claim_id: str, text: str, source: str, notes: tuple[str, ...] | None):
+    """Declare the function below as claim `claim_id`: what it checks (`text`, in English), where the paper
+    or d2l says it (`source`), and which statements of catalog.toml it measures (`notes`; None: the study
+    notes do not make this claim)."""
+
+    def declare(measure: Callable[[int], ClaimResult]) -> Callable[[int], ClaimResult]:
+        if claim_id in STATEMENTS:
+            raise ValueError(f"claim {claim_id!r} declared twice")
+        STATEMENTS[claim_id] = Statement(text, source, notes)
+        MEASURES.append(measure)
+        return measure
+
+    return declare
 
 
 @cache
@@ -170,12 +132,13 @@ def catalog() -> dict:
 def note_refs(claim_id: str) -> tuple[str, str]:
     """(seed_ref, quote) of a claim: every note line of the catalogue statements it measures, and the
     words of the first; ("", "") for a claim the notes do not make."""
-    covered = catalog()["meta"]["existing_claims"].get(claim_id)
-    if covered is None:
-        raise KeyError(f"claim {claim_id!r} is not in {CATALOG_PATH} (meta.existing_claims)")
-    if isinstance(covered, str):  # "not in the notes"
+    covered = STATEMENTS[claim_id].notes
+    if not covered:
         return "", ""
     entries = {entry["id"]: entry for entry in catalog()["statement"]}
+    missing = [statement_id for statement_id in covered if statement_id not in entries]
+    if missing:
+        raise KeyError(f"claim {claim_id!r}: {', '.join(missing)} not in {CATALOG_PATH}")
     refs = [ref for statement_id in covered for ref in entries[statement_id]["seed_ref"]]
     return "; ".join(dict.fromkeys(refs)), entries[covered[0]]["quote"]
 

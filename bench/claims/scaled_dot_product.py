@@ -11,12 +11,14 @@ from models.attention import AdditiveAttention
 
 from .record import (
     D_KS,
+    PAPER,
     TIME_THREADS,
     ClaimResult,
     _generator,
     _num,
     _numbers,
     _result,
+    claim,
     counted_flops,
     interleaved_times_s,
 )
@@ -46,6 +48,13 @@ def _sampled_dot_variances(d_k: int, samples: int, gen: torch.Generator) -> tupl
     return _variances(torch.cat(dots), d_k)
 
 
+@claim(
+    "dot_product_variance",
+    "For q, k with independent zero-mean unit-variance components, q·k has variance d_k; "
+    "dividing by √d_k brings it back to 1.",
+    f"{PAPER}, §3.2.1 and footnote 4",
+    notes=("dot_product_variance",),
+)
 def _claim_dot_product_variance(seed: int) -> ClaimResult:
     gen = _generator(seed, 1)
     raw, scaled = zip(*(_sampled_dot_variances(d_k, VARIANCE_SAMPLES, gen) for d_k in D_KS))
@@ -82,6 +91,13 @@ def softmax_jacobian_norm(logits: torch.Tensor) -> torch.Tensor:
     return jac.flatten(1).norm(dim=-1)  # (T,)
 
 
+@claim(
+    "softmax_saturation",
+    "Without the 1/√d_k scaling, large d_k pushes the softmax into saturation (one weight near 1) "
+    "where its gradients are extremely small.",
+    f"{PAPER}, §3.2.1",
+    notes=("softmax_saturation",),
+)
 def _claim_softmax_saturation(seed: int) -> ClaimResult:
     """The gradient is measured as the norm of the softmax's Jacobian with respect to its input (the
     logits), per query: its mean over queries is what reaches the weights in training, its median is the
@@ -147,6 +163,13 @@ def dot_product_attention(q, k, v):
     return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v  # (B, n, d_v)
 
 
+@claim(
+    "dot_vs_additive",
+    "Dot-product attention is much faster than additive attention in practice, though the two are "
+    "similar in theoretical complexity.",
+    f"{PAPER}, §3.2.1; additive attention: Bahdanau et al. 2015; d2l.ai §11.3 Attention Scoring Functions",
+    notes=("dot_vs_additive",),
+)
 def _claim_dot_vs_additive(seed: int) -> ClaimResult:
     gen = _generator(seed, 4)
     with torch.random.fork_rng(devices=[]):
