@@ -319,6 +319,17 @@ def test_claims_section_from_stored_csv(measured, tmp_path):
         assert f"claims_{claim_id}.png" in names
     assert all(p.exists() for p in ctx.figures)
     assert ctx.numbers["claims.causal_mask.measured"].value == 0
+    # grouped by study note: a row per note, each claim under its verdict in the notes it cites, and what the
+    # catalogue says cannot be measured here
+    table = text[text.index("### By study note") :].split("\n\n")[2].splitlines()[2:]
+    notes = C.catalog()["meta"]["notes"]
+    assert [line.split(":")[0].strip("| ") for line in table] == [note["file"] for note in notes]
+    for r in measured:
+        for ref in filter(None, r.seed_ref.split("; ")):
+            row = next(line for line in table if line.startswith(f"| {ref.split(':')[0]}"))
+            assert f"`{r.claim_id}`" in row.split("|")[{"holds": 2, "partly": 3, "fails": 4}[r.verdict]]
+    never = [e["id"] for e in C.catalog()["statement"] if not e["checkable"]]
+    assert never and all(statement_id in text for statement_id in never)
 
 
 def test_claims_section_without_details_or_claims(tmp_path):

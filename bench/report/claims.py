@@ -49,9 +49,46 @@ def claims_section(ctx: ReportContext) -> str:
             f"{_cell(row['expected'])} |"
         )
     lines.append("")
+    lines += _by_note(ctx, rows, run_id)
     for _, row in rows.iterrows():
         lines += _paragraph(ctx, row, run_id)
     return "\n".join(lines) + "\n"
+
+
+def _by_note(ctx: ReportContext, rows, run_id: str) -> list[str]:
+    """Per study note (bench/claims/catalog.toml): the claims that measure what it says, by verdict; its
+    checkable statements no claim measures yet; and those that need a trained model, not measurable here."""
+    from ..claims import catalog  # noqa: PLC0415 - the notes' statements: data beside the claims
+
+    statements = catalog()["statement"]
+    said = [(row, str(row.get("seed_ref") or "")) for _, row in rows.iterrows()]
+    measured_refs = {ref.strip() for _, refs in said for ref in refs.split(";") if ref.strip()}
+    lines = [
+        "### By study note",
+        "",
+        "What each note says, measured: the claims whose note lines it holds, by verdict; its checkable "
+        "statements that no claim measures yet; and what needs a trained model or data, so cannot be measured "
+        "here (from `bench/claims/catalog.toml`, which lists every statement with its line and words).",
+        "",
+        "| note | holds | partly | fails | not measured yet | not measurable here |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for note in catalog()["meta"]["notes"]:
+        name = note["file"]
+        mine = [row for row, refs in said if name in refs]
+        by_verdict = {
+            verdict: ", ".join(f"`{row['claim_id']}`" for row in mine if row["verdict"] == verdict) or "–"
+            for verdict in ("holds", "partly", "fails")
+        }
+        entries = [e for e in statements if any(ref.startswith(name) for ref in e["seed_ref"])]
+        open_ = [e["id"] for e in entries if e["checkable"] and not measured_refs & set(e["seed_ref"])]
+        never = [e["id"] for e in entries if not e["checkable"]]
+        lines.append(
+            f"| {name}: {_cell(note['description'].split(':')[0])} | {by_verdict['holds']} | "
+            f"{by_verdict['partly']} | {by_verdict['fails']} | {', '.join(open_) or '–'} | "
+            f"{', '.join(never) or '–'} |"
+        )
+    return [*lines, ""]
 
 
 def _latest_run(ctx: ReportContext) -> str:
