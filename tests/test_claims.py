@@ -292,6 +292,7 @@ def test_measure_claims_known_outcomes(measured):
     assert by_id["dot_product_variance"].verdict == "holds"
 
 
+@pytest.mark.slow
 def test_claims_frame_columns(measured):
     frame = C.claims_frame(measured)
     assert list(frame.columns[: len(C.COLUMNS)]) == list(C.COLUMNS)
@@ -308,6 +309,7 @@ def _context_from_csv(frame: pd.DataFrame, tmp_path, run_id="claims-run") -> Rep
     )
 
 
+@pytest.mark.slow
 def test_claims_section_from_stored_csv(measured, tmp_path):
     ctx = _context_from_csv(C.claims_frame(measured), tmp_path)
     text = claims_section(ctx)

@@ -1,3 +1,748 @@
-"""Complexity: the FLOPs of the layers and of their parts, sequential steps and path lengths, as the study notes state them."""
+"""Complexity: the FLOPs of the layers and of their parts, sequential steps and path lengths, as the study notes state them.
+
+Every number is computed here, never taken from a formula: FLOPs are counted by `counted_flops` on the real
+layers (`models.build`), growth is the fitted exponent of a log-log least-squares line (`fitted_exponent`),
+sequential steps are the operator depth of one forward pass (`bench.paths.layer_seq_depth`), path lengths
+are `bench.paths.layers_to_cross` / `path_hops`, and receptive fields are the inputs an output's gradient
+touches (`receptive_field`, float64, exact zeros where nothing depends). The closed forms are set beside
+each measurement. No verdict here rests on a time.
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+import models
+from bench import paths
+from bench.memory import measure_memory
+from models import LayerConfig
+
+from .record import D2L_SELF_ATTENTION, PAPER, ClaimResult, _generator, _num, _numbers, _result, claim, counted_flops
+
+TABLE1 = f"{PAPER}, §4 and Table 1"
+D2L_CNN_RNN_SA = f"{D2L_SELF_ATTENTION} (§11.6.2 Comparing CNNs, RNNs, and Self-Attention)"
+EXPONENT_TOL = 0.05  # |fitted exponent − predicted| for a count that is an exact power law (rounding only)
+ASYMPTOTIC_EXPONENT_TOL = 0.2  # the same where a lower-order term still weighs (attention's n·d² at n ≥ 8d)
+CONSTANT_FACTOR_TOL = 0.25  # a "≈" constant holds if measured/stated lies within 1 ± this
+
+
+def fitted_exponent(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Slope of the least-squares line through (log x, log y): p for y = c·x^p."""
+    slope, _ = np.polyfit(np.log(np.asarray(xs, float)), np.log(np.asarray(ys, float)), 1)
+    return float(slope)
+
+
+def _layer_flops(name: str, n: int, cfg: LayerConfig, gen: torch.Generator, batch: int = 1) -> int:
+    layer = models.build(name, cfg)
+    x = torch.randn(batch, n, cfg.d, generator=gen)
+    return counted_flops(lambda: layer(x))
+
+
+def _dilated_conv() -> str:
+    """The registered convolution whose stack grows its dilation (k^l), found by its path rule."""
+    return next(name for name, cls in models.LAYERS.items() if "k" in cls.uses and cls.path.dilation is not None)
+
+
+# ------------------------------------------------------------------------ attention FLOPs
+ATTENTION_D = 16
+ATTENTION_NS = (16, 32, 64, 128, 256, 512, 1024)
+ATTENTION_N_OVER_D = 8  # from n = 8d on, 4n²d is ≥ 80 % of the count: the exponent in n is fitted there
+ATTENTION_DS = (8, 16, 32)  # the exponent in d, at the largest n (n ≫ d: linear in d)
+ATTENTION_BATCH = 1
+
+
+def attention_flops_formula(batch: int, n: int, d: int) -> int:
+    """8·b·n·d² (Q, K, V, O projections) + 4·b·n²·d (QKᵀ and AV), 2 FLOPs per multiply-accumulate."""
+    return 8 * batch * n * d * d + 4 * batch * n * n * d
+
+
+@claim(
+    "attention_complexity",
+    "A self-attention layer costs O(n²·d) computation per layer.",
+    f"{TABLE1}; {D2L_CNN_RNN_SA}",
+    notes=("attention_complexity",),
+)
+def _claim_attention_complexity(seed: int) -> ClaimResult:
+    gen = _generator(seed, 101)
+    names = (models.ROLES.attention, models.ROLES.attention_explicit)
+    b, d = ATTENTION_BATCH, ATTENTION_D
+    counts = {name: [_layer_flops(name, n, LayerConfig(d=d), gen, b) for n in ATTENTION_NS] for name in names}
+    formula = [attention_flops_formula(b, n, d) for n in ATTENTION_NS]
+    exact = all(counts[name] == formula for name in names)
+    large = [i for i, n in enumerate(ATTENTION_NS) if n >= ATTENTION_N_OVER_D * d]
+    n_exp = fitted_exponent([ATTENTION_NS[i] for i in large], [counts[names[0]][i] for i in large])
+    n_big = ATTENTION_NS[-1]
+    d_counts = [_layer_flops(names[0], n_big, LayerConfig(d=dd), gen, b) for dd in ATTENTION_DS]
+    d_exp = fitted_exponent(ATTENTION_DS, d_counts)
+    share = [4 * b * n * n * d / f for n, f in zip(ATTENTION_NS, formula)]
+    ok = exact and abs(n_exp - 2) <= ASYMPTOTIC_EXPONENT_TOL and abs(d_exp - 1) <= ASYMPTOTIC_EXPONENT_TOL
+    return _result(
+        "attention_complexity",
+        measured=_num(n_exp),
+        expected=f"exponent in n of the counted FLOPs (d = {d}, n ≥ {ATTENTION_N_OVER_D}d): 2 ± "
+        f"{ASYMPTOTIC_EXPONENT_TOL}; counts equal 8bnd² + 4bn²d exactly, so the whole layer is O(n²·d + n·d²): "
+        "the note counts QKᵀ only, AV costs as much again, and the projections dominate below n = 2d",
+        verdict="holds" if ok else "fails",
+        details={
+            "d": d,
+            "batch": b,
+            "n": list(ATTENTION_NS),
+            "flops_counted": counts,
+            "flops_formula": formula,
+            "n2d_share": [_num(s) for s in share],
+            "d_values": list(ATTENTION_DS),
+            "flops_by_d": d_counts,
+            "numbers": _numbers(
+                exponent_d=(d_exp, "1", f"fitted exponent in d at n = {n_big}"),
+                n2d_share_smallest_n=(share[0], "1", f"share of 4bn²d in the count at n = {ATTENTION_NS[0]}"),
+                counts_exact=("yes" if exact else "no", "1", "counted FLOPs equal 8bnd² + 4bn²d"),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ QKᵀ operation count
+SCORE_N, SCORE_D = 100, 64
+SCORE_ATOL = 1e-9  # |explicit sum of products − q @ kᵀ| in float64 (the same sums, another order)
+
+
+def score_op_counts(q: torch.Tensor, k: torch.Tensor) -> dict:
+    """The scalar operations of QKᵀ done one by one: every product q_i,c·k_j,c is an element of the
+    broadcast product (n·n·d multiplications); summing d products per score takes d − 1 additions. Also
+    the counted FLOPs of q @ kᵀ and whether the explicit sum equals it."""
+    n, d = q.shape
+    products = q[:, None, :] * k[None, :, :]  # (n, n, d): one multiplication per element
+    scores = products[..., 0].clone()
+    additions = 0
+    for c in range(1, d):  # one addition per score per remaining term
+        scores = scores + products[..., c]
+        additions += scores.numel()
+    flops = counted_flops(lambda: q @ k.T)
+    return {
+        "multiplications": products.numel(),
+        "additions": additions,
+        "flops_counted": flops,
+        "max_abs_diff": float((scores - q @ k.T).abs().max()),
+    }
+
+
+@claim(
+    "attention_score_op_count",
+    "The dot products of one query with all n keys need n·d multiplications and n·(d−1) additions, i.e. "
+    "O(n·d); n queries give O(n²·d).",
+    f"{PAPER}, §3.2.1",
+    notes=("attention_score_op_count",),
+)
+def _claim_attention_score_op_count(seed: int) -> ClaimResult:
+    gen = _generator(seed, 102)
+    n, d = SCORE_N, SCORE_D
+    q, k = (torch.randn(n, d, generator=gen, dtype=torch.float64) for _ in range(2))
+    c = score_op_counts(q, k)
+    ok = (
+        c["multiplications"] == n * n * d
+        and c["additions"] == n * n * (d - 1)
+        and c["flops_counted"] == 2 * n * n * d
+        and c["max_abs_diff"] < SCORE_ATOL
+    )
+    return _result(
+        "attention_score_op_count",
+        measured=c["multiplications"],
+        expected=f"multiplications of QKᵀ at n = {n}, d = {d}: n²·d = {n * n * d} (n·d per query); additions "
+        f"n²·(d−1) = {n * n * (d - 1)}; counted matmul FLOPs 2·n²·d = {2 * n * n * d}",
+        verdict="holds" if ok else "fails",
+        details={
+            "n": n,
+            "d": d,
+            **c,
+            "numbers": _numbers(
+                additions=(c["additions"], "1", "additions of QKᵀ"),
+                flops_counted=(c["flops_counted"], "FLOP", "counted FLOPs of q @ kᵀ"),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ recurrent FLOPs
+RNN_NS = (16, 32, 64, 128)  # at d = RNN_D
+RNN_D = 16
+RNN_DS = (16, 32, 64, 128)  # at n = RNN_N
+RNN_N = 16
+
+
+def recurrent_flops_formula(batch: int, n: int, d: int, gates: int) -> int:
+    """2·b·n·g·2d²: per step, g gate blocks of W_ih x_t and W_hh h_{t−1}, d×d each."""
+    return 2 * batch * n * gates * 2 * d * d
+
+
+@claim(
+    "rnn_complexity",
+    "A recurrent layer h_t = tanh(W_hh h_{t−1} + W_xh x_t) costs O(d²) per step and O(n·d²) per layer.",
+    f"{TABLE1}; {D2L_CNN_RNN_SA}",
+    notes=("rnn_complexity",),
+)
+def _claim_rnn_complexity(seed: int) -> ClaimResult:
+    gen = _generator(seed, 103)
+    by_n, by_d, exponents, exact = {}, {}, {}, True
+    for name in models.recurrent():
+        gates = models.LAYERS[name].gates
+        by_n[name] = [_layer_flops(name, n, LayerConfig(d=RNN_D), gen) for n in RNN_NS]
+        by_d[name] = [_layer_flops(name, RNN_N, LayerConfig(d=d), gen) for d in RNN_DS]
+        exact &= by_n[name] == [recurrent_flops_formula(1, n, RNN_D, gates) for n in RNN_NS]
+        exact &= by_d[name] == [recurrent_flops_formula(1, RNN_N, d, gates) for d in RNN_DS]
+        exponents[name] = {
+            "n": _num(fitted_exponent(RNN_NS, by_n[name])),
+            "d": _num(fitted_exponent(RNN_DS, by_d[name])),
+        }
+    worst_n = max(abs(e["n"] - 1) for e in exponents.values())
+    worst_d = max(abs(e["d"] - 2) for e in exponents.values())
+    ok = exact and worst_n <= EXPONENT_TOL and worst_d <= EXPONENT_TOL
+    rec = models.ROLES.recurrent
+    return _result(
+        "rnn_complexity",
+        measured=exponents[rec]["d"],
+        expected=f"exponent in d of {rec}'s counted FLOPs: 2 (and 1 in n) ± {EXPONENT_TOL} for every recurrent "
+        "layer; counts equal 2·b·n·g·2d² exactly (g = gate blocks)",
+        verdict="holds" if ok else "fails",
+        details={
+            "n": list(RNN_NS),
+            "d_at_n": RNN_D,
+            "d": list(RNN_DS),
+            "n_at_d": RNN_N,
+            "flops_by_n": by_n,
+            "flops_by_d": by_d,
+            "exponents": exponents,
+            "numbers": _numbers(
+                exponent_n=(exponents[rec]["n"], "1", f"fitted exponent in n of {rec}"),
+                counts_exact=("yes" if exact else "no", "1", "counted FLOPs equal 2·b·n·g·2d²"),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ d×d matrix product
+MATMUL_DS = (32, 64, 128, 256, 512)
+
+
+def matmul_flops(d: int, gen: torch.Generator) -> tuple[int, int]:
+    """(counted FLOPs of torch.mm of two d×d matrices, of torch.mv of a d×d matrix and a d-vector)."""
+    a, b, v = torch.randn(d, d, generator=gen), torch.randn(d, d, generator=gen), torch.randn(d, generator=gen)
+    return counted_flops(lambda: torch.mm(a, b)), counted_flops(lambda: torch.mv(a, v))
+
+
+@claim(
+    "dxd_matmul_cost",
+    "Multiplying two d×d matrices costs O(d²).",
+    "study notes",
+    notes=("dxd_matmul_cost",),
+)
+def _claim_dxd_matmul_cost(seed: int) -> ClaimResult:
+    gen = _generator(seed, 104)
+    mm, mv = zip(*(matmul_flops(d, gen) for d in MATMUL_DS))
+    mm_exp, mv_exp = fitted_exponent(MATMUL_DS, mm), fitted_exponent(MATMUL_DS, mv)
+    exact = list(mm) == [2 * d**3 for d in MATMUL_DS] and list(mv) == [2 * d**2 for d in MATMUL_DS]
+    says = abs(mm_exp - 2) <= EXPONENT_TOL
+    return _result(
+        "dxd_matmul_cost",
+        measured=_num(mm_exp),
+        expected=f"exponent in d of the counted FLOPs of a d×d by d×d product: the note says 2; measured 2·d³, "
+        f"exponent 3. The RNN step is a matrix-vector product, 2·d² (exponent {_num(mv_exp)}), so the note's "
+        "O(n·d²) is right for the wrong reason",
+        verdict="holds" if says else "fails",
+        details={
+            "d": list(MATMUL_DS),
+            "mm_flops": list(mm),
+            "mv_flops": list(mv),
+            "numbers": _numbers(
+                mv_exponent=(mv_exp, "1", "fitted exponent in d of d×d times a d-vector"),
+                counts_exact=("yes" if exact else "no", "1", "mm counts 2·d³ and mv 2·d² exactly"),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ convolution FLOPs
+CONV_NS = (64, 128, 256, 512, 1024)  # at d = CONV_D, k = 3
+CONV_D = 32
+CONV_DS = (16, 32, 64, 128)  # at n = CONV_N, k = 3
+CONV_N = 64
+CONV_KS = (3, 5, 9)  # at n = CONV_N, d = CONV_D
+
+
+def conv_flops_formula(batch: int, n: int, d: int, k: int) -> int:
+    """2·b·n·k·d²: each of the n·d outputs sums k taps over d input channels."""
+    return 2 * batch * n * k * d * d
+
+
+@claim(
+    "conv_complexity",
+    "A 1-D convolution with kernel k and d channels costs O(k·d²) per position (a k×d×d kernel) and "
+    "O(k·n·d²) per layer.",
+    f"{TABLE1}; {D2L_CNN_RNN_SA}",
+    notes=("conv_complexity",),
+)
+def _claim_conv_complexity(seed: int) -> ClaimResult:
+    gen = _generator(seed, 105)
+    name = models.ROLES.convolution
+    by_n = [_layer_flops(name, n, LayerConfig(d=CONV_D), gen) for n in CONV_NS]
+    by_d = [_layer_flops(name, CONV_N, LayerConfig(d=d), gen) for d in CONV_DS]
+    by_k = [_layer_flops(name, CONV_N, LayerConfig(d=CONV_D, k=k), gen) for k in CONV_KS]
+    exact = (
+        by_n == [conv_flops_formula(1, n, CONV_D, 3) for n in CONV_NS]
+        and by_d == [conv_flops_formula(1, CONV_N, d, 3) for d in CONV_DS]
+        and by_k == [conv_flops_formula(1, CONV_N, CONV_D, k) for k in CONV_KS]
+    )
+    exps = {
+        "n": fitted_exponent(CONV_NS, by_n),
+        "d": fitted_exponent(CONV_DS, by_d),
+        "k": fitted_exponent(CONV_KS, by_k),
+    }
+    ok = exact and all(abs(exps[v] - p) <= EXPONENT_TOL for v, p in (("n", 1), ("d", 2), ("k", 1)))
+    return _result(
+        "conv_complexity",
+        measured=_num(exps["d"]),
+        expected=f"exponent in d of the counted FLOPs: 2 (1 in n, 1 in k) ± {EXPONENT_TOL}; counts equal "
+        "2·b·n·k·d² exactly",
+        verdict="holds" if ok else "fails",
+        details={
+            "n": list(CONV_NS),
+            "d": list(CONV_DS),
+            "k": list(CONV_KS),
+            "flops_by_n": by_n,
+            "flops_by_d": by_d,
+            "flops_by_k": by_k,
+            "numbers": _numbers(
+                exponent_n=(exps["n"], "1", "fitted exponent in n"),
+                exponent_k=(exps["k"], "1", "fitted exponent in k"),
+                counts_exact=("yes" if exact else "no", "1", "counted FLOPs equal 2·b·n·k·d²"),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ sequential operations
+SEQ_PARALLEL_NS = (16, 64, 256, 1024, 4096)
+SEQ_RNN_NS = (8, 16, 32, 64)
+RECEPTIVE_D = 4  # channels of the receptive-field probes (the structure does not depend on d)
+LOCALITY_K, LOCALITY_N, LOCALITY_POSITION = 3, 32, 16  # the conv whose output window is probed
+
+
+def receptive_field(fn, n: int, d: int, position: int, gen: torch.Generator) -> list[int]:
+    """The input positions output `position` of fn depends on: those where the gradient of that output's
+    sum is nonzero (float64, so a structural zero is exact and a real dependence is not lost)."""
+    x = torch.randn(1, n, d, generator=gen, dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(fn(x)[0, position].sum(), x)
+    return torch.nonzero((grad[0] != 0).any(dim=-1)).flatten().tolist()
+
+
+def _float64(name: str, cfg: LayerConfig, seed: int = 0) -> nn.Module:
+    return models.build(name, cfg, seed=seed).double()
+
+
+@claim(
+    "seq_ops_parallel",
+    "Self-attention and convolution compute all n positions at once: O(1) sequential operations; each "
+    "convolution output depends only on its local window.",
+    f"{TABLE1}; {D2L_CNN_RNN_SA}",
+    notes=("seq_ops_attention", "seq_ops_conv"),
+)
+def _claim_seq_ops_parallel(seed: int) -> ClaimResult:
+    gen = _generator(seed, 106)
+    names = (models.ROLES.attention, models.ROLES.attention_explicit, models.ROLES.convolution)
+    depths = {name: [paths.layer_seq_depth(name, n)[0] for n in SEQ_PARALLEL_NS] for name in names}
+    constant = all(len(set(v)) == 1 for v in depths.values())
+    k, n, j = LOCALITY_K, LOCALITY_N, LOCALITY_POSITION
+    conv = _float64(models.ROLES.convolution, LayerConfig(d=RECEPTIVE_D, k=k), seed)
+    # Outputs touched by input j = inputs output j sees, mirrored (a centered kernel): j − (k−1)/2 .. j + (k−1)/2.
+    window = receptive_field(conv, n, RECEPTIVE_D, j, gen)
+    local = window == list(range(j - (k - 1) // 2, j + (k - 1) // 2 + 1))
+    worst = max(max(v) for v in depths.values())
+    return _result(
+        "seq_ops_parallel",
+        measured=worst,
+        expected=f"largest operator depth of one forward pass of {', '.join(names)} over n = "
+        f"{SEQ_PARALLEL_NS[0]}..{SEQ_PARALLEL_NS[-1]}: the same small constant at every n; conv output {j} "
+        f"sees inputs {j - (k - 1) // 2}..{j + (k - 1) // 2} only (k = {k})",
+        verdict="holds" if constant and local else "fails",
+        details={
+            "n": list(SEQ_PARALLEL_NS),
+            "seq_depth": depths,
+            "conv_window": window,
+            "numbers": _numbers(
+                conv_depth=(depths[models.ROLES.convolution][0], "1", "operator depth of the convolution"),
+                conv_window=(len(window), "1", f"inputs conv output {j} depends on (k = {k})"),
+            ),
+        },
+    )
+
+
+@claim(
+    "seq_ops_rnn",
+    "A recurrent layer needs at least n sequential steps: h_t cannot be computed before h_{t−1} (O(n) "
+    "sequential operations).",
+    f"{TABLE1}; {D2L_CNN_RNN_SA}",
+    notes=("seq_ops_rnn",),
+)
+def _claim_seq_ops_rnn(seed: int) -> ClaimResult:
+    per_step, linear, depths, fused = {}, True, {}, {}
+    for name in models.recurrent():
+        depths[name] = [paths.layer_seq_depth(name, n)[0] for n in SEQ_RNN_NS]
+        steps = np.diff(depths[name]) / np.diff(SEQ_RNN_NS)
+        per_step[name] = _num(steps[0])
+        linear &= bool(np.all(steps == steps[0])) and steps[0] >= 1  # depth = a·n + c exactly, a ≥ 1
+        fused[name] = [paths.layer_seq_depth(name, n, reference=False)[0] for n in (SEQ_RNN_NS[0], SEQ_RNN_NS[-1])]
+    rec = models.ROLES.recurrent
+    return _result(
+        "seq_ops_rnn",
+        measured=per_step[rec],
+        expected=f"operators added to the longest dependent chain per extra step of {rec}'s step loop: a fixed "
+        "number ≥ 1 for every recurrent layer, so depth = a·n + c exactly (O(n)); a fused kernel (the CPU's "
+        "oneDNN LSTM) hides the loop in one operator, not the dependence",
+        verdict="holds" if linear else "fails",
+        details={
+            "n": list(SEQ_RNN_NS),
+            "seq_depth_reference": depths,
+            "depth_per_step": per_step,
+            "seq_depth_forward_first_last_n": fused,
+            "numbers": _numbers(
+                depth_largest_n=(depths[rec][-1], "1", f"operator depth of {rec} at n = {SEQ_RNN_NS[-1]}"),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ path lengths
+PATH_ATTENTION_NS = (16, 64, 256, 1024, 4096)
+PATH_CONV_NS = (16, 32, 64)  # for the comparison rows (a stack of up to n−1 layers)
+PATH_RNN_NS = (16, 32, 128)
+
+
+@claim(
+    "path_attention",
+    "In a self-attention layer any two positions interact through one direct connection: maximum path "
+    "length O(1), the shortest of the three layer types.",
+    f"{TABLE1}; {D2L_CNN_RNN_SA}",
+    notes=("path_attention",),
+)
+def _claim_path_attention(seed: int) -> ClaimResult:
+    att, conv = models.ROLES.attention, models.ROLES.convolution
+    att_layers = [paths.layers_to_cross(att, n, seed=seed) for n in PATH_ATTENTION_NS]
+    conv_layers = [paths.layers_to_cross(conv, n, 3, seed=seed) for n in PATH_CONV_NS]
+    rnn_hops = [paths.path_hops(models.ROLES.recurrent, n)[0] for n in PATH_CONV_NS]
+    shortest = all(a == 1 for a in att_layers) and all(c > 1 for c in conv_layers) and all(h > 1 for h in rnn_hops)
+    return _result(
+        "path_attention",
+        measured=max(att_layers),
+        expected=f"layers after which output n−1 depends on input 0 in {att}, n = {PATH_ATTENTION_NS[0]}.."
+        f"{PATH_ATTENTION_NS[-1]}: 1 at every n; {conv} (k = 3) needs n−1 layers and "
+        f"{models.ROLES.recurrent} n−1 cell steps",
+        verdict="holds" if shortest else "fails",
+        details={
+            "n": list(PATH_ATTENTION_NS),
+            "attention_layers": att_layers,
+            "n_compared": list(PATH_CONV_NS),
+            "conv_layers_k3": conv_layers,
+            "conv_formula": [paths.layers_to_cross_formula(conv, n, 3) for n in PATH_CONV_NS],
+            "recurrent_hops": rnn_hops,
+            "numbers": _numbers(conv_layers_largest_n=(conv_layers[-1], "1", f"conv layers at n = {PATH_CONV_NS[-1]}")),
+        },
+    )
+
+
+@claim(
+    "path_rnn",
+    "In an RNN, information from position 1 reaches position n through n−1 cell computations: path length O(n).",
+    f"{TABLE1}; {D2L_CNN_RNN_SA}",
+    notes=("path_rnn",),
+)
+def _claim_path_rnn(seed: int) -> ClaimResult:
+    hops = {name: [paths.path_hops(name, n)[0] for n in PATH_RNN_NS] for name in models.recurrent()}
+    layers = {name: paths.layers_to_cross(name, PATH_RNN_NS[-1], seed=seed) for name in models.recurrent()}
+    exact = all(h == [n - 1 for n in PATH_RNN_NS] for h in hops.values()) and set(layers.values()) == {1}
+    rec = models.ROLES.recurrent
+    return _result(
+        "path_rnn",
+        measured=hops[rec][-1],
+        expected=f"cell steps from input 0 to output n−1 of {rec} at n = {PATH_RNN_NS[-1]}: n−1 = "
+        f"{PATH_RNN_NS[-1] - 1}, for every recurrent layer and n; one layer already connects them (layers to cross: 1)",
+        verdict="holds" if exact else "fails",
+        details={
+            "n": list(PATH_RNN_NS),
+            "path_hops": hops,
+            "layers_to_cross": layers,
+            "numbers": _numbers(layers_to_cross=(layers[rec], "1", f"layers of {rec} to link input 0 to output n−1")),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ receptive fields
+RF_N = 128
+RF_LAYERS = tuple(range(1, 11))
+RF_KS = (3, 5)
+
+
+def stacked_receptive_field(
+    name: str, k: int, dilations: Sequence[int], n: int, gen: torch.Generator, seed: int = 0
+) -> int:
+    """Inputs the middle output of a stack of `name` layers (kernel k, layer l at dilations[l]) depends on."""
+    stack = nn.Sequential(
+        *(_float64(name, LayerConfig(d=RECEPTIVE_D, k=k, dilation=dil), seed + i) for i, dil in enumerate(dilations))
+    )
+    return len(receptive_field(stack, n, RECEPTIVE_D, n // 2, gen))
+
+
+@claim(
+    "conv_receptive_field",
+    "Stacking stride-1 convolutions with kernel k, one layer sees k positions, two layers 2k−1, L layers L·(k−1)+1.",
+    D2L_CNN_RNN_SA,
+    notes=("conv_receptive_field",),
+)
+def _claim_conv_receptive_field(seed: int) -> ClaimResult:
+    gen = _generator(seed, 110)
+    conv = models.ROLES.convolution
+    fields = {k: [stacked_receptive_field(conv, k, [1] * depth, RF_N, gen, seed) for depth in RF_LAYERS] for k in RF_KS}
+    formula = {k: [depth * (k - 1) + 1 for depth in RF_LAYERS] for k in RF_KS}
+    exact = fields == formula
+    return _result(
+        "conv_receptive_field",
+        measured=fields[RF_KS[0]][-1],
+        expected=f"inputs the middle output of {RF_LAYERS[-1]} stacked k = {RF_KS[0]} convolutions depends on: "
+        f"L·(k−1)+1 = {formula[RF_KS[0]][-1]}, exactly (not 'about'), for L = 1..{RF_LAYERS[-1]}, k = {RF_KS}",
+        verdict="holds" if exact else "fails",
+        details={
+            "layers": list(RF_LAYERS),
+            "n": RF_N,
+            "receptive_field": {str(k): v for k, v in fields.items()},
+            "formula": {str(k): v for k, v in formula.items()},
+            "numbers": _numbers(two_layers_k5=(fields[5][1], "1", "receptive field of 2 layers, k = 5 (2k−1 = 9)")),
+        },
+    )
+
+
+PATH_CONV_KS = (3, 5, 9)
+PATH_CONV_RANGE = (16, 32, 64, 128)
+
+
+@claim(
+    "path_conv_contiguous",
+    "With ordinary (contiguous) convolutions, covering a sequence of length n takes L ≈ n/k layers: path "
+    "length O(n/k).",
+    f"{TABLE1}; study notes",
+    notes=("path_conv_contiguous",),
+)
+def _claim_path_conv_contiguous(seed: int) -> ClaimResult:
+    conv = models.ROLES.convolution
+    layers = {k: [paths.layers_to_cross(conv, n, k, seed=seed) for n in PATH_CONV_RANGE] for k in PATH_CONV_KS}
+    formula = {k: [paths.layers_to_cross_formula(conv, n, k) for n in PATH_CONV_RANGE] for k in PATH_CONV_KS}
+    one_sided = {k: [math.ceil((n - 1) / (k - 1)) for n in PATH_CONV_RANGE] for k in PATH_CONV_KS}
+    n_exp = {k: fitted_exponent(PATH_CONV_RANGE, v) for k, v in layers.items()}
+    ratio = {k: [lay / (n / k) for lay, n in zip(v, PATH_CONV_RANGE)] for k, v in layers.items()}
+    linear = all(abs(e - 1) <= ASYMPTOTIC_EXPONENT_TOL for e in n_exp.values())
+    constant_ok = all(abs(r[-1] - 1) <= CONSTANT_FACTOR_TOL for r in ratio.values())
+    big_k, big_n = PATH_CONV_KS[0], PATH_CONV_RANGE[-1]
+    verdict = "holds" if linear and constant_ok else ("partly" if linear else "fails")
+    return _result(
+        "path_conv_contiguous",
+        measured=_num(ratio[big_k][-1]),
+        expected=f"measured layers / (n/k) at n = {big_n}, k = {big_k}: the note's 'L ≈ n/k' says 1 (± "
+        f"{CONSTANT_FACTOR_TOL}); layers grow linearly in n (O(n/k) holds) but centered kernels need "
+        "⌈(n−1)/((k−1)/2)⌉ ≈ 2n/(k−1), and even one-sided growth L·(k−1)+1 ≥ n needs n/(k−1)",
+        verdict=verdict,
+        details={
+            "n": list(PATH_CONV_RANGE),
+            "layers": {str(k): v for k, v in layers.items()},
+            "formula": {str(k): v for k, v in formula.items()},
+            "one_sided": {str(k): v for k, v in one_sided.items()},
+            "ratio_to_n_over_k": {str(k): [_num(x) for x in v] for k, v in ratio.items()},
+            "exponent_n": {str(k): _num(v) for k, v in n_exp.items()},
+            "numbers": _numbers(
+                layers=(layers[big_k][-1], "1", f"layers to cross, n = {big_n}, k = {big_k}"),
+                n_over_k=(big_n / big_k, "1", "n/k"),
+                exponent_n=(n_exp[big_k], "1", f"fitted exponent in n of the layers, k = {big_k}"),
+            ),
+        },
+    )
+
+
+DILATED_K = 3
+DILATED_LAYERS = (1, 2, 3, 4, 5)
+DILATED_RF_N = 2 * DILATED_K ** DILATED_LAYERS[-1] + 1  # the widest k^l stack's field fits around the middle
+# Powers of k: ⌈log_k(2(n−1)+1)⌉ then steps by exactly 1 per factor k, so the slope is not blurred by the ceiling.
+DILATED_NS = tuple(DILATED_K**j for j in range(2, 7))
+LOG_FIT_TOL = 0.1  # |fitted slope of layers against log_k n − 1|; the layers are a ceiling, so integer steps
+
+
+@claim(
+    "path_conv_dilated",
+    "The O(log_k n) path length of convolutions comes from dilated convolutions: with dilations 1, 2, 4, … "
+    "the receptive field after L layers reaches O(k^L), so L = O(log_k n) layers cover n.",
+    f"{TABLE1}; study notes",
+    notes=("path_conv_dilated",),
+)
+def _claim_path_conv_dilated(seed: int) -> ClaimResult:
+    gen = _generator(seed, 112)
+    k, dilated = DILATED_K, _dilated_conv()
+    doubling = [
+        stacked_receptive_field(dilated, k, [2**i for i in range(depth)], DILATED_RF_N, gen, seed)
+        for depth in DILATED_LAYERS
+    ]
+    powers = [
+        stacked_receptive_field(dilated, k, [k**i for i in range(depth)], DILATED_RF_N, gen, seed)
+        for depth in DILATED_LAYERS
+    ]
+    doubling_formula = [1 + (k - 1) * (2**depth - 1) for depth in DILATED_LAYERS]
+    k_power = [k**depth for depth in DILATED_LAYERS]
+    layers = [paths.layers_to_cross(dilated, n, k, seed=seed) for n in DILATED_NS]
+    formula = [paths.layers_to_cross_formula(dilated, n, k) for n in DILATED_NS]
+    logs = np.log(np.asarray(DILATED_NS, float)) / math.log(k)
+    slope = float(np.polyfit(logs, np.asarray(layers, float), 1)[0])
+    log_holds = layers == formula and abs(slope - 1) <= LOG_FIT_TOL
+    doubling_is_k_power = doubling == k_power
+    verdict = "holds" if log_holds and doubling_is_k_power else ("partly" if log_holds else "fails")
+    return _result(
+        "path_conv_dilated",
+        measured=doubling[-1],
+        expected=f"receptive field of {DILATED_LAYERS[-1]} k = {k} layers with the note's doubling dilations: the "
+        f"note's O(k^L) says ~{k_power[-1]}; measured 1 + (k−1)(2^L − 1) = {doubling_formula[-1]} (O(k·2^L), "
+        f"L ≈ log₂ n). Dilations k^l give exactly k^L, and with them the layers to cross grow as log_k n "
+        f"(slope {LOG_FIT_TOL} tolerance): O(log n) holds, base k only for k^l dilations",
+        verdict=verdict,
+        details={
+            "k": k,
+            "layers": list(DILATED_LAYERS),
+            "field_doubling": doubling,
+            "field_doubling_formula": doubling_formula,
+            "field_k_power": powers,
+            "k_power": k_power,
+            "n": list(DILATED_NS),
+            "layers_to_cross_k_power": layers,
+            "layers_to_cross_formula": formula,
+            "numbers": _numbers(
+                slope_log_k=(slope, "1", "fitted layers per unit of log_k n, dilations k^l"),
+                field_k_power=(powers[-1], "1", f"receptive field of {DILATED_LAYERS[-1]} layers, dilations k^l"),
+            ),
+        },
+    )
+
+
+ONE_LAYER_N, ONE_LAYER_D, ONE_LAYER_K = 64, 16, 3
+ONE_LAYER_TS = (0, 15, 31, 63)  # output positions probed
+
+
+@claim(
+    "receptive_field_one_layer",
+    "In one layer, a convolution's receptive field is its fixed kernel, self-attention's is global (every "
+    "position attends to all positions), and an RNN's grows step by step.",
+    D2L_CNN_RNN_SA,
+    notes=("receptive_field_one_layer",),
+)
+def _claim_receptive_field_one_layer(seed: int) -> ClaimResult:
+    gen = _generator(seed, 113)
+    n, cfg = ONE_LAYER_N, LayerConfig(d=ONE_LAYER_D, k=ONE_LAYER_K)
+    roles = {
+        "convolution": models.ROLES.convolution,
+        "attention": models.ROLES.attention,
+        "recurrent": models.ROLES.recurrent,
+    }
+    fields = {}
+    for role, name in roles.items():
+        layer = _float64(name, cfg, seed)
+        fields[role] = [len(receptive_field(layer, n, ONE_LAYER_D, t, gen)) for t in ONE_LAYER_TS]
+    half = (ONE_LAYER_K - 1) // 2
+    expected = {
+        "convolution": [min(n - 1, t + half) - max(0, t - half) + 1 for t in ONE_LAYER_TS],
+        "attention": [n] * len(ONE_LAYER_TS),
+        "recurrent": [t + 1 for t in ONE_LAYER_TS],
+    }
+    ok = fields == expected
+    return _result(
+        "receptive_field_one_layer",
+        measured=fields["attention"][0],
+        expected=f"inputs output 0 of one attention layer depends on at n = {n}: all {n}; conv (k = "
+        f"{ONE_LAYER_K}) sees ≤ {ONE_LAYER_K}; a unidirectional RNN's output t sees inputs 0..t",
+        verdict="holds" if ok else "fails",
+        details={
+            "n": n,
+            "positions": list(ONE_LAYER_TS),
+            "layers": roles,
+            "receptive_field": fields,
+            "numbers": _numbers(
+                conv_field=(fields["convolution"][1], "1", f"conv receptive field at t = {ONE_LAYER_TS[1]}"),
+                rnn_field_last=(fields["recurrent"][-1], "1", f"RNN receptive field at t = {ONE_LAYER_TS[-1]}"),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ slow on long sequences
+SLOW_D = 64
+SLOW_NS = (64, 128, 256, 512, 1024, 2048, 4096)
+SLOW_EXPONENT_MIN = 1.8  # local FLOP exponent of attention between the two largest n: near 2 (4n²d dominates)
+MEMORY_NS = (256, 512, 1024)  # peak memory of the explicit n×n scores, d = MEMORY_D
+MEMORY_D = 32
+MEMORY_EXPONENT_MIN = 1.8  # local exponent of attention_explicit's peak bytes between the two largest n
+
+
+@claim(
+    "attention_slow_long_sequences",
+    "Because its cost is quadratic in sequence length, self-attention becomes very slow on very long sequences.",
+    D2L_CNN_RNN_SA,
+    notes=("attention_slow_long_sequences",),
+)
+def _claim_attention_slow_long_sequences(seed: int) -> ClaimResult:
+    gen = _generator(seed, 114)
+    names = (models.ROLES.attention, models.ROLES.recurrent, models.ROLES.convolution)
+    flops = {name: [_layer_flops(name, n, LayerConfig(d=SLOW_D), gen) for n in SLOW_NS] for name in names}
+    att = flops[names[0]]
+    local = math.log(att[-1] / att[-2]) / math.log(SLOW_NS[-1] / SLOW_NS[-2])
+    crossover = {}
+    for other in names[1:]:
+        above = [n for n, a, o in zip(SLOW_NS, att, flops[other]) if a > o]
+        crossover[other] = above[0] if above and above == list(SLOW_NS[SLOW_NS.index(above[0]) :]) else None
+    explicit = models.build(models.ROLES.attention_explicit, LayerConfig(d=MEMORY_D))
+    peaks = []
+    for n in MEMORY_NS:
+        x = torch.randn(1, n, MEMORY_D, generator=gen)
+        with torch.inference_mode():
+            peaks.append(measure_memory(lambda x=x: explicit(x), "cpu").peak_bytes)
+    mem_exp = math.log(peaks[-1] / peaks[-2]) / math.log(MEMORY_NS[-1] / MEMORY_NS[-2])
+    ok = (
+        local >= SLOW_EXPONENT_MIN and mem_exp >= MEMORY_EXPONENT_MIN and all(v is not None for v in crossover.values())
+    )
+    ratio = {other: [_num(a / o) for a, o in zip(att, flops[other])] for other in names[1:]}
+    return _result(
+        "attention_slow_long_sequences",
+        measured=_num(local),
+        expected=f"local exponent in n of attention's counted FLOPs between n = {SLOW_NS[-2]} and {SLOW_NS[-1]} "
+        f"(d = {SLOW_D}): ≥ {SLOW_EXPONENT_MIN} (quadratic); beyond a crossover n* it does more work than "
+        f"{names[1]} and {names[2]}, and the explicit scores' peak memory grows as n² (≥ {MEMORY_EXPONENT_MIN}). "
+        "Work, not time: below n ≈ 2d the projections dominate and attention is not the costly one",
+        verdict="holds" if ok else "fails",
+        details={
+            "d": SLOW_D,
+            "n": list(SLOW_NS),
+            "flops_counted": flops,
+            "flops_ratio_attention_to": ratio,
+            "crossover_n": crossover,
+            "memory_n": list(MEMORY_NS),
+            "memory_d": MEMORY_D,
+            "peak_bytes_explicit": peaks,
+            "numbers": _numbers(
+                crossover_recurrent=(
+                    crossover[names[1]] if crossover[names[1]] is not None else "none",
+                    "1",
+                    f"smallest n from which attention counts more FLOPs than {names[1]}",
+                ),
+                memory_exponent=(mem_exp, "1", "local exponent in n of the explicit scores' peak bytes"),
+                ratio_largest_n=(
+                    att[-1] / flops[names[1]][-1],
+                    "1",
+                    f"attention / {names[1]} FLOPs at n = {SLOW_NS[-1]}",
+                ),
+            ),
+        },
+    )

@@ -1,3 +1,229 @@
 """The position-wise feed-forward network: its size, FLOPs and position-wise action, as the study notes state them."""
 
 from __future__ import annotations
+
+import torch
+from torch import nn
+
+import models
+from models import LayerConfig
+
+from .record import PAPER, ClaimResult, _generator, _num, _numbers, _result, claim, counted_flops
+
+SECTION = f"{PAPER}, §3.3 (Position-wise Feed-Forward Networks)"
+
+# ------------------------------------------------------------------------ feed-forward network
+FFN_D, FFN_D_FF, FFN_HEADS = 512, 2048, 8  # the base model
+FFN_PARAMS_NOTE = 2.1e6  # the note's "≈ 2.1M"
+PARAMS_REL_TOL = 0.01  # a count "is about" the note's rounded figure when within 1 % of it
+FLOP_POSITIONS = 4  # positions in the FLOP-counting call
+COMPARABLE_MIN = 0.5  # FFN / attention parameters at least this: "comparable, or even more"
+SMALL = {"batch": 2, "n": 32, "d": 64, "d_ff": 256}  # the conv, position-wise and linearity checks
+SAME_ATOL = 1e-5  # float32 outputs of the same computation, arranged differently, agree within this
+NONLINEAR_MIN = 0.01  # relative additivity defect at least this: the map is not linear
+LINEAR_MAX = 1e-10  # float64 relative error at most this: the maps are the same linear map
+STACK_DEPTH = 6
+
+
+def ffn(d: int, d_ff: int, dtype: torch.dtype = torch.float32, relu: bool = True) -> nn.Sequential:
+    """max(0, xW₁ + b₁)W₂ + b₂ (PyTorch's default init; seed it with torch.manual_seed)."""
+    return nn.Sequential(
+        nn.Linear(d, d_ff, dtype=dtype), nn.ReLU() if relu else nn.Identity(), nn.Linear(d_ff, d, dtype=dtype)
+    )
+
+
+def _seeded_ffn(seed: int, d: int, d_ff: int, dtype: torch.dtype = torch.float32, relu: bool = True) -> nn.Sequential:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return ffn(d, d_ff, dtype, relu)
+
+
+def parameter_count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def conv1x1_ffn(net: nn.Sequential) -> nn.Sequential:
+    """The same FFN as two Conv1d with kernel size 1 (input (batch, d, n)), carrying the Linear weights over."""
+    first, act, second = net
+    convs = []
+    for linear in (first, second):
+        conv = nn.Conv1d(linear.in_features, linear.out_features, 1, dtype=linear.weight.dtype)
+        with torch.no_grad():
+            conv.weight.copy_(linear.weight[:, :, None])  # (out, in, 1): the kernel at the one tap
+            conv.bias.copy_(linear.bias)
+        convs.append(conv)
+    return nn.Sequential(convs[0], act, convs[1])
+
+
+def cross_position_jacobian(net: nn.Module, x: torch.Tensor) -> tuple[float, float]:
+    """For x (n, d): (max |∂out_i / ∂x_j| over i ≠ j, max over i = j), from the full Jacobian."""
+    jac = torch.func.jacrev(net)(x).detach()  # (n, d, n, d)
+    n = x.shape[0]
+    same = torch.eye(n, dtype=torch.bool)[:, None, :, None].expand_as(jac)
+    return float(jac[~same].abs().max()), float(jac[same].abs().max())
+
+
+def additivity_defect(f, x1: torch.Tensor, x2: torch.Tensor) -> float:
+    """‖f(x1 + x2) − f(x1) − f(x2) + f(0)‖ / ‖f(x1 + x2)‖: 0 for an affine map."""
+    with torch.inference_mode():
+        total = f(x1 + x2)
+        defect = total - f(x1) - f(x2) + f(torch.zeros_like(x1))
+    return float(defect.norm() / total.norm())
+
+
+def collapse_affine(layers: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W, c) with x ↦ x W + c equal to the stack applied in order (nn.Linear: x ↦ x Aᵀ + b)."""
+    first = layers[0]
+    w, c = first.weight.T.detach().clone(), first.bias.detach().clone()
+    for layer in layers[1:]:
+        w, c = w @ layer.weight.T, c @ layer.weight.T + layer.bias
+    return w.detach(), c.detach()
+
+
+@claim(
+    "ffn_params",
+    "With d_model = 512 and d_ff = 2048 the FFN has weights 512×2048 and 2048×512, about 512·2048·2 ≈ 2.1 M "
+    "parameters.",
+    SECTION,
+    notes=("ffn_params",),
+)
+def _claim_ffn_params(seed: int) -> ClaimResult:
+    d, d_ff = FFN_D, FFN_D_FF
+    net = _seeded_ffn(seed, d, d_ff)
+    params = parameter_count(net)
+    x = torch.randn(1, FLOP_POSITIONS, d, generator=_generator(seed, 111))
+    flops_per_position = counted_flops(lambda: net(x)) / FLOP_POSITIONS
+    return _result(
+        "ffn_params",
+        measured=params,
+        expected=f"parameters of Linear({d}, {d_ff}) + Linear({d_ff}, {d}): ≈ {FFN_PARAMS_NOTE / 1e6:g} M "
+        f"(within {PARAMS_REL_TOL:.0%}); 2·d·d_ff = {2 * d * d_ff:,} weights + {d_ff + d:,} biases",
+        verdict="holds" if abs(params - FFN_PARAMS_NOTE) <= PARAMS_REL_TOL * FFN_PARAMS_NOTE else "fails",
+        details={
+            "numbers": _numbers(
+                weights=(2 * d * d_ff, "parameters", "weights 2 · d_model · d_ff"),
+                biases=(d_ff + d, "parameters", "biases d_ff + d_model"),
+                flops_per_position=(int(flops_per_position), "FLOPs", "counted FLOPs per position (4 · d · d_ff)"),
+            ),
+        },
+        unit="parameters",
+    )
+
+
+@claim(
+    "ffn_vs_mha_params",
+    "The FFN's parameter count is comparable to, or even more than, that of the multi-head attention layer.",
+    SECTION,
+    notes=("ffn_vs_mha_params",),
+)
+def _claim_ffn_vs_mha_params(seed: int) -> ClaimResult:
+    d, d_ff, h = FFN_D, FFN_D_FF, FFN_HEADS
+    ffn_params = parameter_count(_seeded_ffn(seed, d, d_ff))
+    attention = models.build(models.ROLES.attention, LayerConfig(d=d, heads=h), seed=seed)
+    mha_params = parameter_count(attention)
+    ratio = ffn_params / mha_params
+    return _result(
+        "ffn_vs_mha_params",
+        measured=_num(ratio, 4),
+        expected=f"FFN / multi-head attention parameters, d = {d}, d_ff = {d_ff}, h = {h}: ≥ {COMPARABLE_MIN:g} "
+        f"(comparable or more); (2·d·d_ff + d_ff + d) / (4·d² + 4·d) ≈ 2",
+        verdict="holds" if ratio >= COMPARABLE_MIN else "fails",
+        details={
+            "numbers": _numbers(
+                ffn=(ffn_params, "parameters", "FFN"),
+                attention=(mha_params, "parameters", "multi-head attention (Q, K, V, output projections)"),
+            ),
+        },
+    )
+
+
+@claim(
+    "ffn_conv1x1",
+    "The FFN can be seen as two convolutions with kernel size 1.",
+    SECTION,
+    notes=("ffn_conv1x1",),
+)
+def _claim_ffn_conv1x1(seed: int) -> ClaimResult:
+    b, n, d, d_ff = SMALL["batch"], SMALL["n"], SMALL["d"], SMALL["d_ff"]
+    net = _seeded_ffn(seed, d, d_ff)
+    x = torch.randn(b, n, d, generator=_generator(seed, 112))
+    conv = conv1x1_ffn(net)
+    with torch.inference_mode():
+        error = float((conv(x.transpose(1, 2)).transpose(1, 2) - net(x)).abs().max())
+    return _result(
+        "ffn_conv1x1",
+        measured=_num(error, 3),
+        expected=f"max |Conv1d(k=1) → ReLU → Conv1d(k=1) − FFN| with the same weights, b = {b}, n = {n}, d = {d}, "
+        f"d_ff = {d_ff}, float32: ≤ {SAME_ATOL:g}",
+        verdict="holds" if error <= SAME_ATOL else "fails",
+        details={"numbers": _numbers(conv_params=(parameter_count(conv), "parameters", "the two convolutions"))},
+    )
+
+
+@claim(
+    "ffn_position_wise",
+    "The FFN is applied at every position with the same parameters, independently: the output at position i "
+    "depends only on the input at position i.",
+    SECTION,
+    notes=("ffn_position_wise",),
+)
+def _claim_ffn_position_wise(seed: int) -> ClaimResult:
+    n, d, d_ff = SMALL["n"], SMALL["d"], SMALL["d_ff"]
+    net = _seeded_ffn(seed, d, d_ff)
+    gen = _generator(seed, 113)
+    x = torch.randn(n, d, generator=gen)
+    cross, own = cross_position_jacobian(net, x)
+    perm = torch.randperm(n, generator=gen)
+    with torch.inference_mode():
+        perm_error = float((net(x[perm]) - net(x)[perm]).abs().max())
+    holds = cross == 0.0 and own > 0.0 and perm_error <= SAME_ATOL
+    return _result(
+        "ffn_position_wise",
+        measured=cross,
+        expected=f"max |∂FFN(X)_i / ∂X_j| over i ≠ j, n = {n}, d = {d}: exactly 0 (the Jacobian is block-diagonal); "
+        f"FFN(PX) = P·FFN(X) within {SAME_ATOL:g}",
+        verdict="holds" if holds else "fails",
+        details={
+            "numbers": _numbers(
+                own=(own, "1", "max |∂FFN(X)_i / ∂X_i| (the diagonal blocks)"),
+                permutation_error=(perm_error, "1", "max |FFN(PX) − P·FFN(X)|"),
+            ),
+        },
+    )
+
+
+@claim(
+    "ffn_nonlinear",
+    "FFN(x) = max(0, xW₁ + b₁)W₂ + b₂ is a two-layer network whose ReLU makes it nonlinear; without it, any "
+    "number of stacked linear layers is equivalent to a single linear transformation.",
+    SECTION,
+    notes=("ffn_nonlinear", "linear_stack_collapses"),
+)
+def _claim_ffn_nonlinear(seed: int) -> ClaimResult:
+    n, d, d_ff = SMALL["n"], SMALL["d"], SMALL["d_ff"]
+    gen = _generator(seed, 114)
+    x1, x2 = (torch.randn(n, d, generator=gen, dtype=torch.float64) for _ in range(2))
+    with_relu = additivity_defect(_seeded_ffn(seed, d, d_ff, torch.float64), x1, x2)
+    without_relu = additivity_defect(_seeded_ffn(seed, d, d_ff, torch.float64, relu=False), x1, x2)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        stack = [nn.Linear(d, d, dtype=torch.float64) for _ in range(STACK_DEPTH)]
+    w, c = collapse_affine(stack)
+    with torch.inference_mode():
+        deep = nn.Sequential(*stack)(x1)
+        stack_error = float((deep - (x1 @ w + c)).abs().max() / deep.abs().max())
+    holds = with_relu >= NONLINEAR_MIN and without_relu <= LINEAR_MAX and stack_error <= LINEAR_MAX
+    return _result(
+        "ffn_nonlinear",
+        measured=_num(with_relu, 4),
+        expected=f"‖FFN(x1+x2) − FFN(x1) − FFN(x2) + FFN(0)‖ / ‖FFN(x1+x2)‖, d = {d}, d_ff = {d_ff}: ≥ "
+        f"{NONLINEAR_MIN:g} (nonlinear); without the ReLU, and a {STACK_DEPTH}-layer affine stack against its "
+        f"collapsed x·W + c: ≤ {LINEAR_MAX:g} (float64)",
+        verdict="holds" if holds else "fails",
+        details={
+            "numbers": _numbers(
+                without_relu=(without_relu, "1", "additivity defect without the ReLU"),
+                stack_error=(stack_error, "1", f"{STACK_DEPTH} stacked affine layers vs one, relative max error"),
+            ),
+        },
+    )

@@ -1,4 +1,6 @@
-"""Masks and permutations: self-attention's permutation equivariance, the causal mask's zero weights."""
+"""Masks and permutations: self-attention's permutation equivariance (not invariance), the causal mask's
+zero weights and what it hides, a constant encoding, and the order-sensitive recurrent and convolutional
+layers."""
 
 from __future__ import annotations
 
@@ -116,5 +118,206 @@ def _claim_causal_mask(seed: int) -> ClaimResult:
             **s,
             "sdpa_change_per_prefix": changes,
             "numbers": _numbers(sdpa_change=(fused, "1", "largest change of fused outputs")),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ what the causal mask hides
+SCOPE_SIZE = {"n": 16, "d": 16, "heads": 2}
+DEPENDS_ATOL = 0.0  # a Jacobian block exactly zero: the output does not depend on that input
+
+
+def causal_dependencies(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """(n, n) bool: [i, j] True where output i of causal self-attention (the layer's projections, the
+    paper's mask −∞ above the diagonal, by `causal_weights`) depends on input j: its Jacobian block is not 0.
+    `x` is (n, d), one sequence."""
+
+    def f(seq: torch.Tensor) -> torch.Tensor:
+        x1 = seq[None]
+        q, k, v = (layer._split(p(x1)) for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+        weights = causal_weights(q @ k.transpose(-2, -1) / math.sqrt(layer.d_head))
+        mixed = (weights @ v).transpose(1, 2).reshape(x1.shape)
+        return layer.out_proj(mixed)[0]
+
+    jac = torch.autograd.functional.jacobian(f, x)  # (n, d, n, d)
+    return jac.abs().amax(dim=(1, 3)) > DEPENDS_ATOL
+
+
+@claim(
+    "causal_mask_scope",
+    "With the decoder's mask, the output at position i cannot see position i and later, so it depends only on "
+    "positions 1 to i−1.",
+    f"{PAPER}, §3.2.3 and §3.1 (outputs shifted right)",
+    notes=("causal_mask_scope",),
+)
+def _claim_causal_mask_scope(seed: int) -> ClaimResult:
+    """Dependencies by the Jacobian. The mask alone: output i depends on inputs 0..i, itself included, and on
+    nothing after i. With the decoder input shifted right by one (position i holds word i−1, position 0 a
+    start token), output i depends on words 0..i−1 only. Verdict: no future dependency, self-dependency at
+    every position, and strictly-earlier words after the shift: partly (the mask does half; the shift the
+    rest); a future dependency: fails; no self-dependency with the mask alone: holds."""
+    s = SCOPE_SIZE
+    gen = _generator(seed, 41)
+    layer = models.build(models.ROLES.attention_explicit, LayerConfig(d=s["d"], heads=s["heads"]), seed=seed)
+    words = torch.randn(s["n"], s["d"], generator=gen)
+    deps = causal_dependencies(layer, words)
+    future = int(deps.triu(1).sum())
+    self_deps = int(deps.diagonal().sum())
+    past_missing = int((~deps).tril(-1).sum())
+    # Shifted right: a start token at position 0, word j at position j + 1; the last word is dropped.
+    start = torch.zeros(1, s["d"])
+    shifted_deps = causal_dependencies(layer, torch.cat([start, words[:-1]]))  # [i, p]: on position p
+    on_words = shifted_deps[:, 1:]  # [i, j]: output i on word j (at position j + 1)
+    shifted_ok = not bool(on_words.triu(0).any()) and bool(on_words.tril(-1)[1:].any())
+    if future:
+        verdict = "fails"
+    elif self_deps == 0:
+        verdict = "holds"
+    else:
+        verdict = "partly" if shifted_ok else "fails"
+    return _result(
+        "causal_mask_scope",
+        measured=self_deps,
+        expected=f"positions i (of {s['n']}) whose masked output depends on input i itself: 0 for 'only 1..i−1'; "
+        f"the mask alone gives {s['n']} (and 0 dependencies on j > i); after a right shift, words < i only",
+        verdict=verdict,
+        details={
+            **s,
+            "dependencies": deps.int().tolist(),
+            "numbers": _numbers(
+                future_dependencies=(future, "1", "pairs (i, j > i) with output i depending on input j"),
+                past_missing=(past_missing, "1", "pairs (i, j < i) with no dependency"),
+                shifted_only_earlier=(
+                    int(shifted_ok),
+                    "1",
+                    "after the right shift, output i depends on words < i only",
+                ),
+            ),
+        },
+        unit="positions",
+    )
+
+
+# ------------------------------------------------------------------------ "invariant" against "equivariant"
+INVARIANT_ATOL = EQUIVARIANT_ATOL  # max |f(Px) − f(x)| for the output to be "unchanged"
+
+
+@claim(
+    "permutation_invariance",
+    "Self-attention is permutation-invariant: shuffling the input words leaves its output unchanged.",
+    f"{PAPER}, §3.5; {D2L_SELF_ATTENTION}",
+    notes=("permutation_invariance_wording",),
+)
+def _claim_permutation_invariance(seed: int) -> ClaimResult:
+    """max |f(Px) − f(x)| is of order 1: the output rows move with the input, so 'invariant' fails. The true
+    statement, equivariance (|f(Px) − P f(x)| at rounding, the claim permutation_equivariance), and the
+    invariance of the mean over positions are reported beside it."""
+    s = EQUIVARIANCE_SIZE
+    gen = _generator(seed, 42)
+    x = torch.randn(s["batch"], s["n"], s["d"], generator=gen)
+    perm = torch.randperm(s["n"], generator=gen)
+    names = (models.ROLES.attention, models.ROLES.attention_explicit)
+    invariance, equivariance, pooled = {}, {}, {}
+    for name in names:
+        layer = models.build(name, LayerConfig(d=s["d"], heads=s["heads"]), seed=seed)
+        with torch.inference_mode():
+            y, y_perm = layer(x), layer(x[:, perm])
+        invariance[name] = _num(float((y_perm - y).abs().max()))
+        equivariance[name] = _num(float((y_perm - y[:, perm]).abs().max()))
+        pooled[name] = _num(float((y_perm.mean(1) - y.mean(1)).abs().max()))
+    least = min(invariance.values())
+    return _result(
+        "permutation_invariance",
+        measured=least,
+        expected=f"smallest max |f(Px) − f(x)| over {', '.join(names)}: ≤ {INVARIANT_ATOL} if invariant "
+        f"(≥ {BROKEN_MIN}: it is not)",
+        verdict="holds" if least <= INVARIANT_ATOL else "fails",
+        details={
+            **s,
+            "invariance_error": invariance,
+            "equivariance_error": equivariance,
+            "mean_pooled_invariance_error": pooled,
+            "numbers": _numbers(
+                equivariance_error=(max(equivariance.values()), "1", "max |f(Px) − P f(x)|: equivariant"),
+                pooled_error=(max(pooled.values()), "1", "max |mean f(Px) − mean f(x)|: invariant after pooling"),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ a constant encoding
+CONSTANT_PE_SCALE = 1.0  # the constant vector c ~ N(0, I), the size of a token embedding
+
+
+@claim(
+    "constant_pe_ineffective",
+    "A positional embedding that is the same vector at every position carries no position information: "
+    "self-attention stays permutation-equivariant.",
+    f"{PAPER}, §3.5",
+    notes=("constant_pe_ineffective",),
+)
+def _claim_constant_pe_ineffective(seed: int) -> ClaimResult:
+    s = EQUIVARIANCE_SIZE
+    gen = _generator(seed, 43)
+    x = torch.randn(s["batch"], s["n"], s["d"], generator=gen)
+    perm = torch.randperm(s["n"], generator=gen)
+    constant = (torch.randn(1, s["d"], generator=gen) * CONSTANT_PE_SCALE).expand(s["n"], s["d"])
+    sinusoid = sinusoidal_encoding(s["n"], s["d"])
+    names = (models.ROLES.attention, models.ROLES.attention_explicit)
+    errors, errors_pe = {}, {}
+    for name in names:
+        layer = models.build(name, LayerConfig(d=s["d"], heads=s["heads"]), seed=seed)
+        errors[name] = _num(permutation_error(layer, x, perm, constant))
+        errors_pe[name] = _num(permutation_error(layer, x, perm, sinusoid))
+    worst, least_broken = max(errors.values()), min(errors_pe.values())
+    ok = worst <= EQUIVARIANT_ATOL and least_broken >= BROKEN_MIN
+    return _result(
+        "constant_pe_ineffective",
+        measured=worst,
+        expected=f"max |f(Px + c) − P f(x + c)| for one vector c at every position ({', '.join(names)}): "
+        f"≤ {EQUIVARIANT_ATOL}; with sinusoidal encodings ≥ {BROKEN_MIN}",
+        verdict="holds" if ok else "fails",
+        details={
+            **s,
+            "error_constant": errors,
+            "error_sinusoidal": errors_pe,
+            "numbers": _numbers(error_sinusoidal=(least_broken, "1", "smallest max |f(Px) − P f(x)| with sinusoids")),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ recurrence and convolution see order
+ORDER_SIZE = {"batch": 2, "n": 64, "d": 32, "heads": 4, "k": 3}
+
+
+@claim(
+    "rnn_cnn_order_sensitive",
+    "A recurrent layer keeps word order through its recurrence and a convolution's sliding kernel sees local "
+    "order, unlike self-attention: neither is permutation-equivariant.",
+    f"{PAPER}, §4; {D2L_SELF_ATTENTION}",
+    notes=("rnn_cnn_order_sensitive",),
+)
+def _claim_rnn_cnn_order_sensitive(seed: int) -> ClaimResult:
+    s = ORDER_SIZE
+    gen = _generator(seed, 44)
+    x = torch.randn(s["batch"], s["n"], s["d"], generator=gen)
+    perm = torch.randperm(s["n"], generator=gen)
+    cfg = LayerConfig(d=s["d"], heads=s["heads"], k=s["k"])
+    ordered = (*models.recurrent(), models.ROLES.convolution)
+    errors = {name: _num(permutation_error(models.build(name, cfg, seed=seed), x, perm)) for name in ordered}
+    attention = _num(permutation_error(models.build(models.ROLES.attention, cfg, seed=seed), x, perm))
+    least = min(errors.values())
+    ok = least >= BROKEN_MIN and attention <= EQUIVARIANT_ATOL
+    return _result(
+        "rnn_cnn_order_sensitive",
+        measured=least,
+        expected=f"smallest max |f(Px) − P f(x)| over {', '.join(ordered)}: ≥ {BROKEN_MIN} (order-sensitive); "
+        f"{models.ROLES.attention}: ≤ {EQUIVARIANT_ATOL}",
+        verdict="holds" if ok else "fails",
+        details={
+            **s,
+            "error": errors,
+            f"error_{models.ROLES.attention}": attention,
+            "numbers": _numbers(error_attention=(attention, "1", f"max |f(Px) − P f(x)|, {models.ROLES.attention}")),
         },
     )

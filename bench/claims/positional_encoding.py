@@ -1,16 +1,29 @@
 """The sinusoidal positional encoding: offsets as rotations, distinct positions, geometric wavelengths,
-its variance, and what happens beyond a trained length."""
+its variance, the d2l code and the formula's index range, bounded values, the per-pair 2×2 rotation, what
+a linear readout of a difference can tell, the largest wavelength, frequencies falling along the
+dimensions, the binary analogy, and what happens beyond a trained length."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from models.encoding import PE_BASE, pe_frequencies, sinusoidal_encoding
 
-from .record import D2L_SELF_ATTENTION, D_MODEL, PAPER, ClaimResult, _num, _numbers, _result, claim
+from .record import (
+    D2L_SELF_ATTENTION,
+    D_MODEL,
+    PAPER,
+    ClaimResult,
+    _generator,
+    _num,
+    _numbers,
+    _result,
+    claim,
+)
 
 # ------------------------------------------------------------------------ 6. relative positions are rotations
 ROTATION_POSITIONS = 2048
@@ -48,7 +61,7 @@ def rotation_error(pe: torch.Tensor, k: int, base: float = PE_BASE) -> float:
     "pe_rotation",
     "For any fixed offset k, PE(pos + k) is a linear function of PE(pos): the same rotation M_k for every pos.",
     f"{PAPER}, §3.5; {D2L_SELF_ATTENTION} (relative positional information)",
-    notes=("pe_rotation", "pe_rotation_matrix"),
+    notes=("pe_rotation",),
 )
 def _claim_pe_rotation(seed: int) -> ClaimResult:
     errors = {}
@@ -278,8 +291,525 @@ def _claim_pe_variance(seed: int) -> ClaimResult:
     )
 
 
+# ------------------------------------------------------------------------ the d2l PositionalEncoding code
+FORMULA_POSITIONS = 1000  # the d2l class's max_len
+FORMULA_ATOL = 1.25e-4  # two float32 spacings at the largest angle (999 rad: spacing 6.1e-5); the code is float32
+FORMULA_ODD_D = 5  # an odd width: 3 sin columns for 2 cos slots
+
+
+def d2l_positional_table(num_hiddens: int, max_len: int = FORMULA_POSITIONS) -> torch.Tensor:
+    """P (1, max_len, num_hiddens) exactly as the d2l PositionalEncoding class of the notes builds it."""
+    P = torch.zeros((1, max_len, num_hiddens))
+    X = torch.arange(max_len, dtype=torch.float32).reshape(-1, 1) / torch.pow(
+        10000, torch.arange(0, num_hiddens, 2, dtype=torch.float32) / num_hiddens
+    )
+    P[:, :, 0::2] = torch.sin(X)
+    P[:, :, 1::2] = torch.cos(X)
+    return P
+
+
+def d2l_positional_forward(P: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """The class's forward with dropout 0: X + P[:, :X.shape[1], :]."""
+    return X + P[:, : X.shape[1], :]
+
+
+def formula_table(n: int, d: int, base: float = PE_BASE) -> torch.Tensor:
+    """p[pos, 2j] = sin(pos / base^(2j/d)), p[pos, 2j+1] = cos(pos / base^(2j/d)), written from the formula
+    in float64 (power, not the exp recipe), rows = positions, columns = encoding dimensions."""
+    pos = torch.arange(n, dtype=torch.float64)[:, None]
+    denom = torch.tensor(base, dtype=torch.float64) ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    table = torch.empty(n, d, dtype=torch.float64)
+    table[:, 0::2], table[:, 1::2] = torch.sin(pos / denom), torch.cos(pos / denom)
+    return table
+
+
+def _error_text(fn: Callable[[], object]) -> str:
+    """'ok' or the exception's type and first line."""
+    try:
+        fn()
+    except Exception as err:  # noqa: BLE001 - the exception is the measurement
+        return f"{type(err).__name__}: {str(err).splitlines()[0]}"
+    return "ok"
+
+
+@claim(
+    "pe_formula_code",
+    "The d2l PositionalEncoding code computes P[pos, 2j] = sin(pos/10000^(2j/d)) and P[pos, 2j+1] = "
+    "cos(pos/10000^(2j/d)), rows indexed by position and columns by encoding dimension.",
+    f"{D2L_SELF_ATTENTION} (positional encoding code)",
+    notes=("pe_formula_code",),
+)
+def _claim_pe_formula_code(seed: int) -> ClaimResult:
+    P = d2l_positional_table(D_MODEL)
+    error = float((P[0].double() - formula_table(FORMULA_POSITIONS, D_MODEL)).abs().max())
+    odd = _error_text(lambda: d2l_positional_table(FORMULA_ODD_D))
+    longer = _error_text(lambda: d2l_positional_forward(P, torch.zeros(1, FORMULA_POSITIONS + 1, D_MODEL)))
+    return _result(
+        "pe_formula_code",
+        measured=_num(error, 3),
+        expected=f"max |P − formula (float64)| over pos < {FORMULA_POSITIONS}, d = {D_MODEL}: ≤ {FORMULA_ATOL:g} "
+        "(float32 rounding of the angle)",
+        verdict="holds" if error <= FORMULA_ATOL else "fails",
+        details={
+            "d": D_MODEL,
+            "max_len": FORMULA_POSITIONS,
+            "odd_d": FORMULA_ODD_D,
+            "odd_d_outcome": odd,
+            "longer_input_outcome": longer,
+            "numbers": _numbers(
+                odd_d=(odd, "1", f"the class at odd d = {FORMULA_ODD_D} (even d only)"),
+                longer_input=(
+                    longer,
+                    "1",
+                    f"forward on {FORMULA_POSITIONS + 1} positions (rows cached: {FORMULA_POSITIONS})",
+                ),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ the pair index i
+def column_coverage(d: int, pair_indices: range) -> tuple[torch.Tensor, int]:
+    """(how many times each of the d columns is addressed as 2i or 2i+1, how many addresses fall beyond
+    the last column) for i in `pair_indices`."""
+    counts = torch.zeros(d, dtype=torch.int64)
+    beyond = 0
+    for i in pair_indices:
+        for column in (2 * i, 2 * i + 1):
+            if column < d:
+                counts[column] += 1
+            else:
+                beyond += 1
+    return counts, beyond
+
+
+INDEX_TABLE_POSITIONS = 100  # positions at which the table's columns are compared with sin/cos(pos·ω_i)
+INDEX_ATOL = 1e-12  # float64 table against the formula column by column
+
+
+@claim(
+    "pe_index_range",
+    "In PE(pos, 2i) and PE(pos, 2i+1) the index i runs over the pairs 0 .. d_model/2 − 1.",
+    f"{PAPER}, §3.5",
+    notes=("pe_index_range",),
+)
+def _claim_pe_index_range(seed: int) -> ClaimResult:
+    counts, beyond = column_coverage(D_MODEL, range(D_MODEL // 2))
+    once = int((counts == 1).sum())
+    table = sinusoidal_encoding(INDEX_TABLE_POSITIONS, D_MODEL, torch.float64)
+    angles = torch.arange(INDEX_TABLE_POSITIONS, dtype=torch.float64)[:, None] * PE_BASE ** (
+        -2 * torch.arange(D_MODEL // 2, dtype=torch.float64) / D_MODEL
+    )
+    column_error = float(
+        torch.maximum((table[:, 0::2] - angles.sin()).abs().max(), (table[:, 1::2] - angles.cos()).abs().max())
+    )
+    ok = once == D_MODEL and beyond == 0 and column_error <= INDEX_ATOL
+    return _result(
+        "pe_index_range",
+        measured=once,
+        expected=f"columns addressed exactly once by 2i, 2i+1 for i = 0 .. {D_MODEL // 2 - 1}: all {D_MODEL} "
+        f"(none beyond; the table's columns 2i, 2i+1 are sin, cos(pos·10000^(−2i/d)) within {INDEX_ATOL:g})",
+        verdict="holds" if ok else "fails",
+        details={
+            "d": D_MODEL,
+            "numbers": _numbers(
+                beyond=(beyond, "1", "addresses beyond the last column"),
+                column_error=(column_error, "1", "largest |table − sin/cos(pos·ω_i)|, float64"),
+            ),
+        },
+    )
+
+
+@claim(
+    "pe_index_range_full",
+    "In PE(pos, 2i) = sin(pos/10000^(2i/d_model)), i is the dimension index, running 0 .. d_model − 1.",
+    "study notes (not in the paper); cf. " + f"{PAPER}, §3.5",
+    notes=("pe_index_range_full",),
+)
+def _claim_pe_index_range_full(seed: int) -> ClaimResult:
+    counts, beyond = column_coverage(D_MODEL, range(D_MODEL))
+    addressing = sum(1 for i in range(D_MODEL) if 2 * i + 1 < D_MODEL) / D_MODEL
+    return _result(
+        "pe_index_range_full",
+        measured=addressing,
+        expected=f"fraction of i = 0 .. {D_MODEL - 1} whose columns 2i, 2i+1 exist in a d = {D_MODEL} encoding: 1",
+        verdict="holds" if addressing == 1 else "fails",
+        details={
+            "d": D_MODEL,
+            "numbers": _numbers(
+                highest_column=(2 * (D_MODEL - 1) + 1, "1", "column 2i+1 at i = d − 1 (the table has 0 .. d − 1)"),
+                beyond=(beyond, "1", "addresses beyond the last column"),
+                pairs=(D_MODEL // 2, "1", "values of i that fill the table (0 .. d/2 − 1): i indexes pairs"),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ bounded values
+BOUNDED_POSITIONS = 10_000
+NORM_ATOL = 1e-4  # ‖PE(pos)‖ against √(d/2): float32 rounding of 512 squares summed
+
+
+@claim(
+    "pe_bounded",
+    "Sinusoidal positional encoding values lie in [−1, 1] (and every encoding has norm √(d/2)).",
+    f"{PAPER}, §3.5",
+    notes=("pe_bounded",),
+)
+def _claim_pe_bounded(seed: int) -> ClaimResult:
+    table = sinusoidal_encoding(BOUNDED_POSITIONS, D_MODEL, torch.float32)
+    largest = float(table.abs().max())
+    norm_error = float((table.double().norm(dim=-1) - math.sqrt(D_MODEL / 2)).abs().max())
+    ok = largest <= 1.0 and norm_error <= NORM_ATOL
+    return _result(
+        "pe_bounded",
+        measured=largest,
+        expected=f"max |PE| over pos < {BOUNDED_POSITIONS:,}, d = {D_MODEL}, float32: ≤ 1 "
+        f"(and ‖PE(pos)‖ = √(d/2) = {math.sqrt(D_MODEL / 2):g} within {NORM_ATOL:g})",
+        verdict="holds" if ok else "fails",
+        details={
+            "d": D_MODEL,
+            "positions": BOUNDED_POSITIONS,
+            "numbers": _numbers(
+                minimum=(float(table.min()), "1", "smallest entry"),
+                norm_error=(norm_error, "1", "largest |‖PE(pos)‖ − √(d/2)|"),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ the note's 2×2 rotation
+ROTATION_MATRIX_OFFSETS = (1, 7, 100)
+ROTATION_MATRIX_POSITIONS = 1000
+ORTHOGONAL_ATOL = 1e-12  # |RᵀR − I| and |det R − 1| in float64
+WRONG_SIGN_MIN = 0.5  # the transposed matrix (other sign convention) must miss by at least this much
+
+
+def pair_rotation_error(k: int, d: int, positions: int, transpose: bool = False) -> float:
+    """max |[sin, cos]((pos + k)ω_i) − R_i [sin, cos](pos ω_i)| over pos < positions and every pair i, float64,
+    with R_i = [[cos kω_i, sin kω_i], [−sin kω_i, cos kω_i]] (its transpose if `transpose`)."""
+    omega = pe_frequencies(d, torch.float64)
+    blocks = offset_rotation_blocks(k, d)  # (d/2, 2, 2)
+    if transpose:
+        blocks = blocks.transpose(-1, -2)
+    pos = torch.arange(positions, dtype=torch.float64)[:, None]
+    now = torch.stack([torch.sin(pos * omega), torch.cos(pos * omega)], -1)  # (n, d/2, 2)
+    later = torch.stack([torch.sin((pos + k) * omega), torch.cos((pos + k) * omega)], -1)
+    moved = (blocks @ now[..., None])[..., 0]
+    return float((later - moved).abs().max())
+
+
+@claim(
+    "pe_rotation_matrix",
+    "For each (sin, cos) pair of frequency ω_i, the map from position pos to pos + k is the 2×2 rotation "
+    "[[cos kω_i, sin kω_i], [−sin kω_i, cos kω_i]].",
+    f"{D2L_SELF_ATTENTION} (relative positional information)",
+    notes=("pe_rotation_matrix",),
+)
+def _claim_pe_rotation_matrix(seed: int) -> ClaimResult:
+    errors = [pair_rotation_error(k, D_MODEL, ROTATION_MATRIX_POSITIONS) for k in ROTATION_MATRIX_OFFSETS]
+    wrong = [pair_rotation_error(k, D_MODEL, ROTATION_MATRIX_POSITIONS, True) for k in ROTATION_MATRIX_OFFSETS]
+    blocks = torch.cat([offset_rotation_blocks(k, D_MODEL) for k in ROTATION_MATRIX_OFFSETS])
+    orthogonal = float((blocks.transpose(-1, -2) @ blocks - torch.eye(2, dtype=torch.float64)).abs().max())
+    det = float((torch.linalg.det(blocks) - 1).abs().max())
+    distinct = len(torch.unique(offset_rotation_blocks(1, D_MODEL)[:, 0, 1]))  # sin ω_i: one angle per pair
+    worst = max(errors)
+    ok = worst <= ROTATION_ATOL_FLOAT64 and orthogonal <= ORTHOGONAL_ATOL and det <= ORTHOGONAL_ATOL
+    ok = ok and min(wrong) >= WRONG_SIGN_MIN
+    return _result(
+        "pe_rotation_matrix",
+        measured=_num(worst, 3),
+        expected=f"max error of the note's matrix over pos < {ROTATION_MATRIX_POSITIONS}, k in "
+        f"{list(ROTATION_MATRIX_OFFSETS)}, every pair of d = {D_MODEL}, float64: ≤ {ROTATION_ATOL_FLOAT64:g} "
+        f"(orthogonal, det 1 within {ORTHOGONAL_ATOL:g}; the other sign convention off by ≥ {WRONG_SIGN_MIN})",
+        verdict="holds" if ok else "fails",
+        details={
+            "k": list(ROTATION_MATRIX_OFFSETS),
+            "error": [_num(v, 3) for v in errors],
+            "error_transposed": [_num(v, 3) for v in wrong],
+            "numbers": _numbers(
+                orthogonality=(orthogonal, "1", "largest |RᵀR − I|"),
+                determinant=(det, "1", "largest |det R − 1|"),
+                transposed=(min(wrong), "1", "smallest error of the transposed matrix (wrong sign convention)"),
+                distinct_rotations=(distinct, "1", "different 2×2 rotations in M_1 (one per pair, not one fixed)"),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ relative offset from a difference
+READOUT_PAIRS = 5000  # (A, k) pairs in each of the fitting and the two held-out sets
+READOUT_FIT_A = (0, 1000)  # positions A of the fitting pairs, [from, to)
+READOUT_SHIFTED_A = (1000, 1900)  # held-out positions beyond the fitted range
+READOUT_MAX_K = 50  # offsets k in [0, 50)
+READOUT_RMSE_MAX = 0.5  # to tell "3 after" from 2 or 4, the readout's RMS error must stay below half a position
+QUADRATIC_SPREAD_ATOL = 1e-9  # ‖PE(A+k) − PE(A)‖² is the same for every A (float64)
+
+
+def difference_features(a: torch.Tensor, k: torch.Tensor, d: int) -> torch.Tensor:
+    """[PE(a + k) − PE(a), 1] (n, d + 1) in float64: the difference and a bias column."""
+    diff = sinusoidal_encoding(a + k, d, torch.float64) - sinusoidal_encoding(a, d, torch.float64)
+    return torch.cat([diff, torch.ones(len(a), 1, dtype=torch.float64)], 1)
+
+
+def readout_scores(pred: torch.Tensor, target: torch.Tensor) -> tuple[float, float]:
+    """(R², RMSE) of predictions against targets."""
+    residual = ((target - pred) ** 2).sum()
+    return float(1 - residual / ((target - target.mean()) ** 2).sum()), float((residual / len(target)).sqrt())
+
+
+def squared_step(k: torch.Tensor, d: int) -> torch.Tensor:
+    """‖PE(A + k) − PE(A)‖² = Σ_i (2 − 2 cos kω_i), for every A."""
+    return (2 - 2 * torch.cos(k.double()[:, None] * pe_frequencies(d, torch.float64))).sum(-1)
+
+
+@claim(
+    "pe_relative_from_difference",
+    "A linear layer can read the relative offset k (e.g. 'B is 3 positions after A') from the difference "
+    "PE(pos_B) − PE(pos_A).",
+    "study notes (not in the paper); cf. " + f"{PAPER}, §3.5",
+    notes=("pe_relative_from_difference",),
+)
+def _claim_pe_relative_from_difference(seed: int) -> ClaimResult:
+    gen = _generator(seed, 40)
+
+    def pairs(a_range: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        a = torch.randint(*a_range, (READOUT_PAIRS,), generator=gen).double()
+        return a, torch.randint(0, READOUT_MAX_K, (READOUT_PAIRS,), generator=gen).double()
+
+    sets = {"fit": pairs(READOUT_FIT_A), "same_range": pairs(READOUT_FIT_A), "shifted": pairs(READOUT_SHIFTED_A)}
+    features = {name: difference_features(a, k, D_MODEL) for name, (a, k) in sets.items()}
+    coef = torch.linalg.lstsq(features["fit"], sets["fit"][1][:, None], driver="gelsd").solution[:, 0]
+    scores = {name: readout_scores(features[name] @ coef, sets[name][1]) for name in sets}
+    # What depends on k only: the squared distance (quadratic in PE), the same for every A.
+    a, k = sets["shifted"]
+    quadratic = (features["shifted"][:, :-1] ** 2).sum(-1)
+    spread = float((quadratic - squared_step(k, D_MODEL)).abs().max())
+    table = squared_step(torch.arange(READOUT_MAX_K), D_MODEL)
+    separable = bool(len(torch.unique(table.round(decimals=6))) == READOUT_MAX_K)
+    # The fitted map applied to float32 differences, as a model would see them.
+    a, k = sets["same_range"]
+    diff32 = (sinusoidal_encoding(a + k, D_MODEL) - sinusoidal_encoding(a, D_MODEL)).double()
+    rmse_float32 = readout_scores(diff32 @ coef[:-1] + coef[-1], k)[1]
+    r2_shifted, rmse_shifted = scores["shifted"]
+    in_range = scores["same_range"][1] < READOUT_RMSE_MAX
+    beyond = rmse_shifted < READOUT_RMSE_MAX
+    return _result(
+        "pe_relative_from_difference",
+        measured=_num(rmse_shifted, 4),
+        expected=f"RMS error (positions) of a least-squares linear readout of k < {READOUT_MAX_K} from PE(A+k) − PE(A), "
+        f"d = {D_MODEL}, fitted on A in {list(READOUT_FIT_A)}: < {READOUT_RMSE_MAX} on held-out A in "
+        f"{list(READOUT_SHIFTED_A)} (holds), only on held-out A in the fitted range (partly)",
+        verdict="holds" if in_range and beyond else "partly" if in_range or beyond else "fails",
+        details={
+            "d": D_MODEL,
+            "pairs": READOUT_PAIRS,
+            "r2": {name: _num(v[0], 4) for name, v in scores.items()},
+            "rmse": {name: _num(v[1], 4) for name, v in scores.items()},
+            "numbers": _numbers(
+                r2_shifted=(r2_shifted, "1", "R² on held-out A beyond the fitted range"),
+                rmse_same_range=(
+                    scores["same_range"][1],
+                    "positions",
+                    "RMS error on held-out pairs, A in the fitted range",
+                ),
+                rmse_same_range_float32=(
+                    rmse_float32,
+                    "positions",
+                    "the same, the fitted map applied to float32 differences",
+                ),
+                quadratic_spread=(spread, "1", "largest |‖PE(A+k) − PE(A)‖² − Σ(2 − 2cos kω_i)| (depends on k only)"),
+                quadratic_separates=(
+                    "yes" if separable and spread <= QUADRATIC_SPREAD_ATOL else "no",
+                    "1",
+                    f"‖PE(A+k) − PE(A)‖² the same for every A (within {QUADRATIC_SPREAD_ATOL:g}) and distinct for every "
+                    f"k < {READOUT_MAX_K} (k readable by lookup)",
+                ),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ the largest wavelength
+MAX_WAVELENGTH_DS = (4, 64, 512)
+
+
+def pe_wavelengths_exact(d: int, base: float = PE_BASE) -> torch.Tensor:
+    """λ_i = 2π / ω_i (d/2,), float64, from the model's frequencies."""
+    return 2 * math.pi / pe_frequencies(d, torch.float64, base)
+
+
+@claim(
+    "pe_max_wavelength",
+    "The largest wavelength occurs at i = d_model/2 − 1 and is about 10000·2π.",
+    "study notes (not in the paper); cf. " + f"{PAPER}, §3.5",
+    notes=("pe_max_wavelength",),
+)
+def _claim_pe_max_wavelength(seed: int) -> ClaimResult:
+    ratios, places = {}, {}
+    for d in MAX_WAVELENGTH_DS:
+        lam = pe_wavelengths_exact(d)
+        places[d] = int(lam.argmax()) == d // 2 - 1
+        ratios[d] = float(lam.max()) / (PE_BASE * 2 * math.pi)
+    ratio = ratios[D_MODEL]
+    value_ok = abs(ratio - 1) <= WAVELENGTH_REL_TOL
+    verdict = "holds" if places[D_MODEL] and value_ok else "partly" if places[D_MODEL] or value_ok else "fails"
+    return _result(
+        "pe_max_wavelength",
+        measured=_num(ratio, 5),
+        expected=f"largest wavelength / (10000·2π) at d = {D_MODEL}: 1 within {WAVELENGTH_REL_TOL:.0%} "
+        f"(and it sits at i = d/2 − 1); exactly 10000^(−2/d) = {PE_BASE ** (-2 / D_MODEL):.5f}",
+        verdict=verdict,
+        details={
+            "d": list(MAX_WAVELENGTH_DS),
+            "max_over_10000_2pi": [_num(ratios[d], 5) for d in MAX_WAVELENGTH_DS],
+            "at_last_pair": [places[d] for d in MAX_WAVELENGTH_DS],
+            "numbers": _numbers(
+                at_last_pair=("yes" if places[D_MODEL] else "no", "1", f"largest at i = d/2 − 1 (d = {D_MODEL})"),
+                d64=(ratios[64], "1", "largest wavelength / (10000·2π) at d = 64"),
+                d4_over_2pi=(ratios[4] * PE_BASE, "1", "largest wavelength / 2π at d = 4 (the notes' example)"),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ frequency falls along the dimensions
+FREQUENCY_POSITIONS = 1000
+D4_ATOL = 1e-12  # d = 4 float64 table against (sin pos, cos pos, sin(pos/100), cos(pos/100))
+
+
+def pair_step_sizes(pe: torch.Tensor) -> torch.Tensor:
+    """Mean over pos of ‖(PE(pos+1, 2i), PE(pos+1, 2i+1)) − (PE(pos, 2i), PE(pos, 2i+1))‖ per pair (d/2,);
+    for a sinusoid it is 2 sin(ω_i / 2) at every pos."""
+    step = torch.diff(pe.double(), dim=0)
+    return (step[:, 0::2] ** 2 + step[:, 1::2] ** 2).sqrt().mean(0)
+
+
+def column_mean_steps(pe: torch.Tensor) -> torch.Tensor:
+    """Mean |PE(pos+1, c) − PE(pos, c)| per column (d,)."""
+    return torch.diff(pe.double(), dim=0).abs().mean(0)
+
+
+@claim(
+    "pe_frequency_decreasing",
+    "The frequency of the sinusoids decreases along the encoding dimension: low dimensions change at every "
+    "position, high ones very slowly (for d_model = 4: sin pos, cos pos, sin(pos/100), cos(pos/100)).",
+    f"{D2L_SELF_ATTENTION} (absolute positional information); {PAPER}, §3.5",
+    notes=("pe_frequency_decreasing", "pe_dmodel4_example"),
+)
+def _claim_pe_frequency_decreasing(seed: int) -> ClaimResult:
+    omega = pe_frequencies(D_MODEL)  # float32, as models use them
+    table = sinusoidal_encoding(FREQUENCY_POSITIONS + 1, D_MODEL, torch.float64)
+    steps = pair_step_sizes(table)
+    not_smaller = int((torch.diff(steps) >= 0).sum())
+    omega_ok = bool((torch.diff(omega) < 0).all())
+    columns = column_mean_steps(table)
+    pos = torch.arange(FREQUENCY_POSITIONS + 1, dtype=torch.float64)
+    d4 = sinusoidal_encoding(FREQUENCY_POSITIONS + 1, 4, torch.float64)
+    written = torch.stack([pos.sin(), pos.cos(), (pos / 100).sin(), (pos / 100).cos()], -1)
+    d4_error = float((d4 - written).abs().max())
+    d4_steps = column_mean_steps(d4)
+    fast, slow = float(d4_steps[:2].mean()), float(d4_steps[2:].mean())
+    ok = not_smaller == 0 and omega_ok and d4_error <= D4_ATOL and fast > slow
+    return _result(
+        "pe_frequency_decreasing",
+        measured=not_smaller,
+        expected=f"pairs whose step per position (pos < {FREQUENCY_POSITIONS}, d = {D_MODEL}) is not smaller "
+        f"than the previous pair's: 0 (ω_i strictly decreasing; d = 4 columns equal sin pos, cos pos, "
+        f"sin(pos/100), cos(pos/100) within {D4_ATOL:g})",
+        verdict="holds" if ok else "fails",
+        details={
+            "pair": list(range(D_MODEL // 2)),
+            "step": [_num(v, 4) for v in steps],
+            "numbers": _numbers(
+                omega_last=(float(omega[-1]), "rad/position", "slowest frequency ω_(d/2 − 1)"),
+                first_pair_column_step=(float(columns[:2].mean()), "1", "mean |ΔPE| per position, first pair"),
+                last_column_steps=(
+                    f"{_num(columns[-2], 3):g}, {_num(columns[-1], 3):g}",
+                    "1",
+                    "mean |ΔPE| per position, last two columns",
+                ),
+                d4_error=(d4_error, "1", "d = 4: largest |PE − (sin p, cos p, sin p/100, cos p/100)|"),
+                d4_fast=(fast, "1", "d = 4: mean |ΔPE| per position, columns 0–1"),
+                d4_slow=(slow, "1", "d = 4: mean |ΔPE| per position, columns 2–3"),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ the binary analogy
+BINARY_BITS = 4  # numbers 0 .. 15
+NOTE_PATTERNS = ("01010101", "00001111", "0000000011111111")  # the patterns the notes list, lowest first
+BINARY_RATIO = 2.0  # each bit's period is twice the one below
+RATIO_REL_TOL = 0.01  # "exact" correspondence: PE's period ratio per pair within 1 % of 2
+
+
+def bit_strings(bits: int) -> list[str]:
+    """Bit b of 0 .. 2^bits − 1 as a string, for b = 0 .. bits − 1 (b = 0 the lowest)."""
+    return ["".join(str((n >> b) & 1) for n in range(2**bits)) for b in range(bits)]
+
+
+def bit_periods(bits: int) -> list[int]:
+    """Smallest period of each bit's sequence over 0 .. 2^bits − 1."""
+    periods = []
+    for s in bit_strings(bits):
+        periods.append(next(p for p in range(1, len(s) + 1) if all(s[j] == s[j % p] for j in range(len(s)))))
+    return periods
+
+
+def pattern_bits(patterns: tuple[str, ...], bits: int) -> list[int | None]:
+    """Which bit each pattern is (its string from 0 on), or None."""
+    strings = bit_strings(bits)
+    return [next((b for b, s in enumerate(strings) if s.startswith(p)), None) for p in patterns]
+
+
+@claim(
+    "pe_binary_analogy",
+    "Like binary counting (the lowest bit flips every number, the next every two, the next every four), "
+    "the sinusoidal encoding's dimensions alternate ever more slowly; the notes call the correspondence exact.",
+    f"{D2L_SELF_ATTENTION} (absolute positional information)",
+    notes=("pe_binary_periods", "pe_binary_analogy_exact"),
+)
+def _claim_pe_binary_analogy(seed: int) -> ClaimResult:
+    periods = bit_periods(BINARY_BITS)
+    binary_ok = periods == [2 ** (b + 1) for b in range(BINARY_BITS)]
+    found = pattern_bits(NOTE_PATTERNS, BINARY_BITS)
+    lam = pe_wavelengths_exact(D_MODEL)
+    ratios = lam[1:] / lam[:-1]
+    ratio = float(ratios.mean())
+    increasing = bool((ratios > 1).all())
+    exact = abs(ratio / BINARY_RATIO - 1) <= RATIO_REL_TOL and found == list(range(len(NOTE_PATTERNS)))
+    verdict = "holds" if binary_ok and increasing and exact else "partly" if binary_ok and increasing else "fails"
+    return _result(
+        "pe_binary_analogy",
+        measured=_num(ratio, 5),
+        expected=f"ratio of consecutive PE periods (d = {D_MODEL}) for an exact binary correspondence: "
+        f"{BINARY_RATIO:g} within {RATIO_REL_TOL:.0%} (binary: bit b has period 2^(b+1))",
+        verdict=verdict,
+        details={
+            "bit_periods": periods,
+            "note_patterns": list(NOTE_PATTERNS),
+            "note_pattern_bits": found,
+            "numbers": _numbers(
+                binary_periods=(", ".join(map(str, periods)), "numbers", f"period of bits 0 .. {BINARY_BITS - 1}"),
+                pattern_bits=(
+                    ", ".join("none" if b is None else str(b) for b in found),
+                    "1",
+                    "which bit each listed pattern is (bit 1, 00110011, is skipped)",
+                ),
+                pairs_per_doubling=(math.log(2) / math.log(ratio), "pairs", "PE pairs per doubling of the period"),
+            ),
+        },
+    )
+
+
 # ------------------------------------------------------------------------ 12. extrapolation
-EXTRAPOLATION_MAX_LEN = 512
+EXTRAPOLATION_MAX_LEN = 512  # the training length (a learned table's size)
+EXTRAPOLATION_CHECK_LEN = 4096  # positions checked beyond it: 8× the training length
+EXTRAPOLATION_OFFSETS = (1, 10, 100, 1000)
+# Further out, one window of EXTRAPOLATION_WINDOW positions at each power of two up to 2^24, in float32.
+EXTRAPOLATION_SCAN = tuple(2**p for p in range(9, 25))
+EXTRAPOLATION_WINDOW = 64
 
 
 def learned_lookup(max_len: int, d: int, position: int) -> str:
@@ -293,9 +823,22 @@ def learned_lookup(max_len: int, d: int, position: int) -> str:
     return "finite" if bool(torch.isfinite(row).all()) else "not finite"
 
 
+def far_window(start: int, d: int, window: int = EXTRAPOLATION_WINDOW) -> tuple[float, float, float]:
+    """At positions start .. start + window, float32 as models compute them: (rotation error for k = 1,
+    largest rounding error against the exact encoding, distance between PE(start) and PE(start + 1))."""
+    pos = torch.arange(start, start + window + 1, dtype=torch.float64)
+    table = sinusoidal_encoding(pos, d, torch.float32)
+    return (
+        rotation_error(table, 1),
+        float(float32_encoding_error(pos, d).max()),
+        float((table[1].double() - table[0].double()).norm()),
+    )
+
+
 @claim(
     "extrapolation",
-    "A learned position table cannot represent positions beyond its length; the sinusoidal function can.",
+    "A learned position table cannot represent positions beyond its length; the sinusoidal function can: "
+    "positions beyond the training length stay distinct and keep the offset rotations.",
     f"{PAPER}, §3.5 (sinusoids 'may allow the model to extrapolate to sequence lengths longer than "
     f"the ones encountered during training')",
     notes=("extrapolation",),
@@ -305,20 +848,58 @@ def _claim_extrapolation(seed: int) -> ClaimResult:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         learned = learned_lookup(EXTRAPOLATION_MAX_LEN, D_MODEL, beyond)
-    pe = sinusoidal_encoding(torch.tensor([float(beyond)]), D_MODEL)[0]
-    finite = bool(torch.isfinite(pe).all())
-    ok = learned.startswith("IndexError") and finite
+    table = sinusoidal_encoding(EXTRAPOLATION_CHECK_LEN, D_MODEL, torch.float32)
+    dmin, i, j = min_pairwise_distance(table)
+    trained = table[:EXTRAPOLATION_MAX_LEN].double()
+    dmin_trained = float(torch.cdist(table[EXTRAPOLATION_MAX_LEN:].double(), trained).min())
+    rounding = float(float32_encoding_error(torch.arange(EXTRAPOLATION_CHECK_LEN, dtype=torch.float64), D_MODEL).max())
+    beyond_table = table[EXTRAPOLATION_MAX_LEN:]
+    rotation = max(rotation_error(beyond_table, k) for k in EXTRAPOLATION_OFFSETS)
+    distinct = dmin >= DISTINCT_MARGIN * rounding
+    rotates = rotation <= ROTATION_ATOL_FLOAT32
+    scan = {start: far_window(start, D_MODEL) for start in EXTRAPOLATION_SCAN}
+    rotation_off_from = next((s for s, v in scan.items() if v[0] > ROTATION_ATOL_FLOAT32), None)
+    identical_from = next((s for s, v in scan.items() if v[2] == 0.0), None)
+    ok = learned.startswith("IndexError") and distinct and rotates
     return _result(
         "extrapolation",
-        measured=f"learned: {learned}; sinusoidal: {'finite' if finite else 'not finite'} vector",
-        expected=f"at position max_len + 1 = {beyond}: the learned nn.Embedding({EXTRAPOLATION_MAX_LEN}, {D_MODEL}) "
-        f"raises IndexError, the sinusoid gives a finite vector",
+        measured=f"learned: {learned.split(':')[0]} at {beyond}; sinusoidal to {EXTRAPOLATION_CHECK_LEN}: "
+        f"smallest distance {dmin:.3g}, rotation error {rotation:.2g}",
+        expected=f"nn.Embedding({EXTRAPOLATION_MAX_LEN}, {D_MODEL}) raises IndexError at {beyond}; float32 sinusoidal "
+        f"encodings of pos < {EXTRAPOLATION_CHECK_LEN}: smallest pairwise distance ≥ {DISTINCT_MARGIN:g} × their "
+        f"largest rounding error, and PE(pos+k) = M_k PE(pos) for pos ≥ {EXTRAPOLATION_MAX_LEN}, "
+        f"k in {list(EXTRAPOLATION_OFFSETS)}, within {ROTATION_ATOL_FLOAT32:g}",
         verdict="holds" if ok else "fails",
         details={
             "max_len": EXTRAPOLATION_MAX_LEN,
-            "position": beyond,
+            "checked_len": EXTRAPOLATION_CHECK_LEN,
+            "learned": learned,
+            "scan_start": list(scan),
+            "scan_rotation_error": [_num(v[0], 3) for v in scan.values()],
+            "scan_float32_error": [_num(v[1], 3) for v in scan.values()],
+            "scan_neighbour_distance": [_num(v[2], 4) for v in scan.values()],
             "numbers": _numbers(
-                sinusoid_norm=(float(pe.double().norm()), "1", "norm of the sinusoidal encoding there (√(d/2))")
+                closest_pair=(
+                    f"{i}, {j}",
+                    "positions",
+                    f"the closest two encodings among pos < {EXTRAPOLATION_CHECK_LEN}",
+                ),
+                distance_to_trained=(
+                    dmin_trained,
+                    "1",
+                    f"smallest distance from a new position to one of the first {EXTRAPOLATION_MAX_LEN}",
+                ),
+                float32_error_max=(rounding, "1", f"largest float32 rounding error, pos < {EXTRAPOLATION_CHECK_LEN}"),
+                rotation_off_from=(
+                    rotation_off_from if rotation_off_from is not None else "never",
+                    "positions",
+                    f"first scanned power of two where the float32 rotation error (k = 1) > {ROTATION_ATOL_FLOAT32:g}",
+                ),
+                identical_from=(
+                    identical_from if identical_from is not None else "never",
+                    "positions",
+                    "first scanned power of two whose float32 encoding equals the next position's",
+                ),
             ),
         },
     )

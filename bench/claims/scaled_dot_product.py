@@ -1,15 +1,20 @@
-"""Scaled dot-product attention: the variance of q·k and the 1/√d_k scaling, softmax saturation, and
-dot-product against additive attention."""
+"""Scaled dot-product attention: the variance of q·k and the 1/√d_k scaling, softmax saturation,
+dot-product against additive attention, and what attention computes: distributions over the keys, its
+shapes, a weighted average of the values, linear in V only."""
 
 from __future__ import annotations
 
 import math
 
 import torch
+import torch.nn.functional as F
 
+import models
+from models import LayerConfig
 from models.attention import AdditiveAttention
 
 from .record import (
+    D2L_SELF_ATTENTION,
     D_KS,
     PAPER,
     TIME_THREADS,
@@ -22,6 +27,8 @@ from .record import (
     counted_flops,
     interleaved_times_s,
 )
+
+D2L_ATTENTION_SCORING = "d2l.ai §11.3 Attention Scoring Functions"
 
 # ------------------------------------------------------------------------ 1. dot-product variance
 VARIANCE_SAMPLES = 50_000  # pairs (q, k) per d_k
@@ -201,6 +208,235 @@ def _claim_dot_vs_additive(seed: int) -> ClaimResult:
             "numbers": _numbers(
                 time_ratio_largest_n=(ratios[-1], "1", f"additive / dot time at n = {ADDITIVE_NS[-1]}"),
                 flops_ratio_largest_n=(flop_ratios[-1], "1", f"additive / dot counted FLOPs at n = {ADDITIVE_NS[-1]}"),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ softmax rows are distributions
+DISTRIBUTION_SIZE = {"batch": 4, "n": 32, "m": 48}
+DISTRIBUTION_LOGIT_STD = 3.0  # scores of scaled attention with some spread
+ROW_SUM_ATOL = 1e-6  # float32 |Σ_j p_ij − 1|: a few units of rounding (eps = 1.2e-7) over 48 terms
+UNDERFLOW_GAPS = tuple(range(1, 257))  # logit gaps probed for an exact 0.0 weight
+
+
+def softmax_underflow_gap(dtype: torch.dtype) -> int | None:
+    """The smallest integer gap g in UNDERFLOW_GAPS with softmax([0, g]) = [0.0, 1.0] exactly in `dtype`."""
+    for gap in UNDERFLOW_GAPS:
+        p = torch.softmax(torch.tensor([0.0, float(gap)], dtype=dtype), dim=-1)
+        if float(p[0]) == 0.0 and float(p[1]) == 1.0:
+            return gap
+    return None
+
+
+@claim(
+    "softmax_distribution",
+    "The softmax over each row of scores gives weights in (0, 1) that sum to 1: each row is a probability "
+    "distribution over the keys.",
+    f"{PAPER}, §3.2.1; {D2L_ATTENTION_SCORING}",
+    notes=("softmax_distribution",),
+)
+def _claim_softmax_distribution(seed: int) -> ClaimResult:
+    """Row sums and range on random float32 scores decide the verdict; the gaps at which a weight becomes
+    exactly 0.0 (float32, float16) are reported: 'strictly positive' holds in exact arithmetic only."""
+    s = DISTRIBUTION_SIZE
+    scores = torch.randn(s["batch"], s["n"], s["m"], generator=_generator(seed, 21)) * DISTRIBUTION_LOGIT_STD
+    p = torch.softmax(scores, dim=-1)
+    sum_error = float((p.sum(-1) - 1).abs().max())
+    in_range = bool(((p >= 0) & (p <= 1)).all())
+    positive = bool((p > 0).all())
+    gap32, gap16 = softmax_underflow_gap(torch.float32), softmax_underflow_gap(torch.float16)
+    return _result(
+        "softmax_distribution",
+        measured=_num(sum_error, 4),
+        expected=f"max |row sum − 1| of softmax over random float32 scores (std {DISTRIBUTION_LOGIT_STD}): "
+        f"≤ {ROW_SUM_ATOL}, every weight in [0, 1]",
+        verdict="holds" if sum_error <= ROW_SUM_ATOL and in_range else "fails",
+        details={
+            **s,
+            "all_positive": positive,
+            "min_weight": _num(float(p.min())),
+            "max_weight": _num(float(p.max())),
+            "numbers": _numbers(
+                underflow_gap_float32=(gap32, "1", "smallest logit gap giving an exact 0.0 weight, float32"),
+                underflow_gap_float16=(gap16, "1", "smallest logit gap giving an exact 0.0 weight, float16"),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ shapes
+SHAPE_CASE = {"n": 7, "m": 11, "d_k": 5, "d_v": 3}
+LAYER_SHAPE = (2, 64, 64)  # (batch, n, d) for the layers
+LAYER_SHAPE_HEADS = 4
+
+
+@claim(
+    "attention_shapes",
+    "With Q (n×d_k), K (m×d_k), V (m×d_v), QKᵀ is n×m and softmax(QKᵀ/√d_k)V is n×d_v; a self-attention "
+    "layer maps (batch, n, d) to (batch, n, d).",
+    f"{PAPER}, §3.2.1; {D2L_SELF_ATTENTION}",
+    notes=("attention_shapes",),
+)
+def _claim_attention_shapes(seed: int) -> ClaimResult:
+    c = SHAPE_CASE
+    gen = _generator(seed, 22)
+    q = torch.randn(c["n"], c["d_k"], generator=gen)
+    k = torch.randn(c["m"], c["d_k"], generator=gen)
+    v = torch.randn(c["m"], c["d_v"], generator=gen)
+    got = {"scores": tuple((q @ k.T).shape), "output": tuple(dot_product_attention(q, k, v).shape)}
+    want = {"scores": (c["n"], c["m"]), "output": (c["n"], c["d_v"])}
+    x = torch.randn(*LAYER_SHAPE, generator=gen)
+    for name in (models.ROLES.attention, models.ROLES.attention_explicit):
+        layer = models.build(name, LayerConfig(d=LAYER_SHAPE[-1], heads=LAYER_SHAPE_HEADS), seed=seed)
+        with torch.inference_mode():
+            got[name] = tuple(layer(x).shape)
+        want[name] = LAYER_SHAPE
+    wrong = [key for key in want if got[key] != want[key]]
+    return _result(
+        "attention_shapes",
+        measured=len(wrong),
+        expected=f"shapes differing from QKᵀ {want['scores']}, output {want['output']} (n = {c['n']}, m = {c['m']}, "
+        f"d_k = {c['d_k']}, d_v = {c['d_v']}) and layer output {LAYER_SHAPE}: 0",
+        verdict="fails" if wrong else "holds",
+        details={**c, "shapes": {key: list(v) for key, v in got.items()}, "wrong": wrong, "numbers": {}},
+        unit="shapes",
+    )
+
+
+# ------------------------------------------------------------------------ weighted average of the values
+CONVEX_SIZE = {"n": 64, "d": 32}
+HULL_ATOL = 1e-6  # float32: how far an output coordinate may stray outside [min_j V_jc, max_j V_jc]
+WEIGHTED_SUM_ATOL = 1e-5  # |fused output − Σ_j A_ij V_j| at float32 rounding
+
+
+@claim(
+    "attention_convex_combination",
+    "The attention output is a weighted average of the values, with the attention weights as coefficients.",
+    f"{PAPER}, §3.2; {D2L_ATTENTION_SCORING}",
+    notes=("attention_convex_combination",),
+)
+def _claim_attention_convex_combination(seed: int) -> ClaimResult:
+    """The fused kernel's output (what the `attention` layer runs) against Σ_j A_ij V_j with A the explicit
+    softmax weights; and every output coordinate inside [min_j V_jc, max_j V_jc], as a convex combination
+    must be."""
+    c = CONVEX_SIZE
+    gen = _generator(seed, 23)
+    q, k, v = (torch.randn(1, c["n"], c["d"], generator=gen) * 2 for _ in range(3))
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(c["d"]), dim=-1)
+    with torch.inference_mode():
+        fused = F.scaled_dot_product_attention(q, k, v)
+    weighted = (weights[..., None] * v[:, None, :, :]).sum(-2)  # Σ_j A_ij V_j, (1, n, d)
+    sum_error = float((fused - weighted).abs().max())
+    above = (fused - v.max(dim=1, keepdim=True).values).clamp(min=0)
+    below = (v.min(dim=1, keepdim=True).values - fused).clamp(min=0)
+    outside = float(torch.maximum(above, below).max())
+    ok = outside <= HULL_ATOL and sum_error <= WEIGHTED_SUM_ATOL
+    return _result(
+        "attention_convex_combination",
+        measured=_num(outside, 4),
+        expected=f"largest distance of an output coordinate outside [min_j V_jc, max_j V_jc] (n = {c['n']}, "
+        f"d = {c['d']}): ≤ {HULL_ATOL}; output = Σ_j A_ij V_j within {WEIGHTED_SUM_ATOL}",
+        verdict="holds" if ok else "fails",
+        details={
+            **c,
+            "numbers": _numbers(
+                weighted_sum_error=(sum_error, "1", "max |SDPA output − Σ_j A_ij V_j|"),
+                weight_min=(float(weights.min()), "1", "smallest attention weight"),
+            ),
+        },
+    )
+
+
+# ------------------------------------------------------------------------ linearity
+LINEARITY_SIZE = {"n": 16, "d": 32, "heads": 1}
+NONLINEAR_MIN = 0.1  # relative error of additivity or homogeneity at least this: not linear, not rounding
+LINEAR_ATOL = 1e-5  # relative error of V ↦ AV's additivity and homogeneity at float32 rounding
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+def _linearity_errors(f, x1: torch.Tensor, x2: torch.Tensor) -> tuple[float, float]:
+    """(additivity, homogeneity) relative errors of f: ‖f(x1+x2) − f(x1) − f(x2)‖/‖f(x1) + f(x2)‖ and
+    ‖f(2·x1) − 2·f(x1)‖/‖2·f(x1)‖; both 0 for a linear f."""
+    with torch.inference_mode():
+        return _relative(f(x1 + x2), f(x1) + f(x2)), _relative(f(2 * x1), 2 * f(x1))
+
+
+def _linearity_inputs(seed: int, offset: int):
+    s = LINEARITY_SIZE
+    gen = _generator(seed, offset)
+    layer = models.build(models.ROLES.attention_explicit, LayerConfig(d=s["d"], heads=s["heads"]), seed=seed)
+    x1, x2 = (torch.randn(1, s["n"], s["d"], generator=gen) for _ in range(2))
+    return layer, x1, x2
+
+
+@claim(
+    "attention_linearity",
+    "Self-attention processes its inputs essentially linearly (it is just several matrices doing linear "
+    "transformations).",
+    f"{PAPER}, §3.2; {D2L_SELF_ATTENTION}",
+    notes=("attention_linearity",),
+)
+def _claim_attention_linearity(seed: int) -> ClaimResult:
+    """The layer without its biases (which would make even a linear map affine) as a function of its input
+    X: additivity and homogeneity errors of order 1 mean it is not linear (the softmax of X W_q (X W_k)ᵀ
+    sharpens as X grows). Verdict: both ≥ NONLINEAR_MIN: fails; both ≤ LINEAR_ATOL: holds; else partly."""
+    layer, x1, x2 = _linearity_inputs(seed, 24)
+    for proj in (layer.q_proj, layer.k_proj, layer.v_proj, layer.out_proj):
+        proj.bias.data.zero_()
+    additivity, homogeneity = _linearity_errors(layer, x1, x2)
+    smallest = min(additivity, homogeneity)
+    if smallest >= NONLINEAR_MIN:
+        verdict = "fails"
+    elif max(additivity, homogeneity) <= LINEAR_ATOL:
+        verdict = "holds"
+    else:
+        verdict = "partly"
+    return _result(
+        "attention_linearity",
+        measured=_num(smallest, 4),
+        expected=f"smaller of the relative additivity and homogeneity errors of the attention layer (biases 0) in "
+        f"its input X: ≤ {LINEAR_ATOL} if linear; ≥ {NONLINEAR_MIN} means not linear",
+        verdict=verdict,
+        details={
+            **LINEARITY_SIZE,
+            "numbers": _numbers(
+                additivity_error=(additivity, "1", "‖f(X1+X2) − f(X1) − f(X2)‖ / ‖f(X1) + f(X2)‖"),
+                homogeneity_error=(homogeneity, "1", "‖f(2X) − 2f(X)‖ / ‖2f(X)‖"),
+            ),
+        },
+    )
+
+
+@claim(
+    "attention_linear_in_values",
+    "For fixed attention weights A the output AV is exactly linear in the values V (the part of attention "
+    "that is linear).",
+    f"{PAPER}, §3.2",
+    notes=("attention_linearity",),
+)
+def _claim_attention_linear_in_values(seed: int) -> ClaimResult:
+    """The weights A of the layer's queries and keys on X held fixed; V ↦ A V for two value matrices."""
+    layer, x1, x2 = _linearity_inputs(seed, 25)
+    with torch.inference_mode():
+        q, k = layer._split(layer.q_proj(x1)), layer._split(layer.k_proj(x1))
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(layer.d_head), dim=-1)
+        v1, v2 = layer._split(layer.v_proj(x1)), layer._split(layer.v_proj(x2))
+    additivity, homogeneity = _linearity_errors(lambda v: weights @ v, v1, v2)
+    worst = max(additivity, homogeneity)
+    return _result(
+        "attention_linear_in_values",
+        measured=_num(worst, 4),
+        expected=f"larger of the relative additivity and homogeneity errors of V ↦ AV, A fixed: ≤ {LINEAR_ATOL}",
+        verdict="holds" if worst <= LINEAR_ATOL else "fails",
+        details={
+            **LINEARITY_SIZE,
+            "numbers": _numbers(
+                additivity_error=(additivity, "1", "‖A(V1+V2) − AV1 − AV2‖ / ‖AV1 + AV2‖"),
+                homogeneity_error=(homogeneity, "1", "‖A(2V) − 2AV‖ / ‖2AV‖"),
             ),
         },
     )

@@ -1,0 +1,164 @@
+"""bench.claims.positional_encoding: the helpers against hand-written formulas, then each claim's verdict
+(each claim takes well under a second)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from bench.claims import STATEMENTS, catalog
+from bench.claims import positional_encoding as P
+from models.encoding import sinusoidal_encoding
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+# ------------------------------------------------------------------------ helpers
+def test_d2l_table_matches_the_formula_written_by_hand():
+    table = P.d2l_positional_table(4, max_len=10)[0].double()
+    pos = torch.arange(10, dtype=torch.float64)
+    by_hand = torch.stack([pos.sin(), pos.cos(), (pos / 100).sin(), (pos / 100).cos()], -1)
+    assert table.shape == (10, 4)
+    assert torch.allclose(table, by_hand, atol=1e-6)
+    assert torch.allclose(P.formula_table(10, 4), by_hand, atol=1e-15)
+
+
+def test_d2l_forward_adds_the_first_rows_and_stops_at_max_len():
+    table = P.d2l_positional_table(6, max_len=5)
+    x = torch.ones(1, 3, 6)
+    assert torch.equal(P.d2l_positional_forward(table, x), x + table[:, :3])
+    with pytest.raises(RuntimeError):
+        P.d2l_positional_forward(table, torch.ones(1, 6, 6))
+    assert P._error_text(lambda: P.d2l_positional_table(5)).startswith("RuntimeError")
+    assert P._error_text(lambda: None) == "ok"
+
+
+def test_column_coverage():
+    counts, beyond = P.column_coverage(4, range(2))  # i = 0, 1: columns 0, 1 and 2, 3
+    assert counts.tolist() == [1, 1, 1, 1] and beyond == 0
+    counts, beyond = P.column_coverage(4, range(4))  # i = 2, 3 address columns 4 .. 7
+    assert counts.tolist() == [1, 1, 1, 1] and beyond == 4
+
+
+def test_pair_rotation_error_of_the_notes_matrix_and_its_transpose():
+    assert P.pair_rotation_error(3, 8, 50) < 1e-13
+    # The transpose rotates the other way: at k = 1 the fastest pair (ω = 1) is off by |2 sin(1)| in sin.
+    assert P.pair_rotation_error(1, 8, 50, transpose=True) == pytest.approx(2 * math.sin(1.0), rel=1e-2)
+
+
+def test_difference_features_and_readout_scores():
+    a, k = torch.tensor([0.0, 5.0]), torch.tensor([1.0, 3.0])
+    feats = P.difference_features(a, k, 4)
+    expected = sinusoidal_encoding(a + k, 4, torch.float64) - sinusoidal_encoding(a, 4, torch.float64)
+    assert torch.equal(feats[:, :4], expected) and torch.equal(feats[:, 4], torch.ones(2, dtype=torch.float64))
+    y = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    assert P.readout_scores(y, y) == (1.0, 0.0)
+    r2, rmse = P.readout_scores(torch.full((4,), 2.5, dtype=torch.float64), y)  # predicting the mean
+    assert r2 == pytest.approx(0.0) and rmse == pytest.approx(math.sqrt(1.25))
+
+
+def test_squared_step_is_the_squared_distance_for_every_position():
+    d, k = 16, torch.tensor([0, 1, 7])
+    table = sinusoidal_encoding(300, d, torch.float64)
+    for kk, value in zip(k.tolist(), P.squared_step(k, d)):
+        distance = ((table[kk:] - table[: len(table) - kk]) ** 2).sum(-1)
+        assert torch.allclose(distance, torch.full_like(distance, float(value)), atol=1e-12)
+
+
+def test_wavelengths_exact_and_step_sizes():
+    assert torch.allclose(P.pe_wavelengths_exact(4), torch.tensor([2 * math.pi, 200 * math.pi], dtype=torch.float64))
+    d = 8
+    omega = 10000 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    steps = P.pair_step_sizes(sinusoidal_encoding(100, d, torch.float64))
+    assert torch.allclose(steps, 2 * torch.sin(omega / 2), atol=1e-12)
+    table = torch.tensor([[0.0, 1.0], [2.0, 1.0], [1.0, 1.0]])
+    assert P.column_mean_steps(table).tolist() == [1.5, 0.0]
+
+
+def test_binary_helpers():
+    assert P.bit_strings(2) == ["0101", "0011"]
+    assert P.bit_periods(3) == [2, 4, 8]
+    assert P.pattern_bits(("0101", "0011", "00001111", "0110"), 3) == [0, 1, 2, None]
+
+
+def test_far_window_near_and_at_the_float32_limit():
+    rotation, rounding, neighbour = P.far_window(512, 64)
+    assert rotation < 1e-3 and rounding < 1e-3 and neighbour > 1
+    assert P.far_window(2**24, 64)[2] == 0.0  # pos + 1 rounds to pos in float32
+
+
+# ------------------------------------------------------------------------ the claims
+EXPECTED = {
+    "pe_formula_code": "holds",
+    "pe_index_range": "holds",
+    "pe_index_range_full": "fails",
+    "pe_bounded": "holds",
+    "pe_rotation_matrix": "holds",
+    "pe_relative_from_difference": "partly",
+    "pe_max_wavelength": "partly",
+    "pe_frequency_decreasing": "holds",
+    "pe_binary_analogy": "partly",
+    "extrapolation": "holds",
+}
+MEASURES = {
+    "pe_formula_code": P._claim_pe_formula_code,
+    "pe_index_range": P._claim_pe_index_range,
+    "pe_index_range_full": P._claim_pe_index_range_full,
+    "pe_bounded": P._claim_pe_bounded,
+    "pe_rotation_matrix": P._claim_pe_rotation_matrix,
+    "pe_relative_from_difference": P._claim_pe_relative_from_difference,
+    "pe_max_wavelength": P._claim_pe_max_wavelength,
+    "pe_frequency_decreasing": P._claim_pe_frequency_decreasing,
+    "pe_binary_analogy": P._claim_pe_binary_analogy,
+    "extrapolation": P._claim_extrapolation,
+}
+
+
+@pytest.fixture(scope="module")
+def results():
+    return {claim_id: measure(0) for claim_id, measure in MEASURES.items()}
+
+
+@pytest.mark.parametrize("claim_id", list(EXPECTED))
+def test_claim_verdict(results, claim_id):
+    result = results[claim_id]
+    assert result.claim_id == claim_id
+    assert result.verdict == EXPECTED[claim_id], (result.measured, result.details.get("numbers"))
+    assert result.seed_ref and result.quote  # every one of these is in the notes
+
+
+def test_claim_measurements(results):
+    assert results["pe_formula_code"].measured <= P.FORMULA_ATOL
+    assert results["pe_formula_code"].details["longer_input_outcome"].startswith("RuntimeError")
+    assert results["pe_index_range"].measured == 512
+    assert results["pe_index_range_full"].measured == 0.5
+    assert results["pe_bounded"].measured <= 1.0
+    assert results["pe_max_wavelength"].measured == pytest.approx(10000 ** (-2 / 512), rel=1e-4)
+    assert results["pe_binary_analogy"].measured == pytest.approx(10000 ** (2 / 512), rel=1e-4)
+    assert results["pe_binary_analogy"].details["note_pattern_bits"] == [0, 2, 3]
+    relative = results["pe_relative_from_difference"]
+    assert relative.measured > P.READOUT_RMSE_MAX  # beyond the fitted positions the readout is lost
+    assert relative.details["numbers"]["rmse_same_range"]["value"] < P.READOUT_RMSE_MAX
+    assert relative.details["numbers"]["quadratic_spread"]["value"] < P.QUADRATIC_SPREAD_ATOL
+    extrapolation = results["extrapolation"]
+    assert extrapolation.measured.startswith("learned: IndexError")
+    assert extrapolation.details["numbers"]["identical_from"]["value"] == 2**24
+    assert extrapolation.details["numbers"]["rotation_off_from"]["value"] > P.EXTRAPOLATION_CHECK_LEN
+
+
+def test_claims_are_deterministic(results):
+    again = P._claim_pe_relative_from_difference(0)
+    assert again.measured == results["pe_relative_from_difference"].measured
+    assert again.details == results["pe_relative_from_difference"].details
+
+
+def test_every_checkable_pe_statement_is_measured():
+    covered = {note for said in STATEMENTS.values() for note in (said.notes or ())}
+    family = [
+        entry["id"]
+        for entry in catalog()["statement"]
+        if entry["family"] == "positional_encoding" and entry["checkable"]
+    ]
+    assert set(family) <= covered, set(family) - covered
