@@ -120,6 +120,7 @@ class Run:
     seed: int = 0
     log: Callable[[str], None] = _stderr
     lock: object = None  # the folder's writer lock (storage.hold), held until the run ends
+    stored: _State | None = None  # what a resume found stored and checked, measured on from there
 
     # ------------------------------------------------------------------------------------ create
     @classmethod
@@ -187,7 +188,7 @@ class Run:
                 raise BadInput(f"--resume {run_dir}: its plan measures cuda, and no CUDA GPU is present here")
         run = cls(run_dir, meta, specs, policy, plan.get("seed", 0), log, lock)
         try:
-            run._stored_state()  # what is stored is checked before anything is said or written
+            run.stored = run._stored_state()  # checked before anything is said or written
         except BaseException:
             lock.release()
             raise
@@ -223,7 +224,7 @@ class Run:
 
     def _execute(self, progress: bool) -> dict:
         started = time.monotonic()
-        state = self._stored_state()
+        state = self.stored if self.stored is not None else self._stored_state()
         self._store_killed(state)
         try:
             with pinned_threads(self.threads), sigterm_as_interrupt():

@@ -22,7 +22,7 @@ from ..spec import device_keys
 from ..timing import NOISY_IQR_RATIO
 from .context import ReportContext, format_value
 from .headline import headline, verdict_table
-from .load import REFERENCE, load_runs, newest_per, select_run_dirs
+from .load import REFERENCE, load_runs, newest_run, select_run_dirs
 from .numbers import numbers_document
 from .publish import staged
 from .scaling import (
@@ -73,12 +73,8 @@ def newest_of_each(table: pd.DataFrame | None, runs: dict[str, dict], by: str) -
     out: one set of measurements per machine and device, never two pooled."""
     if table is None or table.empty:
         return table, []
-    keep, hidden = set(), []
-    for _, group in table.groupby(by):
-        shown, older = newest_per(runs, group["run_id"].unique(), key=lambda meta: 0)
-        keep |= shown
-        hidden += older
-    return table[table["run_id"].isin(keep)].reset_index(drop=True), sorted(set(hidden) - keep)
+    keep = {newest_run(runs, group["run_id"].unique()) for _, group in table.groupby(by)}
+    return table[table["run_id"].isin(keep)].reset_index(drop=True), sorted(set(table["run_id"]) - keep)
 
 
 def provenance_section(ctx: ReportContext) -> str:

@@ -23,6 +23,7 @@ import models
 from ..errors import RunFailed
 from . import style
 from .context import ReportContext
+from .load import newest_run
 
 VERDICT_MARK = {"holds": "holds", "fails": "**fails**", "partly": "*partly*"}
 
@@ -96,8 +97,7 @@ def _latest_run(ctx: ReportContext) -> str:
     claims = ctx.claims
     if "machine" in claims and (claims["machine"] == ctx.primary).any():
         claims = claims[claims["machine"] == ctx.primary]
-    run_ids = list(dict.fromkeys(claims["run_id"].astype(str)))
-    return max(run_ids, key=lambda r: (str(ctx.runs.get(r, {}).get("started_utc", "")), r))
+    return newest_run(ctx.runs, list(dict.fromkeys(claims["run_id"].astype(str))))
 
 
 def _prefix(ctx: ReportContext, run_id: str) -> str:

@@ -58,6 +58,27 @@ def paths_rows(ctx: ReportContext, source: str) -> pd.DataFrame:
     return ctx.paths[ctx.paths["machine"] == ctx.machine_of_source(source)]
 
 
+def smallest_k(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows at the smallest k, where the rows have one (the depth and the crossing are shown at it)."""
+    if "k" in rows and rows["k"].notna().any():
+        rows = rows[rows["k"] == rows["k"].min()]
+    return rows
+
+
+def layer_paths(ctx: ReportContext, source: str, layer: str) -> pd.DataFrame:
+    """One layer's rows of the source machine's paths study at its smallest k, by n (empty where none)."""
+    rows = paths_rows(ctx, source)
+    return rows if rows.empty else smallest_k(rows[rows["layer"] == layer]).sort_values("n")
+
+
+def cite_crossing(ctx: ReportContext, source: str, row, show_unit: bool = True) -> str:
+    """A paths row's measured layers to cross, cited under the source machine's key, or "never"."""
+    if pd.isna(row.layers_to_cross):  # a stack that never crossed within the probe's cap
+        return "never"
+    key = f"{ctx.machine_of_source(source)}.paths.{row.layer}.layers_to_cross.n{int(row.n)}"
+    return ctx.cite(key, int(row.layers_to_cross), "layers", row.run_id, show_unit=show_unit)
+
+
 def _depth_exponent(rows: pd.DataFrame) -> float | None:
     rows = rows.sort_values("n")
     lo, hi = rows.iloc[0], rows.iloc[-1]
@@ -78,9 +99,7 @@ def _paths_phrase(ctx: ReportContext, source: str) -> str:
     for layer, group in rows.groupby("layer"):
         if layer not in models.LAYERS:
             continue
-        if "k" in group and group["k"].notna().any():
-            group = group[group["k"] == group["k"].min()]
-        exponent = _depth_exponent(group)
+        exponent = _depth_exponent(smallest_k(group))
         if exponent is None:
             continue
         layers += 1
@@ -120,24 +139,13 @@ def _cell(texts: dict, source: str, layer: str, metric: str) -> str:
 
 
 def _crossing(ctx: ReportContext, source: str, layer: str) -> str:
-    rows = paths_rows(ctx, source)
-    rows = rows[rows["layer"] == layer] if not rows.empty else rows
+    rows = layer_paths(ctx, source, layer)
     if rows.empty:
         return "–"
-    if "k" in rows and rows["k"].notna().any():
-        rows = rows[rows["k"] == rows["k"].min()]
-    rows = rows.sort_values("n")
     lo, hi = rows.iloc[0], rows.iloc[-1]
-    machine, run_id = ctx.machine_of_source(source), hi["run_id"]
-
-    def one(row) -> str:
-        if pd.isna(row.layers_to_cross):
-            return "never"
-        key = f"{machine}.paths.{layer}.layers_to_cross.n{int(row.n)}"
-        return ctx.cite(key, int(row.layers_to_cross), "layers", run_id, show_unit=False)
-
     exact = (rows["layers_to_cross"] == rows["layers_to_cross_formula"]).all()
-    return f"{fits.VERDICT_MARK['consistent' if exact else 'inconsistent']} {one(lo)} → {one(hi)}"
+    ends = f"{cite_crossing(ctx, source, lo, show_unit=False)} → {cite_crossing(ctx, source, hi, show_unit=False)}"
+    return f"{fits.VERDICT_MARK['consistent' if exact else 'inconsistent']} {ends}"
 
 
 def verdict_table(ctx: ReportContext, texts: dict) -> str:

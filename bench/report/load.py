@@ -203,11 +203,6 @@ def _machine_of(run_dir: Path) -> str | None:
         return None  # damaged: load_runs names it
 
 
-def newest_per(runs: dict[str, dict], run_ids, key) -> tuple[set[str], list[str]]:
-    """(shown, hidden): of `run_ids`, the newest run (by started_utc, then id) for each key(run meta); the
-    older ones hidden."""
-    newest: dict = {}
-    for run_id in sorted(run_ids, key=lambda r: (runs[r].get("started_utc") or "", r)):
-        newest[key(runs[run_id])] = run_id
-    shown = set(newest.values())
-    return shown, sorted(set(run_ids) - shown)
+def newest_run(runs: dict[str, dict], run_ids) -> str:
+    """Of `run_ids`, the newest run: by started_utc, then by id."""
+    return max(run_ids, key=lambda r: (runs.get(r, {}).get("started_utc") or "", r))

@@ -8,7 +8,7 @@ import models
 
 from .. import fits
 from .context import ReportContext
-from .headline import paths_rows
+from .headline import cite_crossing, layer_paths
 
 
 def _exp(texts: dict, source: str, layer: str, metric: str, variable: str) -> str:
@@ -24,27 +24,16 @@ def _exp(texts: dict, source: str, layer: str, metric: str, variable: str) -> st
 def _paths_cells(ctx: ReportContext, source: str, layer: str) -> tuple[str, str]:
     """Measured sequential depth and layers to cross at the two ends of the paths study of the source's
     machine."""
-    rows = paths_rows(ctx, source)
-    rows = rows[rows["layer"] == layer] if not rows.empty else rows
-    if "k" in rows and rows["k"].notna().any():
-        rows = rows[rows["k"] == rows["k"].min()]
+    rows = layer_paths(ctx, source, layer)
     if rows.empty:
         return "–", "–"
-    rows = rows.sort_values("n")
     lo, hi = rows.iloc[0], rows.iloc[-1]
     run_id, key = hi["run_id"], f"{ctx.machine_of_source(source)}.paths.{layer}"
     depth = (
         f"{ctx.cite(f'{key}.seq_depth.n{int(lo.n)}', int(lo.seq_depth), 'ops', run_id)} → "
         f"{ctx.cite(f'{key}.seq_depth.n{int(hi.n)}', int(hi.seq_depth), 'ops', run_id)}"
     )
-
-    def crossing(row) -> str:
-        if pd.isna(row.layers_to_cross):  # a stack that never crossed within the probe's cap
-            return "never"
-        return ctx.cite(f"{key}.layers_to_cross.n{int(row.n)}", int(row.layers_to_cross), "layers", run_id)
-
-    cross = f"{crossing(lo)} → {crossing(hi)}"
-    return depth, cross
+    return depth, f"{cite_crossing(ctx, source, lo)} → {cite_crossing(ctx, source, hi)}"
 
 
 def summary_rows(ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict) -> pd.DataFrame:
