@@ -22,7 +22,7 @@ import models
 from . import estimate, machine, storage
 from .errors import BadInput, RunFailed
 from .presets import get_preset, load_presets
-from .spec import PointSpec, expand_grid
+from .spec import DEFAULT_MODE, MODES, PointSpec, expand_grid
 from .timing import MIN_ROUNDS_PER_PASS, TimingPolicy
 
 DESCRIPTION = (
@@ -157,6 +157,7 @@ def _grid_specs(args) -> list[PointSpec]:
         batch=[args.batch or 1],
         devices=resolve_devices(args.device or "auto"),
         dtypes=[args.dtype or "float32"],
+        modes=[args.mode or DEFAULT_MODE],
     )
 
 
@@ -335,7 +336,10 @@ def _run(args, argv) -> int:
         if args.preset is not None:
             preset = get_preset(args.preset)
             _check_preset_device(args.preset)
-            specs, policy = preset.specs(resolve_devices(args.device or "auto"), dtype=args.dtype), preset.timing
+            specs, policy = (
+                preset.specs(resolve_devices(args.device or "auto"), dtype=args.dtype, mode=args.mode),
+                preset.timing,
+            )
         else:
             specs, policy = _grid_specs(args), TimingPolicy()
         policy = _policy(args, policy)
@@ -578,6 +582,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="cpu, cuda, or auto: every device present (default auto)",
     )
     run.add_argument("--dtype", choices=list(models.DTYPES), help="default float32")
+    run.add_argument(
+        "--mode",
+        choices=list(MODES),
+        help="inference (default): the forward pass; train: one forward and one backward pass "
+        "(with a preset: every grid in this mode)",
+    )
     logical_cores = psutil.cpu_count() or 1
     run.add_argument(
         "--threads",

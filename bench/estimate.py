@@ -65,6 +65,13 @@ VISIT_OVERHEAD_S = 5e-3  # building the layer and its input, pytest-benchmark's 
 PROBE_OVERHEAD_S = 5e-3  # the FLOP counter's and the profiler's set-up, once per point
 REMEASURE_FRACTION = 0.25  # the reference run measured 29 of its 115 points again (a busy 2-core VM)
 PROBE_CALLS = 2  # the FLOP counter's call and the memory probe's call, on a point's first pass
+# A training call (mode "train") goes over its activations about three times (the forward writes them, the
+# backward reads them and writes gradients of the same size), over a recurrence's steps twice (the backward
+# is a second chain of n steps), and holds the activations and their gradients, and the weights' gradients,
+# at its peak. Its FLOPs are the layers' own train formulas (models.analytic_flops).
+TRAIN_ACTIVATION_PASSES = 3
+TRAIN_STEP_CHAINS = 2
+TRAIN_HELD_COPIES = 2
 CALIBRATION_CALLS = 2  # bench.timing.calibrate: a call that pays lazy initialisation, then the timed one
 
 # The quick calibration: one square matmul, large enough to leave the per-call overhead behind on a CPU or a
@@ -102,14 +109,17 @@ def sequential_steps(spec: PointSpec) -> int:
 
 
 def call_time_s(spec: PointSpec, rate: float) -> float:
-    """Estimated seconds of one forward call of `spec` on a device whose matmul runs at `rate` FLOP/s."""
+    """Estimated seconds of one call of `spec` (a forward pass, or in train mode a forward and a backward pass)
+    on a device whose matmul runs at `rate` FLOP/s."""
     cfg = spec.config()
     kind = _kind(spec.device)
-    flops = models.analytic_flops(spec.layer, spec.batch, spec.n, cfg)
+    train = spec.mode == "train"
+    flops = models.analytic_flops(spec.layer, spec.batch, spec.n, cfg, spec.mode, spec.device)
     activations = models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg)
     compute_s = flops / (MATMUL_EFFICIENCY * rate)
-    memory_s = activations * ACTIVATION_FLOPS_PER_BYTE[kind] / rate
-    return CALL_OVERHEAD_S[kind] + max(compute_s, memory_s) + sequential_steps(spec) * STEP_OVERHEAD_S[kind]
+    memory_s = activations * (TRAIN_ACTIVATION_PASSES if train else 1) * ACTIVATION_FLOPS_PER_BYTE[kind] / rate
+    steps = sequential_steps(spec) * (TRAIN_STEP_CHAINS if train else 1)
+    return CALL_OVERHEAD_S[kind] + max(compute_s, memory_s) + steps * STEP_OVERHEAD_S[kind]
 
 
 def passes_time_s(call_s: float, policy: TimingPolicy, overhead_s: float = 0.0) -> float:
@@ -161,9 +171,10 @@ def point_memory_bytes(spec: PointSpec) -> int:
     what counting its FLOPs holds (flop_count_bytes), whichever is larger."""
     cfg = spec.config()
     elem = _elem_bytes(spec.dtype)
-    weights = _parameters(models.LAYERS[spec.layer], cfg) * elem
-    inputs = spec.batch * spec.n * spec.d * elem
-    forward = models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg)
+    copies = TRAIN_HELD_COPIES if spec.mode == "train" else 1
+    weights = _parameters(models.LAYERS[spec.layer], cfg) * elem * copies
+    inputs = spec.batch * spec.n * spec.d * elem * copies
+    forward = models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg) * copies
     return weights + inputs + max(forward, flop_count_bytes(spec))
 
 

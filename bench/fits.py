@@ -62,7 +62,7 @@ from scipy import optimize, stats
 import models
 
 from .errors import BadInput
-from .spec import expand_grid
+from .spec import expand_grid, mode_of
 
 CONFIDENCE = 0.95  # of every exponent's interval
 POINT_CI_CONFIDENCE = 0.95  # of each point's stored interval of its median time (time_ci_low_s..high_s)
@@ -545,12 +545,15 @@ def _cfg(row) -> models.LayerConfig:
     )
 
 
-SWEEP_KEYS = ["layer", "device", "dtype", "batch", "n", "d", "k", "heads", "window"]
+SWEEP_KEYS = ["layer", "device", "dtype", "mode", "batch", "n", "d", "k", "heads", "window"]
 
 
 def sweeps(points: pd.DataFrame, variable: str):
     """Groups of ok points that vary only in `variable` (at least 2 distinct values); one source (a run's
-    device and dtype, see bench.report.build.label_sources) at a time when the column is there."""
+    machine, device, dtype and mode, see bench.report.build.assign_sources) at a time when the column is
+    there. Points stored before the `mode` column are inference points."""
+    if "mode" not in points:
+        points = points.assign(mode=mode_of(points))
     keys = (["source"] if "source" in points else []) + SWEEP_KEYS
     fixed = [c for c in keys if c != variable]
     ok = points[points["status"] == "ok"]
@@ -593,6 +596,7 @@ FIT_COLUMNS = [
     "source",
     "run_id",
     "dtype",
+    "mode",
     "batch",
     "fixed",
     "r2",
@@ -732,6 +736,7 @@ def fit_table(points: pd.DataFrame) -> pd.DataFrame:
                         "source": fixed.get("source", fixed["device"]),
                         "run_id": sweep["run_id"].iloc[-1] if "run_id" in sweep else "",
                         "dtype": fixed["dtype"],
+                        "mode": fixed["mode"],
                         "batch": fixed["batch"],
                         "fixed": ", ".join(
                             f"{k}={int(v)}"

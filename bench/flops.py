@@ -65,7 +65,7 @@ import torch
 from torch._ops import OpOverload, OpOverloadPacket
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, conv_flop_count, sdpa_backward_flop_count
 from torch.utils.weak import WeakIdKeyDictionary
 
 aten = torch.ops.aten
@@ -120,6 +120,63 @@ def cudnn_rnn_flop(input_shape: Shape, weight: list[Shape], *args, out_shape=Non
     return recurrent_flop(input_shape, weight)
 
 
+def mkldnn_rnn_layer_backward_flop(
+    input_shape: Shape, w_ih: Shape, w_hh: Shape, *args, out_shape=None, **kwargs
+) -> int:
+    """aten.mkldnn_rnn_layer_backward: oneDNN's backward of one layer and direction forms, at every step, the
+    gradients of the input (dG·W_ih), of the previous state (dG·W_hh, the initial state's too) and of both
+    weights (dGᵀ·x, dGᵀ·h): each product the forward did, twice."""
+    return 2 * recurrent_flop(input_shape, (w_ih, w_hh))
+
+
+def cudnn_rnn_backward_flop(input_shape: Shape, weight: list[Shape], *args, out_shape=None, **kwargs) -> int:
+    """aten._cudnn_rnn_backward / aten.miopen_rnn_backward: the input's, the states' and the weights'
+    gradients of every layer and direction, twice the forward's products (as oneDNN's; written from the
+    schema and cuDNN's documentation, checked against the CPU's count of the same layer, not on a GPU)."""
+    return 2 * recurrent_flop(input_shape, weight)
+
+
+def cpu_flash_attention_backward_flop(
+    grad_out: Shape, query: Shape, key: Shape, value: Shape, *args, out_shape=None, **kwargs
+) -> int:
+    """aten._scaled_dot_product_flash_attention_for_cpu_backward: torch's formula for the flash kernels'
+    backward (the scores recomputed, then dV, dP, dQ and dK: five products of the forward's size)."""
+    return sdpa_backward_flop_count(grad_out, query, key, value)
+
+
+def _channels_first(shape: Shape) -> list[int]:
+    return [shape[1], shape[0], *shape[2:]]
+
+
+def conv_backward_flop(
+    grad_out: Shape,
+    x: Shape,
+    w: Shape,
+    bias_sizes,
+    stride,
+    padding,
+    dilation,
+    transposed: bool,
+    output_padding,
+    groups: int,
+    output_mask,
+    out_shape=None,
+    **kwargs,
+) -> int:
+    """aten.convolution_backward with groups. torch 2.13's formula counts the weight gradient as a dense
+    convolution of every input channel with every output channel, `groups` times what a grouped kernel
+    does (a depthwise convolution's weight gradient was counted d times over); the input gradient it
+    counts right. Both as torch writes them, the weight gradient divided by `groups`."""
+    count = 0
+    if output_mask[0]:
+        count += conv_flop_count(grad_out, w, out_shape[0], not transposed)
+    if output_mask[1]:
+        data, kernel = (grad_out, x) if transposed else (x, grad_out)
+        dense = conv_flop_count(_channels_first(data), _channels_first(kernel), _channels_first(out_shape[1]), False)
+        count += dense // groups
+    return count
+
+
 def dot_flop(a: Shape, b: Shape, *args, out_shape=None, **kwargs) -> int:
     return 2 * a[0]
 
@@ -146,6 +203,12 @@ FLOP_FORMULAS: dict[OpOverloadPacket, Callable[..., int]] = {
     aten._scaled_dot_product_flash_attention_for_cpu: sdpa_flop,  # CPU SDPA
     aten._scaled_dot_product_fused_attention_overrideable: sdpa_flop,  # out-of-tree backends (XPU, ...)
     aten._scaled_dot_product_attention_math_for_mps: sdpa_flop,  # Apple GPU
+    # Backward (mode "train"): fused kernels' backward, and torch's grouped-convolution formula corrected.
+    aten.mkldnn_rnn_layer_backward: mkldnn_rnn_layer_backward_flop,  # CPU nn.LSTM (oneDNN)
+    aten._cudnn_rnn_backward: cudnn_rnn_backward_flop,
+    aten.miopen_rnn_backward: cudnn_rnn_backward_flop,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: cpu_flash_attention_backward_flop,
+    aten.convolution_backward: conv_backward_flop,
     aten.dot: dot_flop,
     aten.mv: mv_flop,
     aten.addmv: addmv_flop,
@@ -308,6 +371,24 @@ NO_MATRIX_WORK_OP_NAMES: tuple[str, ...] = (
     "aten.elu",
     "aten.softplus",
     "aten.threshold",
+    # their gradients (mode "train")
+    "aten.tanh_backward",
+    "aten.sigmoid_backward",
+    "aten.threshold_backward",
+    "aten.gelu_backward",
+    "aten.silu_backward",
+    "aten.elu_backward",
+    "aten.softplus_backward",
+    "aten.hardtanh_backward",
+    "aten.leaky_relu_backward",
+    "aten._softmax_backward_data",
+    "aten._log_softmax_backward_data",
+    "aten.native_dropout_backward",
+    "aten.native_layer_norm_backward",
+    "aten.unfold_backward",
+    "aten.select_backward",
+    "aten.slice_backward",
+    "aten.embedding_dense_backward",
     # comparisons and logic
     "aten.eq",
     "aten.ne",
@@ -460,7 +541,20 @@ ELEMENTWISE_FORMULAS: dict[OpOverloadPacket, Callable[..., int]] = {
     aten._thnn_fused_gru_cell: fused_cell_elementwise,
 }
 # Counted kernels that hide element-wise work we have no estimate for: their presence makes it None.
-ELEMENTWISE_UNKNOWN_OPS = _resolve(("aten._flash_attention_forward", "aten._efficient_attention_forward"))
+ELEMENTWISE_UNKNOWN_OPS = _resolve(
+    (
+        "aten._flash_attention_forward",
+        "aten._efficient_attention_forward",
+        # the fused backward kernels (mode "train")
+        "aten._scaled_dot_product_flash_attention_for_cpu_backward",
+        "aten._scaled_dot_product_flash_attention_backward",
+        "aten._scaled_dot_product_efficient_attention_backward",
+        "aten._scaled_dot_product_cudnn_attention_backward",
+        "aten.mkldnn_rnn_layer_backward",
+        "aten._cudnn_rnn_backward",
+        "aten.miopen_rnn_backward",
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """Peak memory of one call: `mem_peak_bytes` from the allocator, `mem_rss_peak_bytes` from the OS.
 
-`measure_memory(fn, device)` runs `fn()` once and returns a `MemoryPeak`. It measures memory only; the
+`measure_memory(fn, device)` runs `fn()` once and returns a `MemoryPeak`: the peak, and what `fn` left
+allocated when it returned (`end_bytes`: its result and whatever the result keeps alive, such as the
+tensors autograd saved for a backward pass). It measures memory only; the
 runner times in a separate pass, because both probes below slow the call down.
 
 Allocator peak (`peak_bytes`, the interface's `mem_peak_bytes`): the largest number of bytes that `fn`
@@ -83,6 +85,7 @@ class MemoryPeak:
     rss_base_bytes: int | None  # resident set just before fn
     method: str  # how peak_bytes was read: METHOD_CUDA or METHOD_CPU
     rss_method: str | None = None  # how rss_peak_bytes was read (see the module docstring)
+    end_bytes: int = 0  # bytes fn allocated and had not freed when it returned, its result included
 
 
 class AllocationEvent(NamedTuple):
@@ -103,8 +106,9 @@ def measure_memory(fn: Callable[[], object], device: str | torch.device) -> Memo
     raise ValueError(f"device {str(device)!r}: memory is measured on 'cpu' or 'cuda' only")
 
 
-def peak_live_bytes(events: Iterable[AllocationEvent]) -> int:
-    """The maximum over time of the bytes allocated inside the window and not yet freed, from 0.
+def live_bytes(events: Iterable[AllocationEvent]) -> tuple[int, int]:
+    """(peak, end): the maximum over time of the bytes allocated inside the window and not yet freed, from 0,
+    and those bytes at the window's end.
 
     Events are replayed in time order (ties keep the given order). A free whose address was not
     allocated inside the window belongs to a block that was live before it and is skipped; a free counts
@@ -118,7 +122,12 @@ def peak_live_bytes(events: Iterable[AllocationEvent]) -> int:
             peak = max(peak, current)
         elif event.nbytes < 0:
             current -= live.pop(event.ptr, 0)
-    return peak
+    return peak, current
+
+
+def peak_live_bytes(events: Iterable[AllocationEvent]) -> int:
+    """The peak of `live_bytes`."""
+    return live_bytes(events)[0]
 
 
 def _measure_cpu(fn: Callable[[], object]) -> MemoryPeak:
@@ -128,8 +137,8 @@ def _measure_cpu(fn: Callable[[], object]) -> MemoryPeak:
         with _RssWatch() as rss:  # after the profiler started, so its start-up is not in the RSS peak
             result = fn()
     del result  # freed with the profiler off: not an event, and fn's peak already counted it
-    events = list(_cpu_allocation_events(prof))
-    return MemoryPeak(peak_live_bytes(events), rss.peak_bytes, rss.base_bytes, METHOD_CPU, rss.method)
+    peak, end = live_bytes(_cpu_allocation_events(prof))
+    return MemoryPeak(peak, rss.peak_bytes, rss.base_bytes, METHOD_CPU, rss.method, end)
 
 
 def _cpu_allocation_events(prof: profile) -> Iterable[AllocationEvent]:
@@ -154,11 +163,19 @@ def _measure_cuda(fn: Callable[[], object], device: torch.device) -> MemoryPeak:
         result = fn()
         torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device) - before
+    end = torch.cuda.memory_allocated(device) - before
     del result
-    return MemoryPeak(peak, rss.peak_bytes, rss.base_bytes, METHOD_CUDA, rss.method)
+    return MemoryPeak(peak, rss.peak_bytes, rss.base_bytes, METHOD_CUDA, rss.method, end)
 
 
-_KINETO_NOISE = ("USDT:", "profiler_start", "profiler_stop")
+_KINETO_NOISE = (
+    "USDT:",
+    "profiler_start",
+    "profiler_stop",
+    # c10, when a block allocated before the session is freed in it (a train call drops the last gradients):
+    # expected, and handled by live_bytes (module docstring)
+    "Memory block of unknown size was allocated before the profiling started",
+)
 
 
 @contextmanager

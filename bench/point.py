@@ -2,6 +2,13 @@
 its first pass count its FLOPs and measure its memory (after the timed rounds, since both probes slow the
 call down). Returns values; bench.run schedules the passes and stores what comes back.
 
+What one call runs depends on the point's mode (bench.spec.MODES), and time, FLOPs and memory all measure
+that call: in inference mode the forward pass under torch.inference_mode; in train mode one training step of
+the layer, as inside a network: the layer in training mode, the input requiring grad, one forward pass and
+one backward pass from a fixed random upstream gradient that computes the input's and every parameter's
+gradient (set to None before each call, so no call adds to the last one's). A train point also measures what
+the forward pass leaves allocated for the backward (`mem_saved_bytes`).
+
 The row of a finished point (`point_row`) joins the statistics of all its passes (bench.timing.summarize)
 with the probes of its first pass."""
 
@@ -9,6 +16,8 @@ from __future__ import annotations
 
 import gc
 import traceback
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +59,33 @@ class PassFailure:
     traceback: str
 
 
+def one_call(
+    spec: PointSpec, layer: torch.nn.Module, x: torch.Tensor, seed: int
+) -> tuple[Callable[[], object], Callable[[], object]]:
+    """(call, forward): what one timed call of the point runs (module docstring), and its forward pass alone.
+    In train mode `x` is made to require grad and the upstream gradient is drawn from `seed`."""
+    if spec.mode == "inference":
+        forward = lambda: layer(x)  # noqa: E731
+        return forward, forward
+    layer.train()
+    x.requires_grad_(True)
+    generator = torch.Generator(device="cpu").manual_seed(seed + 1)
+    upstream = torch.randn(x.shape, generator=generator).to(x.device, x.dtype)
+    leaves = (x, *(p for p in layer.parameters() if p.requires_grad))
+
+    def train_step():
+        for leaf in leaves:
+            leaf.grad = None
+        layer(x).backward(upstream)
+
+    return train_step, lambda: layer(x)
+
+
+def grad_mode(spec: PointSpec) -> AbstractContextManager:
+    """The autograd mode a call of the point runs under."""
+    return torch.inference_mode() if spec.mode == "inference" else torch.enable_grad()
+
+
 def _free(device: str, collect: bool) -> None:
     """Free what the pass allocated. Dropping the references frees the tensors at once (reference counting);
     a full gc.collect (tens of ms with torch loaded, at every visit of every pass) only after a failure,
@@ -74,25 +110,23 @@ def measure_pass(
         generator = torch.Generator(device="cpu").manual_seed(seed)
         x = torch.randn(spec.batch, spec.n, spec.d, generator=generator).to(spec.device, cfg.torch_dtype)
         sync = torch.cuda.synchronize if spec.device.startswith("cuda") else None
-
-        def forward():
-            return layer(x)
-
-        target = synced(forward, sync)
-        with torch.inference_mode():
+        call, forward = one_call(spec, layer, x, seed)
+        target = synced(call, sync)
+        with grad_mode(spec):
             rounds, iterations = plan if plan is not None else calibrate(target, policy)
             meter = LoadMeter()
             _, record = time_rounds(target, policy.rounds_per_pass(rounds), iterations, name=spec.key)
             load = meter.read()
             probes = None
             if with_probes:
-                counted = count_flops(forward)
-                memory = measure_memory(forward, spec.device)
+                counted = count_flops(call)
+                memory = measure_memory(call, spec.device)
                 probes = dict(
                     flops_counted=counted.total,
                     flops_uncounted_ops=";".join(counted.uncounted_ops),
                     flops_elementwise=counted.elementwise,
                     mem_peak_bytes=memory.peak_bytes,
+                    mem_saved_bytes=saved_bytes(forward, spec) if spec.mode == "train" else None,
                     mem_rss_peak_bytes=memory.rss_peak_bytes,
                     mem_rss_base_bytes=memory.rss_base_bytes,
                     mem_method=memory.method,
@@ -109,6 +143,13 @@ def measure_pass(
         _free(spec.device, collect=failed)
 
 
+def saved_bytes(forward: Callable[[], object], spec: PointSpec) -> int:
+    """What a training forward pass leaves allocated for its backward, from the allocator: the bytes it
+    allocated and had not freed when it returned, its output and every tensor autograd saved (the graph is
+    alive until the output is dropped). Tensors live before it (input, weights) are not counted."""
+    return measure_memory(forward, spec.device).end_bytes
+
+
 def base_row(spec: PointSpec, threads: int) -> dict:
     """The columns every row has, measured or not: the spec, its id, the threads, the closed forms."""
     cfg = spec.config()
@@ -116,8 +157,11 @@ def base_row(spec: PointSpec, threads: int) -> dict:
         spec.as_row(),
         point_id=spec.point_id,
         threads=threads,
-        flops_analytic=models.analytic_flops(spec.layer, spec.batch, spec.n, cfg),
-        mem_analytic_bytes=models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg),
+        flops_analytic=models.analytic_flops(spec.layer, spec.batch, spec.n, cfg, spec.mode, spec.device),
+        # the layers' estimate is of an inference forward pass's activations
+        mem_analytic_bytes=(
+            models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg) if spec.mode == "inference" else None
+        ),
     )
 
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BadInput
-from .spec import PointSpec, expand_grid
+from .spec import DEFAULT_MODE, PointSpec, expand_grid
 from .timing import TimingPolicy
 
 PRESETS_FILE = Path(__file__).with_name("presets.toml")
-GRID_KEYS = {"what", "layers", "n", "d", "k", "heads", "window", "batch", "dtype", "dilation"}
+GRID_KEYS = {"what", "layers", "n", "d", "k", "heads", "window", "batch", "dtype", "dilation", "mode"}
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,9 @@ class Preset:
     timing: TimingPolicy
     paths: dict | None
 
-    def specs(self, devices: list[str], dtype: str | None = None) -> list[PointSpec]:
-        """Every point of the preset on each device; `dtype` (if given) replaces the grids' dtypes."""
+    def specs(self, devices: list[str], dtype: str | None = None, mode: str | None = None) -> list[PointSpec]:
+        """Every point of the preset on each device; `dtype` and `mode` (if given) replace the grids' dtypes
+        and modes."""
         specs: list[PointSpec] = []
         for grid in self.grids:
             for spec in expand_grid(
@@ -37,6 +38,7 @@ class Preset:
                 devices=devices,
                 dtypes=[dtype] if dtype else grid.get("dtype", ["float32"]),
                 dilation=grid.get("dilation", [None]),
+                modes=[mode] if mode else grid.get("mode", [DEFAULT_MODE]),
             ):
                 if spec not in specs:
                     specs.append(spec)

@@ -267,7 +267,9 @@ class Run:
         by_id = {s.point_id: s for s in self.specs}
         points_path = self.dir / "points.csv"
         if points_path.exists():
-            storage.repair_tail(points_path, storage._complete_row(storage.POINT_COLUMNS))
+            storage.repair_tail(
+                points_path, storage._complete_row(storage.stored_columns(points_path, storage.POINT_COLUMNS))
+            )
             if points_path.stat().st_size:
                 plan = {pid: spec.as_row() for pid, spec in by_id.items()}
                 for row in storage.read_points(self.dir, plan).to_dict("records"):

@@ -10,6 +10,12 @@ import models
 
 from .errors import BadInput
 
+# What one call of a point runs (bench.point): "inference", the forward pass in inference mode; "train", one
+# forward and one backward pass, the input requiring grad as inside a network, every parameter's gradient
+# computed, driven by a fixed random upstream gradient.
+MODES = ("inference", "train")
+DEFAULT_MODE = MODES[0]
+
 
 @dataclass(frozen=True, order=True)
 class PointSpec:
@@ -25,11 +31,17 @@ class PointSpec:
     dilation: int | None = None
     device: str = "cpu"
     dtype: str = "float32"
+    mode: str = DEFAULT_MODE
 
     @property
     def key(self) -> str:
-        """A stable id of the point inside a run: what --resume uses to know a point is done."""
-        return "|".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+        """A stable id of the point inside a run: what --resume uses to know a point is done. The default mode
+        is left unsaid, so an inference point keeps the id it had before modes existed."""
+        return "|".join(
+            f"{f.name}={getattr(self, f.name)}"
+            for f in fields(self)
+            if not (f.name == "mode" and self.mode == DEFAULT_MODE)
+        )
 
     @property
     def point_id(self) -> str:
@@ -56,6 +68,28 @@ def device_keys(points) -> list[str]:
     return [device_key(str(device), str(dtype)) for device, dtype in zip(points["device"], points["dtype"])]
 
 
+def mode_of(points) -> list[str]:
+    """The mode of every row of a points table; rows stored before the `mode` column are inference."""
+    if "mode" not in points:
+        return [DEFAULT_MODE] * len(points)
+    return [DEFAULT_MODE if not isinstance(m, str) or not m else m for m in points["mode"]]
+
+
+def source_key(device: str, dtype: str, mode: str) -> str:
+    """`device_key` and the mode, the measurements that may share a fit: `cpu`, `cpu-train`,
+    `cuda-bfloat16-train` (inference is left unsaid). The report's sources and fits keep each apart."""
+    key = device_key(device, dtype)
+    return key if mode == DEFAULT_MODE else f"{key}-{mode}"
+
+
+def source_keys(points) -> list[str]:
+    """`source_key` of every row of a points table."""
+    return [
+        source_key(str(device), str(dtype), mode)
+        for device, dtype, mode in zip(points["device"], points["dtype"], mode_of(points))
+    ]
+
+
 def _positive(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise BadInput(f"{name}={value!r}: must be a positive integer")
@@ -74,6 +108,8 @@ def validate(spec: PointSpec) -> PointSpec:
         raise BadInput(f"dtype {spec.dtype!r}: allowed: {', '.join(models.DTYPES)}")
     if spec.device not in ("cpu", "cuda"):
         raise BadInput(f"device {spec.device!r}: allowed: cpu, cuda")
+    if spec.mode not in MODES:
+        raise BadInput(f"mode {spec.mode!r}: allowed: {', '.join(MODES)}")
     for name in models.LAYERS[spec.layer].uses:
         if getattr(spec, name) is None:
             raise BadInput(f"{spec.layer} needs {name}: give --{name}")
@@ -101,14 +137,15 @@ def expand_grid(
     devices=("cpu",),
     dtypes=("float32",),
     dilation=(None,),
+    modes=(DEFAULT_MODE,),
 ) -> list[PointSpec]:
     """The cartesian product, with sizes a layer does not use set to None, so no point is repeated.
-    Order: layer, then device, dtype, batch, d, k, heads, window, n (n innermost, so a layer's n-sweep runs
-    smallest first)."""
+    Order: layer, then device, dtype, mode, batch, d, k, heads, window, n (n innermost, so a layer's n-sweep
+    runs smallest first)."""
     specs: list[PointSpec] = []
     seen: set[PointSpec] = set()
-    for layer, device, dtype, b, dd, kk, hh, ww, dil, nn in itertools.product(
-        layers, devices, dtypes, batch, d, k, heads, window, dilation, n
+    for layer, device, dtype, mode, b, dd, kk, hh, ww, dil, nn in itertools.product(
+        layers, devices, dtypes, modes, batch, d, k, heads, window, dilation, n
     ):
         if layer not in models.LAYERS:
             raise BadInput(f"layer {layer!r} is not built; allowed: {', '.join(models.LAYERS)}")
@@ -124,6 +161,7 @@ def expand_grid(
             **{name: value if name in cls.uses else None for name, value in sizes.items()},
             device=device,
             dtype=dtype,
+            mode=mode,
         )
         if spec not in seen:
             seen.add(spec)

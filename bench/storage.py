@@ -49,7 +49,8 @@ POINT_COLUMNS = [
     "heads",
     "window",
     "dilation",
-    # time (seconds per forward pass) and its spread
+    "mode",
+    # time (seconds per call: a forward pass, or in train mode a forward and a backward pass) and its spread
     "time_median_s",
     "time_iqr_s",
     "time_mean_s",
@@ -71,6 +72,7 @@ POINT_COLUMNS = [
     "flops_elementwise",
     # memory
     "mem_peak_bytes",
+    "mem_saved_bytes",
     "mem_rss_peak_bytes",
     "mem_rss_base_bytes",
     "mem_analytic_bytes",
@@ -254,11 +256,27 @@ def _complete_row(columns: list[str]):
     return complete
 
 
+def stored_columns(path: Path, schema: list[str]) -> list[str]:
+    """The columns rows are appended in: the header of the CSV at `path` where it has one made of `schema`'s
+    columns (a folder written before a column was added keeps its own columns), else `schema`."""
+    if not path.exists() or path.stat().st_size == 0:
+        return schema
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), [])
+    return header if header and set(header) <= set(schema) and header[-1] == schema[-1] else schema
+
+
 def append_row(path: Path, row: dict, columns: list[str]) -> None:
-    """Append one row; the header is written first if the file is new. Unknown keys are an error."""
+    """Append one row; the header is written first if the file is new. Unknown keys are an error, and so is
+    a value in a column of the schema that an older file lacks (never dropped)."""
     extra = set(row) - set(columns)
     if extra:
         raise ValueError(f"row has columns not in the schema: {sorted(extra)}")
+    header = stored_columns(path, columns)
+    lost = sorted(c for c in set(columns) - set(header) if row.get(c) not in (None, ""))
+    if lost:
+        raise RunFailed(f"{path}: stored without the columns {lost}, which this row fills; measure into a new folder")
+    columns = header
     repair_tail(path, _complete_row(columns) if columns[-1] == "finished_utc" else None)
     text = _csv_line([row.get(c) for c in columns])
     if not path.exists() or path.stat().st_size == 0:
@@ -270,7 +288,7 @@ def append_point(run_dir: Path, row: dict) -> None:
     """Append a point's row; a point already stored is refused (RunFailed naming it), never stored twice."""
     path = run_dir / "points.csv"
     if path.exists() and path.stat().st_size:
-        repair_tail(path, _complete_row(POINT_COLUMNS))
+        repair_tail(path, _complete_row(stored_columns(path, POINT_COLUMNS)))
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
             if any(stored.get("point_id") == row["point_id"] for stored in reader):

@@ -4,6 +4,8 @@ Each layer class carries its analytic cost next to its code:
   - `flops(batch, n, cfg)`: forward FLOPs of the whole batch, 2 per multiply-accumulate of every matrix
     product and convolution (torch.utils.flop_counter's convention); biases, softmax, activations and
     gate arithmetic excluded.
+  - `backward_flops(batch, n, cfg, device)`, only where the backward pass is not BACKWARD_PER_FORWARD times
+    the forward (see `analytic_flops`): a kernel that recomputes, or a gradient nobody asks for skipped.
   - `activation_bytes(batch, n, cfg, elem_bytes)`: an estimate of the activations the forward pass holds.
   - `uses`: which of the sizes k, heads, window, dilation the layer reads.
   - `table1`: its row of Vaswani et al. 2017, Table 1 (a `Table1Row`: the compute term as a function and as
@@ -82,8 +84,26 @@ def build(name: str, cfg: LayerConfig, device: str | torch.device = "cpu", seed:
     return layer.to(device=device, dtype=cfg.torch_dtype).eval()
 
 
-def analytic_flops(name: str, batch: int, n: int, cfg: LayerConfig) -> int:
-    return LAYERS[name].flops(batch, n, cfg)
+# The backward pass of a matrix product Y = X·W computes two products of the same size, dX = dY·Wᵀ and
+# dW = Xᵀ·dY: a layer made only of matrix products and convolutions costs 2x its forward in backward, 3x in
+# a training step (forward and backward). A layer whose backward differs says so in `backward_flops`.
+BACKWARD_PER_FORWARD = 2
+
+
+def analytic_flops(
+    name: str, batch: int, n: int, cfg: LayerConfig, mode: str = "inference", device: str = "cpu"
+) -> int:
+    """FLOPs of one call of layer `name`: its forward pass (mode "inference"), or its forward and backward
+    pass (mode "train"). `device` matters to a backward whose kernel differs by device (recurrent layers)."""
+    cls = LAYERS[name]
+    forward = cls.flops(batch, n, cfg)
+    if mode == "inference":
+        return forward
+    if mode != "train":
+        raise ValueError(f"mode {mode!r}: allowed inference, train")
+    if hasattr(cls, "backward_flops"):
+        return forward + cls.backward_flops(batch, n, cfg, device)
+    return forward + BACKWARD_PER_FORWARD * forward
 
 
 def analytic_activation_bytes(name: str, batch: int, n: int, cfg: LayerConfig) -> int:
@@ -102,5 +122,6 @@ __all__ = [
     "check",
     "build",
     "analytic_flops",
+    "BACKWARD_PER_FORWARD",
     "analytic_activation_bytes",
 ]

@@ -75,6 +75,17 @@ class Attention(_SelfAttention):
     def _mix(self, q, k, v):
         return F.scaled_dot_product_attention(q, k, v)  # (B, h, n, d_head)
 
+    # The fused kernels' backward (flash attention's, on the CPU and on a GPU) keeps no n×n matrix: it
+    # recomputes the scores Q·Kᵀ from Q, K and the row statistic it saved, then forms dV = Pᵀ·dO,
+    # dP = dO·Vᵀ, dQ = dS·K and dK = dSᵀ·Q: five n²·d products where the forward did two.
+    SCORE_PRODUCTS_BACKWARD = 5
+
+    @classmethod
+    def backward_flops(cls, batch: int, n: int, cfg: LayerConfig, device: str) -> int:
+        projections = 2 * 4 * 2 * batch * n * cfg.d * cfg.d  # twice the forward's four projections
+        scores = cls.SCORE_PRODUCTS_BACKWARD * 2 * batch * n * n * cfg.d
+        return projections + scores
+
     @staticmethod
     def activation_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
         # Q, K, V, the mixed heads and the output: O(n·d); fused kernels tile the scores.

@@ -68,6 +68,20 @@ class _Recurrent(nn.Module):
         return 2 * batch * n * cls.gates * (cfg.d * cfg.d + cfg.d * cfg.d)
 
     @classmethod
+    def backward_flops(cls, batch: int, n: int, cfg: LayerConfig, device: str) -> int:
+        """Twice the forward (the input's and the weights' gradients of every product), less one product where
+        ATen's loop runs the backward: the gradient of the initial state h_0 (zeros, not learned) is never
+        asked for, so its step-0 product with W_hh (2·b·g·d² FLOPs) is skipped. The fused kernels (oneDNN's
+        LSTM on the CPU, cuDNN's on a GPU) compute it anyway."""
+        skipped = 0 if cls.fused_on(device) else 2 * batch * cls.gates * cfg.d * cfg.d
+        return 2 * cls.flops(batch, n, cfg) - skipped
+
+    @classmethod
+    def fused_on(cls, device: str) -> bool:
+        """Whether PyTorch runs the layer as one fused kernel on `device` (cuDNN on every GPU)."""
+        return cls.cpu_fused if str(device).split(":")[0] == "cpu" else True
+
+    @classmethod
     def activation_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
         # The output sequence, plus the gate pre-activations for all steps, which fused kernels keep
         # (g·d per position): O(n·d).

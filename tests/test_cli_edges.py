@@ -100,6 +100,7 @@ SAMPLE_VALUES = {
     "batch": ["--batch", "2"],
     "device": ["--device", "cpu"],
     "dtype": ["--dtype", "float32"],
+    "mode": ["--mode", "train"],
     "threads": ["--threads", "1"],
     "rounds": ["--rounds", "3"],
     "target_time": ["--target-time", "0.1"],

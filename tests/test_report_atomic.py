@@ -389,7 +389,7 @@ def test_report_sigkilled_at_random_moments_leaves_one_report_whole(tmp_path):
     rng = Random(20261121)
     seen, kills_started = [], time.monotonic()
     state = 1  # out holds report b
-    for kill in range(10):
+    for kill in range(6):
         report = _report_process(inputs[1 - state], out)
         started = time.monotonic()
         if kill % 2 == 0:  # a moment in the publication: as the staged manifest appears, or just after
@@ -411,4 +411,4 @@ def test_report_sigkilled_at_random_moments_leaves_one_report_whole(tmp_path):
         state = new_state
     publish.remove_stale(out)  # what the next report does first
     assert _leftovers(out) == [] and _report_in(out, USER, *whole) == state
-    print(f"10 kills in {time.monotonic() - kills_started:.1f} s, after each the folder held: {seen}")
+    print(f"{len(seen)} kills in {time.monotonic() - kills_started:.1f} s, after each the folder held: {seen}")

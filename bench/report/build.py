@@ -18,7 +18,7 @@ import pandas as pd
 
 from .. import fits, machine, storage, timing
 from ..errors import BadInput
-from ..spec import device_keys
+from ..spec import source_keys
 from ..timing import NOISY_IQR_RATIO
 from .context import ReportContext, format_value
 from .headline import headline, verdict_table
@@ -38,6 +38,7 @@ from .scaling import (
     two_term_section,
 )
 from .summary import summary_latex, summary_markdown, summary_rows
+from .training import training_section
 
 
 def machine_key(meta: dict) -> tuple[str, str]:
@@ -56,11 +57,12 @@ def _device_words(meta: dict, device: str, key: str) -> str:
 
 
 def assign_sources(points: pd.DataFrame, runs: dict[str, dict]) -> tuple[pd.Series, dict[str, str]]:
-    """Each point's source: its machine and device as a stable id ("intel-xeon-2c-vm.cpu",
-    "intel-xeon-2c-vm.cuda-bfloat16"), the prefix of its cite keys; and each source in words
-    ("Intel Xeon, 2 cores (vm) · cpu")."""
+    """Each point's source: its machine, device, dtype and mode as a stable id ("intel-xeon-2c-vm.cpu",
+    "intel-xeon-2c-vm.cuda-bfloat16", "intel-xeon-2c-vm.cpu-train"), the prefix of its cite keys; and each
+    source in words ("Intel Xeon, 2 cores (vm) · cpu"). Train points are a source of their own, so no fit,
+    plot or table pools them with inference points."""
     sources, labels = [], {}
-    for run_id, device, key in zip(points["run_id"], points["device"], device_keys(points)):
+    for run_id, device, key in zip(points["run_id"], points["device"], source_keys(points)):
         mid, words = machine_key(runs[run_id])
         source = f"{mid}.{key}"
         sources.append(source)
@@ -357,7 +359,8 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
                 texts,
                 "flops",
                 "Compute: FLOPs",
-                "FLOPs of one forward pass, whole batch, 2 per multiply-accumulate of every "
+                "FLOPs of one forward pass (a forward and a backward pass for a `-train` source), whole batch, "
+                "2 per multiply-accumulate of every "
                 "matrix product and convolution, counted at the operator level while the "
                 "layer runs (bench.flops) and checked against the closed form (models).\n\n" + flops_check(ctx),
             )
@@ -369,7 +372,8 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
                 texts,
                 "time",
                 "Time",
-                "Median wall time of one forward pass in inference mode, threads pinned, "
+                "Median wall time of one forward pass in inference mode (a training step for a `-train` source), "
+                "threads pinned, "
                 "after warm-up (pytest-benchmark rounds; spread as IQR in points.csv, and the "
                 f"{100 * fits.POINT_CI_CONFIDENCE:g} % interval of the median where the run "
                 "stored one).\n\n" + two_term_section(ctx),
@@ -388,11 +392,13 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
                 texts,
                 "memory",
                 "Memory",
-                "Peak bytes the forward pass allocates above what was live before it (inputs "
+                "Peak bytes the forward pass (with the backward, for a `-train` source) allocates above what was "
+                "live before it (inputs "
                 "and weights excluded): CUDA allocator statistics on a GPU, the profiler's "
                 "allocation events replayed on the CPU.\n\n" + memory_pair_plot(ctx) + "\n" + rss_table(ctx),
             )
         )
+        parts.append(training_section(ctx, texts))
         table.to_csv(out_dir / "table.csv", index=False)
         (out_dir / "table.tex").write_text(summary_latex(table))
     parts.append(_optional_section("paths", ctx))

@@ -130,7 +130,7 @@ def headline(ctx: ReportContext, texts: dict) -> str:
     return "\n\n".join(lines) + "\n"
 
 
-def _cell(texts: dict, source: str, layer: str, metric: str) -> str:
+def verdict_cell(texts: dict, source: str, layer: str, metric: str) -> str:
     entry = texts.get((source, layer, metric, "n"))
     if entry is None:
         return "–"
@@ -164,9 +164,9 @@ def verdict_table(ctx: ReportContext, texts: dict) -> str:
                 row["measured on"] = ctx.source_tag(source)
             row |= {
                 "Table 1": row1.compute_text,
-                "FLOPs ∝ n^": _cell(texts, source, layer, "flops"),
-                "time ∝ n^": _cell(texts, source, layer, "time"),
-                "memory ∝ n^": _cell(texts, source, layer, "memory"),
+                "FLOPs ∝ n^": verdict_cell(texts, source, layer, "flops"),
+                "time ∝ n^": verdict_cell(texts, source, layer, "time"),
+                "memory ∝ n^": verdict_cell(texts, source, layer, "memory"),
             }
             if not several:  # the path cell is the layer's, not the machine's: once is enough beside several
                 row["path"] = row1.path_text

@@ -16,6 +16,7 @@ import pandas as pd
 
 from .. import machine, storage
 from ..errors import BadInput, RunFailed
+from ..spec import mode_of
 
 REFERENCE_DIR = storage.RESULTS_ROOT / "reference"
 REFERENCE = "reference"  # the folder name that marks committed reference runs, and their sources' prefix
@@ -165,6 +166,7 @@ def load_runs(paths: list[Path], skip_bad: bool = False, exclude: tuple[Path, ..
     points = (
         frames["points"] if frames["points"] is not None else pd.DataFrame(columns=storage.POINT_COLUMNS + ["run_id"])
     )
+    points["mode"] = mode_of(points)  # runs stored before modes existed measured inference only
     return points, runs, frames["paths"], frames["claims"]
 
 

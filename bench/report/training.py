@@ -1,0 +1,166 @@
+"""The report's training section: a training step (mode "train": one forward and one backward pass, bench.point)
+beside the inference forward pass of the same point.
+
+Per layer, at its largest point measured in both modes: train / inference of the FLOPs (exact counts), of the
+median time and of the peak memory, and the range of the time ratio over every point measured in both; the
+memory the forward pass leaves for the backward (`mem_saved_bytes`) against n for the explicit and the fused
+attention, the recurrence and the convolution (models.ROLES); the train n-exponents against Table 1 (the same
+predictions hold: a backward pass repeats the forward's products). Every number through ctx.cite.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+import models
+
+from ..spec import DEFAULT_MODE
+from .context import ReportContext
+from .headline import verdict_cell
+from .scaling import GUIDE_NOTE, _predicted_from_formula, primary_sweeps, sweep_figure
+
+TRAIN = "train"
+# What makes two rows the same point but for their mode.
+SAME_POINT = ["layer", "device", "dtype", "batch", "n", "d", "k", "heads", "window", "dilation"]
+SAVED_LAYERS = (
+    models.ROLES.attention_explicit,
+    models.ROLES.attention,
+    models.ROLES.recurrent,
+    models.ROLES.convolution,
+)
+RATIOS = {  # column: what its train / inference ratio is called
+    "flops_counted": "FLOPs",
+    "time_median_s": "time",
+    "mem_peak_bytes": "peak memory",
+}
+
+
+def inference_source(ctx: ReportContext, train_source: str) -> str | None:
+    """The source of the same machine, device and dtype in inference mode (None where none is shown)."""
+    suffix = f"-{TRAIN}"
+    if not train_source.endswith(suffix):
+        return None
+    partner = train_source[: -len(suffix)]
+    return partner if partner in set(ctx.points["source"]) else None
+
+
+def matched(ctx: ReportContext, train_source: str) -> pd.DataFrame:
+    """The ok points of `train_source` measured in inference mode too (same machine and device), one row
+    each with the train columns suffixed `_train` and the inference columns `_inference`."""
+    ok = ctx.points[ctx.points["status"] == "ok"]
+    partner = inference_source(ctx, train_source)
+    if partner is None:
+        return pd.DataFrame()
+    train = ok[ok["source"] == train_source]
+    inference = ok[(ok["source"] == partner) & (ok["mode"] == DEFAULT_MODE)]
+    keys = [c for c in SAME_POINT if c in ok]
+    both = train.merge(inference, on=keys, suffixes=("_train", "_inference"))
+    return both.sort_values(["layer", "n", "d", "batch"]).reset_index(drop=True)
+
+
+def _ratio_table(ctx: ReportContext, source: str, both: pd.DataFrame) -> str:
+    lines = [
+        "| layer | at | FLOPs | time | peak memory | time, every point in both modes |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for layer in [name for name in models.LAYERS if name in set(both["layer"])]:
+        rows = both[both["layer"] == layer]
+        top = rows.iloc[-1]  # the largest n (then d, batch) measured in both modes
+        at = f"n={int(top.n)}, d={int(top.d)}, batch={int(top.batch)}"
+        tag = f"n{int(top.n)}_d{int(top.d)}_b{int(top.batch)}"
+        cells = []
+        for column, word in RATIOS.items():
+            ratio = top[f"{column}_train"] / top[f"{column}_inference"]
+            key = f"{source}.training.{layer}.{column}_ratio.{tag}"
+            cells.append(
+                ctx.cite(key, round(float(ratio), 3), "x", top.run_id_train, note=f"{word}, train / inference")
+            )
+        spread = rows["time_median_s_train"] / rows["time_median_s_inference"]
+        key = f"{source}.training.{layer}.time_ratio"
+        low = ctx.cite(f"{key}.min", round(float(spread.min()), 2), "x", top.run_id_train)
+        high = ctx.cite(f"{key}.max", round(float(spread.max()), 2), "x", top.run_id_train)
+        lines.append(f"| {layer} | {at} | {' | '.join(cells)} | {low} to {high} over {len(rows)} points |")
+    return "\n".join(lines) + "\n"
+
+
+def _exponent_table(texts: dict, source: str, layers: list[str]) -> str:
+    rows = [
+        {
+            "layer": layer,
+            "Table 1": models.LAYERS[layer].table1.compute_text,
+            "FLOPs ∝ n^": verdict_cell(texts, source, layer, "flops"),
+            "time ∝ n^": verdict_cell(texts, source, layer, "time"),
+            "memory ∝ n^": verdict_cell(texts, source, layer, "memory"),
+        }
+        for layer in layers
+    ]
+    return pd.DataFrame(rows).to_markdown(index=False) + "\n"
+
+
+def _saved_figure(ctx: ReportContext, source: str) -> str:
+    ok = ctx.points[(ctx.points["status"] == "ok") & (ctx.points["source"] == source)]
+    ok = ok[ok["layer"].isin(SAVED_LAYERS) & ok["mem_saved_bytes"].notna()]
+    data = primary_sweeps(ok, "n")
+    if data.empty:
+        return ""
+    growth = []
+    for layer in [name for name in SAVED_LAYERS if name in set(data["layer"])]:
+        sweep = data[data["layer"] == layer].sort_values("n")
+        lo, hi = sweep.iloc[0], sweep.iloc[-1]
+        key = f"{source}.training.{layer}.saved_growth_n{int(lo.n)}_to_n{int(hi.n)}_d{int(hi.d)}_b{int(hi.batch)}"
+        factor = ctx.cite(key, round(float(hi.mem_saved_bytes / lo.mem_saved_bytes), 2), "x", hi.run_id)
+        growth.append(f"{layer} {factor} (n {int(lo.n)} → {int(hi.n)}, {hi.sweep})")
+    fig = sweep_figure(
+        data,
+        "n",
+        "mem_saved_bytes",
+        "memory",
+        {source: ctx.source_label(source)},
+        exponent=_predicted_from_formula("memory", "n"),
+    )
+    fig.suptitle("What the forward pass keeps for the backward", fontsize=11)
+    figure = ctx.figure(
+        fig,
+        f"training_saved_{source}",
+        "Bytes a training forward pass leaves allocated for its backward (the tensors autograd saved and the "
+        f"output), against n; {GUIDE_NOTE['memory']}.",
+    )
+    return figure + "\nSaved for the backward grows by " + "; ".join(growth) + ".\n"
+
+
+def training_section(ctx: ReportContext, texts: dict) -> str:
+    """The section, or "" where no train points are shown."""
+    sources = [s for s in ctx.sources() if s.endswith(f"-{TRAIN}")]
+    if not sources:
+        return ""
+    parts = [
+        "## Training: forward and backward\n",
+        "A training step of one layer as inside a network (`run --mode train`): the input requiring grad, one "
+        "forward and one backward pass from a fixed random upstream gradient, the input's and every "
+        "parameter's gradient computed. FLOPs by the same convention as inference (the backward kernels' "
+        "products counted, bench.flops); a layer made only of matrix products does 3x its forward (a product's "
+        "backward forms the input's and the weight's gradients, two products of its size); the fused "
+        "attention's backward recomputes the n×n scores from Q, K and a saved row statistic instead of keeping "
+        "them, five score-sized products where the forward did two; ATen's recurrent loop (rnn, gru on the "
+        "CPU) skips the gradient of the zero initial state, one step's product. The formulas are in models/ "
+        "(`analytic_flops`, `backward_flops`).\n",
+    ]
+    for source in sources:
+        both = matched(ctx, source)
+        layers = [
+            name for name in models.LAYERS if name in set(ctx.points.loc[ctx.points["source"] == source, "layer"])
+        ]
+        parts.append(f"**{ctx.source_label(source)}**\n")
+        if both.empty:
+            parts.append("_No point of this source was measured in inference mode too: no ratios._\n")
+        else:
+            parts.append(
+                "Train / inference, per layer at its largest point measured in both modes (time: medians; the "
+                "last column: the range of the time ratio over every such point):\n\n" + _ratio_table(ctx, source, both)
+            )
+        parts.append(
+            "\nThe train exponents in n against Table 1 (the same predictions: the backward repeats the "
+            "forward's products):\n\n" + _exponent_table(texts, source, layers)
+        )
+        parts.append(_saved_figure(ctx, source))
+    return "\n".join(parts)
