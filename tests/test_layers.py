@@ -58,27 +58,116 @@ def _dense_masked(layer, x, mask):
     return layer.out_proj(mixed.transpose(1, 2).reshape(b, n, d))
 
 
+def _window_mask_by_hand(n, window):
+    # Query i sees keys i - window//2 .. i - window//2 + window - 1.
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    return (j >= i - window // 2) & (j <= i - window // 2 + window - 1)
+
+
 @pytest.mark.parametrize("n,window", [(16, 5), (33, 8), (9, 9), (20, 1), (64, 16)])
 def test_local_attention_equals_dense_with_window_mask(n, window):
     cfg = LayerConfig(d=12, heads=2, window=window)
     layer = models.build("attention_local", cfg)
     x = torch.randn(2, n, 12)
-    # The mask by hand: query i sees keys i - window//2 .. i - window//2 + window - 1.
-    i = torch.arange(n)[:, None]
-    j = torch.arange(n)[None, :]
-    mask = (j >= i - window // 2) & (j <= i - window // 2 + window - 1)
+    mask = _window_mask_by_hand(n, window)
     assert torch.equal(mask, layer.dense_mask(n))
     with torch.inference_mode():
         assert (layer(x) - _dense_masked(layer, x, mask)).abs().max().item() < 1e-5
 
 
-def test_local_attention_with_full_window_is_dense_attention():
-    n = 11  # a window of 2n - 1 centered on any query covers the whole sequence
-    local = models.build("attention_local", LayerConfig(d=8, heads=2, window=2 * n - 1), seed=4)
-    full = models.build("attention_math", LayerConfig(d=8, heads=2), seed=4)
-    x = torch.randn(1, n, 8)
+# attention_local computes in blocks (AttentionLocal.blocks): with the default block sizes, n = 300 is blocked
+# for every window below about n/2 and n = 37 is one dense block for all of them; "small-blocks" (4 queries
+# a block) makes n = 37 blocked too, below r of about 30. Windows: 1, 2, even, odd, above n/2, n.
+LOCAL_SIZES = [(37, r) for r in (1, 2, 5, 8, 20, 29, 37)] + [(300, r) for r in (1, 2, 33, 64, 151, 200, 300)]
+
+
+@pytest.fixture(params=["default-blocks", "small-blocks"])
+def block_sizes(request, monkeypatch):
+    if request.param == "small-blocks":
+        monkeypatch.setattr(models.LAYERS["attention_local"], "MIN_BLOCK", 4)
+        monkeypatch.setattr(models.LAYERS["attention_local"], "MAX_BLOCK", 4)
+    return request.param
+
+
+@pytest.mark.parametrize("n,window", LOCAL_SIZES)
+def test_local_attention_in_blocks_equals_dense_with_window_mask_output_and_gradient(n, window, block_sizes):
+    """Batch 2, d = 24, 3 heads (head size 8): the output and the gradient of every input and weight."""
+    cfg = LayerConfig(d=24, heads=3, window=window)
+    layer = models.build("attention_local", cfg, seed=2)
+    x = torch.randn(2, n, 24, requires_grad=True)
+    mask = _window_mask_by_hand(n, window)
+    upstream = torch.randn(2, n, 24)
+    grads = []
+    for forward in (layer, lambda x: _dense_masked(layer, x, mask)):
+        out = forward(x)
+        params = [x, *layer.parameters()]
+        grads.append((out, torch.autograd.grad((out * upstream).sum(), params)))
+    (local, local_grads), (dense, dense_grads) = grads
+    assert (local - dense).abs().max().item() < 1e-5
+    for a, b in zip(local_grads, dense_grads):
+        assert (a - b).abs().max().item() < 1e-4 * max(1.0, b.abs().max().item())
+
+
+@pytest.mark.parametrize("n,window", [(37, 5), (37, 8), (300, 33), (300, 64), (300, 300)])
+@pytest.mark.parametrize("poisoned", [0, 17, 36])
+def test_a_nan_in_the_input_reaches_exactly_the_queries_whose_window_holds_it(n, window, poisoned, block_sizes):
+    """Blocked products multiply masked weights (0) by every value of the block, and 0·NaN = NaN; the layer
+    keeps the windowed definition anyway (what bench.paths' NaN probe relies on)."""
+    layer = models.build("attention_local", LayerConfig(d=24, heads=3, window=window))
+    x = torch.randn(1, n, 24)
+    x[0, poisoned] = float("nan")
     with torch.inference_mode():
-        assert (local(x) - full(x)).abs().max().item() < 1e-5
+        reached = torch.isnan(layer(x)).any(-1)[0]  # (n,)
+    assert torch.equal(reached, _window_mask_by_hand(n, window)[:, poisoned])
+
+
+@pytest.mark.parametrize(
+    "n, window, queries, count, keys",
+    [
+        (300, 64, 64, 5, 127),  # w = r; 5 blocks cover 320 queries, each a span of 64 + 63 keys
+        (300, 5, 32, 10, 36),  # w = MIN_BLOCK = 32
+        (4096, 256, 128, 32, 383),  # w = MAX_BLOCK = 128
+        (300, 151, 300, 1, 300),  # 3 blocks of 128 with spans of 278 would compute 384·278 > 300² pairs
+        (37, 5, 37, 1, 37),  # 2 blocks of 32 with spans of 36: 2304 > 37² = 1369
+        (37, 37, 37, 1, 37),
+    ],
+)
+def test_local_attention_blocks(n, window, queries, count, keys):
+    g = models.LAYERS["attention_local"].blocks(n, window)
+    assert (g.queries, g.count, g.keys) == (queries, count, keys)
+    assert g.offset == (window // 2 if count > 1 else 0)
+
+
+@pytest.mark.parametrize(
+    "n, window, pairs_by_hand",
+    [
+        (37, 1, 37),
+        (37, 2, 37 * 2 - 1),  # left 1, right 0: query 0 loses key -1
+        (37, 5, 37 * 5 - 3 - 3),  # left 2, right 2: queries 0, 1 lose 2 + 1 keys, queries 35, 36 too
+        (37, 8, 37 * 8 - 10 - 6),  # left 4 (4+3+2+1 lost), right 3 (3+2+1)
+        (37, 37, 37 * 37 - 171 - 171),  # left 18, right 18: a centred window of n loses 18·19/2 keys at each end
+        (300, 64, 300 * 64 - 528 - 496),  # left 32 (32·33/2), right 31 (31·32/2)
+        (300, 300, 300 * 300 - 11325 - 11175),  # left 150 (150·151/2), right 149 (149·150/2)
+    ],
+)
+def test_local_attention_useful_work_by_hand(n, window, pairs_by_hand):
+    cls = models.LAYERS["attention_local"]
+    cfg = LayerConfig(d=24, heads=3, window=window)
+    mask = _window_mask_by_hand(n, window)
+    assert int(mask.sum()) == pairs_by_hand
+    g = cls.blocks(n, window)
+    assert cls.useful_fraction(n, cfg) == pytest.approx(pairs_by_hand / (g.count * g.queries * g.keys))
+    projections = 4 * 2 * 2 * n * 24 * 24
+    assert cls.useful_flops(2, n, cfg) == projections + 2 * 2 * 2 * pairs_by_hand * 24
+    assert cls.useful_flops(2, n, cfg) <= cls.flops(2, n, cfg)
+
+
+def test_local_attention_does_half_its_work_inside_the_window_at_r_64():
+    # n = 4096, r = 64: blocks of 64 queries, spans of 127 keys; the window holds 64 keys but at the two ends.
+    fraction = models.LAYERS["attention_local"].useful_fraction(4096, LayerConfig(d=256, heads=4, window=64))
+    assert fraction == pytest.approx((4096 * 64 - 528 - 496) / (4096 * 127))
+    assert 0.50 < fraction < 0.51
 
 
 def test_same_seed_same_weights_and_centered_conv_keeps_n():
