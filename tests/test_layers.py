@@ -184,6 +184,31 @@ def test_same_seed_same_weights_and_centered_conv_keeps_n():
     assert reached == [8, 9, 10, 11, 12]
 
 
+@pytest.mark.parametrize("name", ["conv", "conv_dilated", "conv_separable"])
+@pytest.mark.parametrize("k, dilation", [(1, 1), (3, 3), (15, 1), (31, 2)])
+def test_convolutions_equal_conv1d_on_the_channels_first_layout(name, k, dilation):
+    """The layers convolve their (B, n, d) input as a channels-last image (models/conv.py); the same weights
+    as nn.Conv1d on the channels-first (B, d, n) transpose, the textbook's layout. k = 15 and 31: oneDNN's
+    depthwise kernel is not used channels-first there."""
+    layer = models.build(name, LayerConfig(d=24, k=k, dilation=dilation), seed=5)
+    x = torch.randn(2, 37, 24)
+    with torch.inference_mode():
+        if name == "conv_separable":
+            expected = layer.pointwise(layer.depthwise(x.transpose(1, 2))).transpose(1, 2)
+        else:
+            expected = layer.conv(x.transpose(1, 2)).transpose(1, 2)
+        out = layer(x)
+    assert (out - expected).abs().max().item() < 1e-5
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the layout is oneDNN's answer")
+@pytest.mark.parametrize("name", ["conv", "conv_dilated", "conv_separable"])
+def test_convolutions_answer_in_the_layers_layout_without_a_copy(name):
+    layer = models.build(name, LayerConfig(d=32, k=5, dilation=3))
+    with torch.inference_mode():
+        assert layer(torch.randn(4, 64, 32)).is_contiguous()
+
+
 @pytest.mark.parametrize("k", [2, 4, 0])
 def test_even_kernel_is_refused(k):
     with pytest.raises(ValueError, match="odd"):
