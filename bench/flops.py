@@ -412,6 +412,7 @@ NO_MATRIX_WORK_OP_NAMES: tuple[str, ...] = (
     "aten.mean",
     "aten.amax",
     "aten.amin",
+    "aten.aminmax",
     "aten.max",
     "aten.min",
     "aten.prod",

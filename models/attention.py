@@ -152,25 +152,24 @@ class AttentionLocal(_SelfAttention):
     r − 1) scores of every block of every head at once, the window mask sets the pairs outside the window
     to −inf, and a second `bmm` mixes the values. The spans are overlapping views (`unfold`) of one padded
     copy of K and of V, so nothing of size r·n·d is gathered. Work: 4·b·n·(w + r − 1)·d FLOPs for scores and
-    mixing, O(r·n·d) for w ∝ r, of which the window's pairs are the useful part (`useful_flops`,
-    `useful_fraction`: about r/(w + r − 1), 0.5 at r = w = 64).
+    mixing, O(r·n·d) for a fixed w, of which the window's pairs are the useful part (`useful_flops`,
+    `useful_fraction`: about r/(w + r − 1), 0.67 at r = 64 with w = 32).
 
-    Non-finite values (a NaN or inf in V) are exact: a masked weight is 0 and 0·NaN = NaN, so a blocked
-    product would carry a non-finite value to every query of the block, including those whose window does
-    not hold it. V is therefore zeroed where not finite, and the queries whose window holds such a value are
-    set to NaN afterwards: exactly the queries the windowed definition makes non-finite (bench.paths'
-    NaN probe measures the layer's reach this way). A non-finite K needs nothing: masking replaces its
-    scores outside the window."""
+    Non-finite values (a NaN or inf in V) stay inside the window: a masked weight is 0 and 0·NaN = NaN, so a
+    blocked product would carry a non-finite value to every query of the block, including those whose window
+    does not hold it. So a value row that is not finite is zeroed, and the queries whose window holds it are
+    set to NaN afterwards: exactly those the windowed definition makes non-finite (bench.paths' NaN probe
+    measures the layer's reach this way). A non-finite key needs nothing: masking replaces its scores
+    outside the window. It costs a reduction and a copy of V (n·d) and O(n) to find the queries."""
 
     uses = ("heads", "window")
     table1 = Table1Row(lambda n, d, k, r: r * n * d, "O(r·n·d)", "O(1)", "O(n/r)", sizes=("window",))
     path = PathRule(_local_layers, "⌈(n−1)/(r//2)⌉")
-    # Block size w: at least MIN_BLOCK queries, so that each product is a real matrix product (at a small
-    # window a block of r queries would be a handful of rows), at most MAX_BLOCK, so that at a large window
-    # the span w + r − 1 stays close to r (little masked work); in between w = r, where a block's products
-    # run near the matmul rate and half of their work is inside the window (tools: bench/benchmarks/restricted.py).
-    MIN_BLOCK = 32
-    MAX_BLOCK = 128
+    # Queries per block, w. Larger blocks make larger products, smaller ones compute fewer masked pairs (the
+    # span w + r − 1 against the window r) and softmax fewer scores. Timed on a 2-core Xeon VM, 2 threads,
+    # batch 4, 4 heads (bench/benchmarks/restricted.py): w from 16 to 32 fastest for r from 16 to 256 and d
+    # from 32 to 256, w = 64 up to 1.5x slower, w = 8 no faster.
+    BLOCK = 32
 
     @staticmethod
     def check(cfg: LayerConfig, n: int | None = None) -> None:
@@ -187,10 +186,10 @@ class AttentionLocal(_SelfAttention):
 
     @classmethod
     def blocks(cls, n: int, window: int) -> Blocks:
-        """The tiling of n queries with window r: blocks of w = clamp(r, MIN_BLOCK, MAX_BLOCK) queries (at most
-        n) with spans of w + r − 1 keys, unless that computes at least the n² pairs of dense attention, then
-        one block of all n queries and all n keys."""
-        w = min(max(window, cls.MIN_BLOCK), cls.MAX_BLOCK, n)
+        """The tiling of n queries with window r: blocks of w = BLOCK queries (at most n) with spans of
+        w + r − 1 keys, unless that computes at least the n² pairs of dense attention, then one block of all n
+        queries and all n keys."""
+        w = min(cls.BLOCK, n)
         count = -(-n // w)
         if count * w * (w + window - 1) >= n * n:
             return Blocks(queries=n, count=1, keys=n, offset=0)
@@ -222,17 +221,21 @@ class AttentionLocal(_SelfAttention):
         store[g.offset : g.offset + heads_rows].view(b, h, g.padded_n, d_head)[:, :, :n] = t
         return store.unfold(0, g.keys, g.queries).transpose(1, 2)  # (B·h·count, s, d_head)
 
-    def _poisoned(self, bad: torch.Tensor) -> torch.Tensor:
-        """(B, h, n) boolean: the queries whose window holds a key marked in `bad` (B, h, n)."""
-        padded = F.pad(bad, (self.left, self.window - 1 - self.left))  # (B, h, n + r - 1)
-        return padded.unfold(-1, self.window, 1).any(-1)  # (B, h, n)
+    def _reached(self, marked: torch.Tensor) -> torch.Tensor:
+        """(B, h, n) boolean: the queries whose window holds a key marked in `marked` (B, h, n), by a running
+        count: O(n), where testing each window would be O(r·n)."""
+        padded = F.pad(marked, (self.left + 1, self.window - 1 - self.left))  # key j at j + left + 1
+        counts = padded.cumsum(-1)  # (B, h, n + r): marked keys up to each position
+        return counts[..., self.window :] > counts[..., : -self.window]  # query i: keys i - left .. i + right
 
     def _mix(self, q, k, v):
         b, h, n, d_head = q.shape
         g = self.blocks(n, self.window)
-        finite = torch.isfinite(v)  # why: the class docstring, non-finite values
-        poisoned = self._poisoned(~finite.all(-1))  # (B, h, n)
-        v = torch.where(finite, v, 0.0)
+        # Non-finite values (class docstring): such a value row is zeroed before the blocks multiply it with
+        # their masked weights, and the queries whose window holds it are set to NaN at the end.
+        low, high = torch.aminmax(v, dim=-1)  # (B, h, n): NaN or ±inf where the row is not finite
+        not_finite = ~(torch.isfinite(low) & torch.isfinite(high))
+        v = v.masked_fill(not_finite[..., None], 0.0)
         padded = F.pad(q, (0, 0, 0, g.padded_n - n)) if g.padded_n > n else q  # (B, h, n_padded, d_head)
         queries = padded.reshape(b * h * g.count, g.queries, d_head)  # (B·h·count, w, d_head): one copy
         keys, values = self._spans(k, g), self._spans(v, g)  # (B·h·count, s, d_head) each
@@ -241,8 +244,9 @@ class AttentionLocal(_SelfAttention):
         scores.view(b * h, g.count, g.queries, g.keys).masked_fill_(~self.block_mask(n, q.device), float("-inf"))
         mixed = torch.bmm(torch.softmax(scores, dim=-1), values)  # (B·h·count, w, d_head)
         mixed = mixed.view(b, h, g.padded_n, d_head)[:, :, :n].transpose(1, 2)  # (B, n, h, d_head)
-        # masked_fill lays its result out contiguous as (B, n, h, d_head), so forward's reshape is a view.
-        return mixed.masked_fill(poisoned.transpose(1, 2)[..., None], float("nan")).transpose(1, 2)
+        # masked_fill answers contiguous (B, n, h, d_head): forward's reshape to (B, n, d) is then a view.
+        reached = self._reached(not_finite).transpose(1, 2)[..., None]  # (B, n, h, 1)
+        return mixed.masked_fill(reached, float("nan")).transpose(1, 2)  # (B, h, n, d_head)
 
     def dense_mask(self, n: int, device=None) -> torch.Tensor:
         """The equivalent boolean mask for dense attention: True where query i may see key j."""
@@ -272,9 +276,9 @@ class AttentionLocal(_SelfAttention):
 
     @classmethod
     def activation_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
-        # Q, K, V, the mixed heads and the output (5·n·d), the finite copy of V (n·d); the padded scaled
+        # Q, K, V, the mixed heads and the output (5·n·d), V with non-finite rows zeroed (n·d); the padded
         # queries, the padded copies of K and V, the blocks' mixed values (4·n_padded·d); the scores and their
-        # softmax (2 per computed pair and head): O((w + r)·n), not O(r·n·d).
+        # softmax (2 per computed pair and head): O((w + r)·n), no r·n·d gathered.
         g = cls.blocks(n, cfg.window)
         return (6 * batch * n * cfg.d + 4 * batch * g.padded_n * cfg.d + 2 * batch * cfg.heads * g.pairs) * elem_bytes
 

@@ -33,9 +33,9 @@ def counted(
 
 def local_pairs_by_hand(n: int, r: int) -> int:
     """(query, key) scores attention_local computes per head and batch element (models.attention.Blocks):
-    blocks of w = r queries, w at least 32 and at most 128 (and at most n), each scoring the w + r − 1 keys
-    its windows cover, n rounded up to whole blocks; one dense n×n block where that would be as many."""
-    w = min(max(r, 32), 128, n)
+    blocks of w = 32 queries (at most n), each scoring the w + r − 1 keys its windows cover, n rounded up to
+    whole blocks; one dense n×n block where that would be as many."""
+    w = min(32, n)
     blocks = -(-n // w)
     blocked = blocks * w * (w + r - 1)
     return blocked if blocked < n * n else n * n
@@ -140,13 +140,13 @@ def test_linear_in_n_layers_exactly_double_when_n_doubles(name):
 
 @pytest.mark.parametrize("window", [5, 64])
 def test_local_attention_flops_double_when_n_doubles_in_whole_blocks(window):
-    # Blocks of 32 (r = 5) or 64 (r = 64) queries: n = 256 and 512 are whole blocks, so the blocks double.
+    # Blocks of 32 queries: n = 256 and 512 are whole blocks, so the blocks double.
     cfg = LayerConfig(d=12, heads=3, window=window)
     assert counted("attention_local", cfg, 1, 512).total == 2 * counted("attention_local", cfg, 1, 256).total
 
 
-# The odd sizes of restricted attention: n = 37 (one dense block for every window) and n = 300 (blocked below
-# r of about n/2), windows 1, 2, even, odd, above n/2 and n.
+# The odd sizes of restricted attention: n = 37 (one dense block for every window) and n = 300 (blocked up to
+# r = 250), windows 1, 2, even, odd, above n/2 and n.
 LOCAL_SIZES = [(37, r) for r in (1, 2, 5, 8, 20, 29, 37)] + [(300, r) for r in (1, 2, 33, 64, 151, 200, 300)]
 
 
@@ -162,12 +162,19 @@ def test_local_attention_counted_flops_equal_the_analytic_count_at_odd_sizes(n, 
 
 @pytest.mark.parametrize(
     "n, window, pairs",
-    [(37, 5, 37 * 37), (37, 37, 37 * 37), (300, 64, 320 * 127), (300, 33, 330 * 65), (300, 1, 320 * 32)],
-    ids=["37-r5-dense", "37-r37-dense", "300-r64-blocks-of-64", "300-r33-blocks-of-33", "300-r1-blocks-of-32"],
+    [
+        (37, 5, 37 * 37),
+        (37, 37, 37 * 37),
+        (300, 64, 320 * 95),
+        (300, 33, 320 * 64),
+        (300, 1, 320 * 32),
+        (300, 300, 300 * 300),
+    ],
+    ids=["37-r5-dense", "37-r37-dense", "300-r64", "300-r33", "300-r1", "300-r300-dense"],
 )
 def test_local_attention_flops_in_plain_numbers(n, window, pairs):
     # b = 2, d = 24: projections 4·2·2·n·24·24; scores and mix 2·2·2·pairs·24, pairs = n_padded·(w + r − 1)
-    # (r = 33: 10 blocks of 33 queries, 330 in all, spans of 65 keys) or n² (one dense block).
+    # (n = 300: 10 blocks of w = 32 queries, 320 in all, spans of 31 + r keys) or n² (one dense block).
     cfg = LayerConfig(d=24, heads=3, window=window)
     assert counted("attention_local", cfg, 2, n).total == 8 * 2 * n * 24 * 24 + 4 * 2 * pairs * 24
 
