@@ -157,10 +157,10 @@ class AttentionLocal(_SelfAttention):
 
     Non-finite values (a NaN or inf in V) stay inside the window: a masked weight is 0 and 0·NaN = NaN, so a
     blocked product would carry a non-finite value to every query of the block, including those whose window
-    does not hold it. So a value row that is not finite is zeroed, and the queries whose window holds it are
-    set to NaN afterwards: exactly those the windowed definition makes non-finite (bench.paths' NaN probe
-    measures the layer's reach this way). A non-finite key needs nothing: masking replaces its scores
-    outside the window. It costs a reduction and a copy of V (n·d) and O(n) to find the queries."""
+    does not hold it. So a value row that is not finite is zeroed and its key made NaN: the queries whose
+    window holds it come out NaN, exactly those the windowed definition makes non-finite, and the others mask
+    that key's score away (bench.paths' NaN probe measures the layer's reach this way). A non-finite key needs
+    nothing: masking replaces its scores outside the window."""
 
     uses = ("heads", "window")
     table1 = Table1Row(lambda n, d, k, r: r * n * d, "O(r·n·d)", "O(1)", "O(n/r)", sizes=("window",))
@@ -210,43 +210,45 @@ class AttentionLocal(_SelfAttention):
         padding_query = (starts[:, None] + t) >= n  # (count, w)
         return (in_window[None] & in_sequence[:, None, :]) | padding_query[:, :, None]
 
-    def _spans(self, t: torch.Tensor, g: Blocks) -> torch.Tensor:
-        """(B, h, n, d_head) -> (B·h·count, s, d_head): every block's span of keys (or values), as overlapping
-        views of one zero-padded copy: rows [offset | head 0's n_padded | head 1's | ... | s − w − offset],
-        so the span of block β of head j starts at row (j·count + β)·w and unfold(0, s, w) gives all of them
-        in order. Rows past a head's n keys (zeros, or a neighbouring head's keys) are masked."""
+    @staticmethod
+    def _padded_rows(t: torch.Tensor, g: Blocks) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, h, n, d_head) -> (rows, own): one zero-padded copy of t, rows [offset | head 0's n_padded |
+        head 1's | ... | s − w − offset] of d_head, and the view of t's own rows in it (B, h, n, d_head)."""
         b, h, n, d_head = t.shape
         heads_rows = b * h * g.padded_n
-        store = t.new_zeros(heads_rows + g.keys - g.queries, d_head)
-        store[g.offset : g.offset + heads_rows].view(b, h, g.padded_n, d_head)[:, :, :n] = t
-        return store.unfold(0, g.keys, g.queries).transpose(1, 2)  # (B·h·count, s, d_head)
+        rows = t.new_zeros(heads_rows + g.keys - g.queries, d_head)
+        own = rows[g.offset : g.offset + heads_rows].view(b, h, g.padded_n, d_head)[:, :, :n]
+        own.copy_(t)
+        return rows, own
 
-    def _reached(self, marked: torch.Tensor) -> torch.Tensor:
-        """(B, h, n) boolean: the queries whose window holds a key marked in `marked` (B, h, n), by a running
-        count: O(n), where testing each window would be O(r·n)."""
-        padded = F.pad(marked, (self.left + 1, self.window - 1 - self.left))  # key j at j + left + 1
-        counts = padded.cumsum(-1)  # (B, h, n + r): marked keys up to each position
-        return counts[..., self.window :] > counts[..., : -self.window]  # query i: keys i - left .. i + right
+    @staticmethod
+    def _spans(rows: torch.Tensor, g: Blocks) -> torch.Tensor:
+        """(B·h·count, s, d_head): every block's span of keys (or values), overlapping views of `rows`: the span
+        of block β of head j starts at row (j·count + β)·w, so unfold(0, s, w) gives all of them in order. Rows
+        past a head's n keys (zeros, or a neighbouring head's keys) are masked."""
+        return rows.unfold(0, g.keys, g.queries).transpose(1, 2)
 
     def _mix(self, q, k, v):
         b, h, n, d_head = q.shape
         g = self.blocks(n, self.window)
-        # Non-finite values (class docstring): such a value row is zeroed before the blocks multiply it with
-        # their masked weights, and the queries whose window holds it are set to NaN at the end.
-        low, high = torch.aminmax(v, dim=-1)  # (B, h, n): NaN or ±inf where the row is not finite
-        not_finite = ~(torch.isfinite(low) & torch.isfinite(high))
-        v = v.masked_fill(not_finite[..., None], 0.0)
         padded = F.pad(q, (0, 0, 0, g.padded_n - n)) if g.padded_n > n else q  # (B, h, n_padded, d_head)
         queries = padded.reshape(b * h * g.count, g.queries, d_head)  # (B·h·count, w, d_head): one copy
-        keys, values = self._spans(k, g), self._spans(v, g)  # (B·h·count, s, d_head) each
+        k_rows, k_own = self._padded_rows(k, g)
+        v_rows, v_own = self._padded_rows(v, g)
+        # Non-finite values (class docstring): 0·x is 0 for a finite x, NaN for inf or NaN, so `poison` is NaN
+        # for a value row that is not finite, else 0. Added to its key it makes that key's scores NaN: the
+        # queries whose window holds it come out NaN, the others mask the score away; the value row is zeroed
+        # so that their masked weights multiply zeros. Four passes of n·d; amax and amin read, never overflow.
+        v_seen = v_own.detach()  # the test needs no gradient
+        poison = v_seen.amax(-1, keepdim=True) * 0 + v_seen.amin(-1, keepdim=True) * 0  # (B, h, n, 1)
+        k_own.add_(poison)
+        v_rows.nan_to_num_(0.0, 0.0, 0.0)
+        keys, values = self._spans(k_rows, g), self._spans(v_rows, g)  # (B·h·count, s, d_head) each
         # baddbmm with beta = 0 ignores its first argument; alpha scales inside the product, no pass of its own.
         scores = torch.baddbmm(q.new_zeros(()), queries, keys.transpose(1, 2), beta=0, alpha=d_head**-0.5)
         scores.view(b * h, g.count, g.queries, g.keys).masked_fill_(~self.block_mask(n, q.device), float("-inf"))
         mixed = torch.bmm(torch.softmax(scores, dim=-1), values)  # (B·h·count, w, d_head)
-        mixed = mixed.view(b, h, g.padded_n, d_head)[:, :, :n].transpose(1, 2)  # (B, n, h, d_head)
-        # masked_fill answers contiguous (B, n, h, d_head): forward's reshape to (B, n, d) is then a view.
-        reached = self._reached(not_finite).transpose(1, 2)[..., None]  # (B, n, h, 1)
-        return mixed.masked_fill(reached, float("nan")).transpose(1, 2)  # (B, h, n, d_head)
+        return mixed.view(b, h, g.padded_n, d_head)[:, :, :n]  # (B, h, n, d_head)
 
     def dense_mask(self, n: int, device=None) -> torch.Tensor:
         """The equivalent boolean mask for dense attention: True where query i may see key j."""
@@ -276,7 +278,7 @@ class AttentionLocal(_SelfAttention):
 
     @classmethod
     def activation_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
-        # Q, K, V, the mixed heads and the output (5·n·d), V with non-finite rows zeroed (n·d); the padded
+        # Q, K, V, the mixed heads and the output, the projection's input (6·n·d); the padded
         # queries, the padded copies of K and V, the blocks' mixed values (4·n_padded·d); the scores and their
         # softmax (2 per computed pair and head): O((w + r)·n), no r·n·d gathered.
         g = cls.blocks(n, cfg.window)

@@ -10,8 +10,11 @@ IQR over the blocks) with torch's intra-op threads pinned to --threads. GFLOP/s 
 FLOP count (`flops`: what its kernels compute, 2 per multiply-accumulate); for a layer that also states
 `useful_flops` (attention_local: the pairs inside the window), the useful GFLOP/s and the useful fraction are
 shown beside them. `of peak` is the achieved rate over the matmul peak that bench.peak measures at the start
-on the same threads. The machine's load (load average, and the cores other processes took, bench.load) is
-printed before and after: on a shared machine, measure again when it is quiet.
+on the same threads. The cores other processes took while a point was timed (bench.load) are shown beside
+it, and the load average and those cores before and during the whole measurement above the table. On a shared
+machine, `--quiet CORES` waits (up to --quiet-wait seconds a point) until other processes take fewer than CORES
+cores, and times a point again (up to --retries times) when they took more while it was timed; the table says
+how many attempts each point took.
 
 `attention_local_unfold` is the implementation of attention_local before issue 19, kept here (not registered)
 for the before/after comparison: the r keys and values of every query gathered with unfold (r·n·d each) and
@@ -22,7 +25,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pandas as pd
 import torch
@@ -30,12 +36,14 @@ import torch.nn.functional as F
 from torch.utils import benchmark
 
 import models
-from bench.load import LoadMeter, sample_load
+from bench.load import Load, LoadMeter, sample_load
 from bench.peak import matmul_peak
 from bench.spec import expand_grid
 from bench.threads import pinned_threads
 from models import LayerConfig
 from models.attention import AttentionLocal
+
+T = TypeVar("T")
 
 DEFAULT_SIZES = ((4096, 32), (512, 256), (4096, 256))
 DEFAULT_LAYERS = ("attention", "attention_local", "attention_math", "attention_local_unfold")
@@ -86,6 +94,8 @@ class Row:
     time_iqr_s: float
     flops: int
     useful_flops: int | None
+    others_busy_cores: float  # what other processes took while the point was timed
+    attempts: int
 
 
 def build(name: str, n: int, d: int, args: argparse.Namespace) -> tuple[torch.nn.Module, type, LayerConfig]:
@@ -102,6 +112,40 @@ def build(name: str, n: int, d: int, args: argparse.Namespace) -> tuple[torch.nn
     return layer, cls, cfg
 
 
+QUIET_SAMPLE_S = 0.5  # each look at the load while waiting for a quiet machine
+
+
+def wait_for_quiet(max_cores: float, timeout_s: float) -> Load:
+    """The first load sample in which other processes take fewer than `max_cores` cores, or the last one when
+    `timeout_s` runs out first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        load = sample_load(QUIET_SAMPLE_S)
+        if load.others_busy_cores < max_cores or time.monotonic() > deadline:
+            return load
+
+
+def quietly(measure_once: Callable[[], T], args: argparse.Namespace) -> tuple[T, Load, int]:
+    """(what `measure_once()` returned, the load while it ran, attempts); with --quiet, measured after waiting
+    for a quiet machine, and again while other processes took --quiet cores or more during it (up to --retries
+    more times, the last one kept)."""
+    attempts = 0
+    while True:
+        attempts += 1
+        if args.quiet is not None:
+            wait_for_quiet(args.quiet, args.quiet_wait)
+        meter = LoadMeter()
+        result = measure_once()
+        load = meter.read()
+        if args.quiet is None or load.others_busy_cores < args.quiet or attempts > args.retries:
+            return result, load, attempts
+
+
+def timed(fn: Callable[[], object], args: argparse.Namespace) -> benchmark.Measurement:
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=args.threads)
+    return timer.blocked_autorange(min_run_time=args.min_run_time)
+
+
 def measure(name: str, n: int, d: int, args: argparse.Namespace) -> Row:
     layer, cls, cfg = build(name, n, d, args)
     x = torch.randn(args.batch, n, d)
@@ -110,10 +154,10 @@ def measure(name: str, n: int, d: int, args: argparse.Namespace) -> Row:
         with torch.inference_mode():
             layer(x)
 
-    timer = benchmark.Timer(stmt="forward()", globals={"forward": forward}, num_threads=args.threads)
-    m = timer.blocked_autorange(min_run_time=args.min_run_time)
+    m, load, attempts = quietly(lambda: timed(forward, args), args)
     useful = cls.useful_flops(args.batch, n, cfg) if hasattr(cls, "useful_flops") else None
-    return Row(name, n, d, m.median, m.iqr, cls.flops(args.batch, n, cfg), useful)
+    flops = cls.flops(args.batch, n, cfg)
+    return Row(name, n, d, m.median, m.iqr, flops, useful, load.others_busy_cores, attempts)
 
 
 def table(rows: list[Row], peak_flops_per_s: float) -> pd.DataFrame:
@@ -132,6 +176,8 @@ def table(rows: list[Row], peak_flops_per_s: float) -> pd.DataFrame:
                 "of peak %": round(100 * rate / peak_flops_per_s, 1),
                 "useful GFLOP/s": None if useful_rate is None else round(useful_rate / 1e9, 1),
                 "useful of peak %": None if useful_rate is None else round(100 * useful_rate / peak_flops_per_s, 1),
+                "others' cores": round(r.others_busy_cores, 2),
+                "attempts": r.attempts,
             }
         )
     return pd.DataFrame(out)
@@ -162,6 +208,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--k", type=int, default=3, help="kernel size of the convolutions (default 3)")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds of timed calls per point (default 1)")
+    parser.add_argument(
+        "--quiet", type=float, default=None, help="time only while other processes take fewer than this many cores"
+    )
+    parser.add_argument("--quiet-wait", type=float, default=120.0, help="seconds to wait for quiet per point (120)")
+    parser.add_argument("--retries", type=int, default=5, help="times a point is timed again under load (default 5)")
     args = parser.parse_args(argv)
     unknown = [name for name in args.layers if name not in models.LAYERS and name not in REFERENCES]
     if unknown:
@@ -174,13 +225,14 @@ def main(argv: list[str] | None = None) -> None:
     before = sample_load()
     meter = LoadMeter()
     with pinned_threads(args.threads):
-        peak = matmul_peak("cpu")
+        peak, peak_load, peak_attempts = quietly(lambda: matmul_peak("cpu"), args)
         rows = [measure(name, n, d, args) for n, d in args.sizes for name in args.layers]
     during = meter.read()
     print(
         f"torch {torch.__version__}, {args.threads} threads, batch {args.batch}, heads {args.heads}, "
         f"window {args.window}, k {args.k}; matmul peak {peak['flops_per_s'] / 1e9:.1f} GFLOP/s "
-        f"({peak['size']}×{peak['size']} float32)"
+        f"({peak['size']}×{peak['size']} float32; others busy on {peak_load.others_busy_cores:.2f} cores, "
+        f"{peak_attempts} attempt{'s' if peak_attempts > 1 else ''})"
     )
     print(
         f"load: before, average {before.loadavg_1m:.2f}, others busy on {before.others_busy_cores:.2f} cores; "
