@@ -78,14 +78,17 @@ def test_local_attention_equals_dense_with_window_mask(n, window):
 
 # attention_local computes in blocks (AttentionLocal.blocks): with the default 32 queries a block, n = 300 is
 # blocked for every window up to 250 and n = 37 is one dense block for all of them; "small-blocks" (4 queries
-# a block) makes n = 37 blocked too, below r of about 30. Windows: 1, 2, even, odd, above n/2, n.
+# a block) makes n = 37 blocked too, below r of about 30, and "one-a-chunk" forms the scores of one block at a
+# time (AttentionLocal.CHUNK_BYTES). Windows: 1, 2, even, odd, above n/2, n.
 LOCAL_SIZES = [(37, r) for r in (1, 2, 5, 8, 20, 29, 37)] + [(300, r) for r in (1, 2, 33, 64, 151, 200, 300)]
 
 
-@pytest.fixture(params=["default-blocks", "small-blocks"])
+@pytest.fixture(params=["default-blocks", "small-blocks", "small-blocks-one-a-chunk"])
 def block_sizes(request, monkeypatch):
-    if request.param == "small-blocks":
+    if request.param != "default-blocks":
         monkeypatch.setattr(models.LAYERS["attention_local"], "BLOCK", 4)
+    if request.param == "small-blocks-one-a-chunk":
+        monkeypatch.setattr(models.LAYERS["attention_local"], "CHUNK_BYTES", 1)
     return request.param
 
 
@@ -119,6 +122,25 @@ def test_a_nan_in_the_input_reaches_exactly_the_queries_whose_window_holds_it(n,
     with torch.inference_mode():
         reached = torch.isnan(layer(x)).any(-1)[0]  # (n,)
     assert torch.equal(reached, _window_mask_by_hand(n, window)[:, poisoned])
+
+
+@pytest.mark.parametrize(
+    "blocks_per_chunk", [1, 3, 10, 40, 60], ids=["1-block", "3-blocks", "1-head", "4-heads-ragged", "all"]
+)
+def test_local_attention_in_chunks_of_blocks_is_the_same_computation(blocks_per_chunk, monkeypatch):
+    """n = 300, r = 33: 10 blocks of 32 queries (spans of 64 keys) a head, 2·3 heads; chunks of 1 or 3 blocks
+    run within a head (the last chunk of a head 1 block), of 10 or 40 whole heads (the last chunk 2 heads)."""
+    cls = models.LAYERS["attention_local"]
+    layer = models.build("attention_local", LayerConfig(d=24, heads=3, window=33))
+    x = torch.randn(2, 300, 24, requires_grad=True)
+    whole = layer(x)
+    monkeypatch.setattr(cls, "CHUNK_BYTES", blocks_per_chunk * 32 * 64 * 4)
+    chunked = layer(x)
+    assert (chunked - whole).abs().max().item() < 1e-6
+    upstream = torch.randn_like(whole)
+    (grad_whole,) = torch.autograd.grad((whole * upstream).sum(), x)
+    (grad_chunked,) = torch.autograd.grad((chunked * upstream).sum(), x)
+    assert (grad_chunked - grad_whole).abs().max().item() < 1e-5
 
 
 @pytest.mark.parametrize("n,window", [(37, 8), (300, 33), (300, 300)])
