@@ -95,6 +95,10 @@ class Conv(nn.Module):
         self.cfg = cfg
         self.dilation = dilation
         self.conv = nn.Conv1d(cfg.d, cfg.d, cfg.k, padding=_same_padding(cfg.k, dilation), dilation=dilation)
+        # The weight laid out channels-last too, (d_out, k, d_in) in memory: a channels-last convolution
+        # would otherwise copy it into that layout at every call (besides oneDNN's own blocked copy).
+        weight = self.conv.weight.detach()
+        self.conv.weight = nn.Parameter(weight.permute(0, 2, 1).contiguous().permute(0, 2, 1))  # (d, d, k)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _conv(x, self.conv)  # (B, n, d)
@@ -106,8 +110,9 @@ class Conv(nn.Module):
 
     @staticmethod
     def activation_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
-        # The output: O(n·d) (channels-last, no copy of the input).
-        return batch * n * cfg.d * elem_bytes
+        # The output, O(n·d) (channels-last, no copy of the input), and the copy of the weights, d·d·k, that
+        # oneDNN reorders into its blocked layout at every call on the CPU (eager PyTorch keeps none).
+        return (batch * n * cfg.d + cfg.d * cfg.d * cfg.k) * elem_bytes
 
 
 class ConvDilated(Conv):

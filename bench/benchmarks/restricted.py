@@ -16,9 +16,11 @@ machine, `--quiet CORES` waits (up to --quiet-wait seconds a point) until other 
 cores, and times a point again (up to --retries times) when they took more while it was timed; the table says
 how many attempts each point took.
 
-`attention_local_unfold` is the implementation of attention_local before issue 19, kept here (not registered)
-for the before/after comparison: the r keys and values of every query gathered with unfold (r·n·d each) and
-one r-long matrix-vector product per query, memory traffic rather than arithmetic.
+The implementations before issue 19, kept here (not registered) for the before/after comparison:
+`attention_local_unfold`, the r keys and values of every query gathered with unfold (r·n·d each) and one r-long
+matrix-vector product per query, memory traffic rather than arithmetic; `conv_channels_first`,
+`conv_dilated_channels_first` and `conv_separable_channels_first`, Conv1d on the channels-first transpose of
+the (B, n, d) input.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from bench.spec import expand_grid
 from bench.threads import pinned_threads
 from models import LayerConfig
 from models.attention import AttentionLocal
+from models.conv import Conv, ConvSeparable
 
 T = TypeVar("T")
 
@@ -79,9 +82,37 @@ class AttentionLocalUnfold(AttentionLocal):
     useful_flops = AttentionLocal.useful_flops
 
 
+class ConvChannelsFirst(Conv):
+    """conv as it was before issue 19: Conv1d on the channels-first transpose of the (B, n, d) input (a copy in,
+    oneDNN's reorders to and from its blocked layout, the weight copied to channels-last and blocked)."""
+
+    def __init__(self, cfg: LayerConfig, dilation: int = 1):
+        super().__init__(cfg, dilation)
+        self.conv.weight = torch.nn.Parameter(self.conv.weight.detach().contiguous())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x.transpose(1, 2)).transpose(1, 2)  # (B, n, d)
+
+
+class ConvDilatedChannelsFirst(ConvChannelsFirst):
+    def __init__(self, cfg: LayerConfig):
+        super().__init__(cfg, dilation=cfg.dilation)
+
+
+class ConvSeparableChannelsFirst(ConvSeparable):
+    """conv_separable as it was before issue 19: depthwise and pointwise Conv1d, channels-first (for k >= 15
+    oneDNN's depthwise kernel gives way to an im2col product)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pointwise(self.depthwise(x.transpose(1, 2))).transpose(1, 2)  # (B, n, d)
+
+
 # Layers this script times besides the registered ones: name -> (class, the registered layer whose sizes it takes).
 REFERENCES: dict[str, tuple[type[torch.nn.Module], str]] = {
-    "attention_local_unfold": (AttentionLocalUnfold, "attention_local")
+    "attention_local_unfold": (AttentionLocalUnfold, "attention_local"),
+    "conv_channels_first": (ConvChannelsFirst, "conv"),
+    "conv_dilated_channels_first": (ConvDilatedChannelsFirst, "conv_dilated"),
+    "conv_separable_channels_first": (ConvSeparableChannelsFirst, "conv_separable"),
 }
 
 
