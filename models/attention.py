@@ -148,12 +148,12 @@ class AttentionLocal(_SelfAttention):
 
     Computed in blocks, at the speed of batched matrix products (the sliding chunks of Longformer, Beltagy
     et al. 2020, with overlapping spans): the queries are cut into blocks of w (`blocks`); block β takes
-    the span of w + r − 1 consecutive keys that its queries' windows cover, and one `bmm` forms all w·(w +
-    r − 1) scores of every block of every head at once, the window mask sets the pairs outside the window
-    to −inf, and a second `bmm` mixes the values. The spans are overlapping views (`unfold`) of one padded
-    copy of K and of V, so nothing of size r·n·d is gathered. Work: 4·b·n·(w + r − 1)·d FLOPs for scores and
-    mixing, O(r·n·d) for a fixed w, of which the window's pairs are the useful part (`useful_flops`,
-    `useful_fraction`: about r/(w + r − 1), 0.67 at r = 64 with w = 32).
+    the span of w + r − 1 consecutive keys that its queries' windows cover; a batched product (`baddbmm`)
+    forms the w·(w + r − 1) scores of many blocks at once, the window mask sets the pairs outside the window
+    to −inf, and a second one (`bmm`) mixes the values, chunk after chunk of blocks (`chunk`). The spans are
+    overlapping views (`unfold`) of one padded copy of K and of V, so nothing of size r·n·d is gathered.
+    Work: 4·b·n·(w + r − 1)·d FLOPs for scores and mixing, O(r·n·d) for a fixed w, of which the window's
+    pairs are the useful part (`useful_flops`, `useful_fraction`: about r/(w + r − 1), 0.67 at r = 64).
 
     Non-finite values (a NaN or inf in V) stay inside the window: a masked weight is 0 and 0·NaN = NaN, so a
     blocked product would carry a non-finite value to every query of the block, including those whose window
@@ -167,14 +167,15 @@ class AttentionLocal(_SelfAttention):
     path = PathRule(_local_layers, "⌈(n−1)/(r//2)⌉")
     # Queries per block, w. Larger blocks make larger products, smaller ones compute fewer masked pairs (the
     # span w + r − 1 against the window r) and softmax fewer scores. Timed on a 2-core Xeon VM, 2 threads,
-    # batch 4, 4 heads (bench/benchmarks/restricted.py): w from 16 to 32 fastest for r from 16 to 256 and d
-    # from 32 to 256, w = 64 up to 1.5x slower, w = 8 no faster.
+    # batch 4, 4 heads: w = 16 to 32 the fastest, within the machine's noise, for r from 16 to 256 and d from
+    # 32 to 256; at n = 4096, d = 256, r = 64, w = 64 took 1.8x and w = 128 2x the time of w = 32.
     BLOCK = 32
     # Scores formed at a time: the blocks are processed in chunks of about this many bytes of scores, so that
-    # masking, softmax and the product with V find them in the cache. Timed as above at d = 32: n = 4096 in
-    # 13 ms instead of 28 ms (all 25 MB of scores at once, three trips to memory), n = 8192 in 29 ms instead
-    # of 53 ms; 0.25 to 2 MB alike; at d = 256 no difference beyond the machine's noise.
-    CHUNK_BYTES = 2**20
+    # masking, softmax and the product with V find them in the cache (4 MB: the L2 of the machine's two
+    # cores). Timed as above, medians of 3: at d = 32, n = 4096 in 11.0 ms instead of 20.9 ms (all 25 MB of
+    # scores at once, three trips to memory), n = 8192 in 23.6 ms instead of 43.7 ms; at n = 4096, d = 256 in
+    # 57.8 ms against 55.7 ms; chunks of 1 MB took 12.6, 23.7 and 72.5 ms.
+    CHUNK_BYTES = 2**22
 
     @staticmethod
     def check(cfg: LayerConfig, n: int | None = None) -> None:
