@@ -7,13 +7,15 @@ FLOPs follow torch.utils.flop_counter: 2 per multiply-accumulate, biases exclude
 
 Layout. The layers' (batch, n, d) tensor is, read as a 1-D image, already channels-last (NWC): each position's
 d channels side by side. So the convolutions run as 2-D convolutions of a (batch, d, 1, n) channels-last view
-(`_as_image`), which oneDNN (the CPU backend) convolves with no reorder and answers channels-last, i.e. in
-(batch, n, d) memory again. Conv1d on the transposed view would make it channels-first: a copy in, oneDNN's
+(`_as_image`), which oneDNN (the CPU backend) convolves as it lies, only the weights reordered, with its
+BRGEMM kernels (brg_conv_fwd, brdgmm_dw for the depthwise one; ONEDNN_VERBOSE=1 names them), and answers
+channels-last, i.e. in (batch, n, d) memory again. Conv1d on the transposed view would make it channels-first: a copy in, oneDNN's
 reorders to and from its blocked layout, and, for a depthwise kernel of 15 taps or more, a fallback from
-oneDNN's depthwise kernel to an im2col product. Measured on a 2-core Xeon VM, 1 thread, batch 4, d = 128
-(bench/benchmarks/restricted.py times the layers): conv at n = 2048 4.7 ms instead of 11.1 ms; the depthwise
-convolution of conv_separable at n = 2048 0.4 ms instead of 6 ms, and at n = 512, k = 31 0.2 ms instead of
-6 ms. The pointwise convolution is a matrix product on (batch·n, d) rows, F.linear (the same weights).
+oneDNN's depthwise kernel to an im2col product. Timed on a 2-core Xeon VM, 2 threads, batch 4 (python -m
+bench.benchmarks.restricted, the channels-first versions beside them): at n = 2048, d = 128, k = 3, conv 2.3 ms
+instead of 3.4 ms, conv_separable 1.25 ms instead of 2.6 ms; at n = 512, d = 128, k = 31, conv_separable 0.42 ms
+instead of 3.4 ms, conv_dilated (dilation 31) 4.3 ms instead of 8.5 ms; at n = 128, d = 1024 alike (the product
+dominates). The pointwise convolution is a matrix product on (batch·n, d) rows, F.linear (the same weights).
 """
 
 from __future__ import annotations
