@@ -229,9 +229,14 @@ class AttentionLocal(_SelfAttention):
         head 1's | ... | s − w − offset] of d_head, and the view of t's own rows in it (B, h, n, d_head)."""
         b, h, n, d_head = t.shape
         heads_rows = b * h * g.padded_n
-        rows = t.new_zeros(heads_rows + g.keys - g.queries, d_head)
-        own = rows[g.offset : g.offset + heads_rows].view(b, h, g.padded_n, d_head)[:, :, :n]
+        rows = t.new_empty(heads_rows + g.keys - g.queries, d_head)
+        heads = rows[g.offset : g.offset + heads_rows].view(b, h, g.padded_n, d_head)
+        own = heads[:, :, :n]
         own.copy_(t)
+        # Only the padding is zeroed (a masked key must be finite: 0·inf and 0·NaN are NaN).
+        rows[: g.offset].zero_()
+        rows[g.offset + heads_rows :].zero_()
+        heads[:, :, n:].zero_()
         return rows, own
 
     @staticmethod
