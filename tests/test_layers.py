@@ -143,6 +143,18 @@ def test_local_attention_in_chunks_of_blocks_is_the_same_computation(blocks_per_
     assert (grad_chunked - grad_whole).abs().max().item() < 1e-5
 
 
+def test_local_attention_keeps_the_masks_of_a_few_lengths_and_uses_the_right_one():
+    """One layer called at six lengths in turn, twice: each output equal to a fresh layer's, at most
+    MASKS_KEPT masks kept."""
+    cfg = LayerConfig(d=24, heads=3, window=9)
+    layer = models.build("attention_local", cfg, seed=3)
+    for n in [40, 300, 64, 41, 300, 500] * 2:
+        x = torch.randn(1, n, 24)
+        with torch.inference_mode():
+            assert torch.equal(layer(x), models.build("attention_local", cfg, seed=3)(x))
+    assert len(layer._masked_cache) == models.attention.MASKS_KEPT
+
+
 @pytest.mark.parametrize("n,window", [(37, 8), (300, 33), (300, 300)])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_a_non_finite_value_alone_reaches_exactly_the_queries_whose_window_holds_it(n, window, bad, block_sizes):
