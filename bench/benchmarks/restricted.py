@@ -8,8 +8,8 @@ For each size (n×d) and layer: one forward pass in inference mode, timed by tor
 `Timer.blocked_autorange` (a warm-up call, then blocks of calls for at least --min-run-time seconds; median and
 IQR over the blocks) with torch's intra-op threads pinned to --threads. GFLOP/s come from the layer's analytic
 FLOP count (`flops`: what its kernels compute, 2 per multiply-accumulate); for a layer that also states
-`useful_flops` (attention_local: the pairs inside the window), the useful GFLOP/s and the useful fraction are
-shown beside them. `of peak` is the achieved rate over the matmul peak that bench.peak measures at the start
+`useful_flops` (attention_local: the pairs inside the window), the useful GFLOP/s and their share of the peak
+are shown beside them. `of peak` is the achieved rate over the matmul peak that bench.peak measures at the start
 on the same threads. The cores other processes took while a point was timed (bench.load) are shown beside
 it, and the load average and those cores before and during the whole measurement above the table. On a shared
 machine, `--quiet CORES` waits (up to --quiet-wait seconds a point) until other processes take fewer than CORES
@@ -84,7 +84,7 @@ class AttentionLocalUnfold(AttentionLocal):
 
 class ConvChannelsFirst(Conv):
     """conv as it was before issue 19: Conv1d on the channels-first transpose of the (B, n, d) input (a copy in,
-    oneDNN's reorders to and from its blocked layout, the weight copied to channels-last and blocked)."""
+    oneDNN's reorders to and from its blocked layout), its weight laid out channels-first."""
 
     def __init__(self, cfg: LayerConfig, dilation: int = 1):
         super().__init__(cfg, dilation)
