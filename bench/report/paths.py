@@ -162,9 +162,8 @@ def _hops_of(row) -> str:
 def _ratio(ctx: ReportContext, lo, hi, layer: str, column: str) -> str:
     """×(hi/lo) of a depth column, cited, for ×(n_hi/n_lo) in n, cited."""
     ratio = hi[column] / lo[column] if lo[column] else math.nan
-    what = "seq_depth" if column == "seq_depth" else column
     return (
-        f"×{ctx.cite(f'{_prefix(hi)}.{layer}.{what}.ratio_n{int(hi.n)}_n{int(lo.n)}', round(ratio, 2), '1', hi.run_id)} "
+        f"×{ctx.cite(f'{_prefix(hi)}.{layer}.{column}.ratio_n{int(hi.n)}_n{int(lo.n)}', round(ratio, 2), '1', hi.run_id)} "
         f"for ×{ctx.cite(f'{_prefix(hi)}.{layer}.n_ratio_n{int(hi.n)}_n{int(lo.n)}', round(hi.n / lo.n, 2), '1', hi.run_id)} "
         "in n"
     )

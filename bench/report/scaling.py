@@ -752,7 +752,8 @@ def sequential_time_section(ctx: ReportContext) -> str:
             fig,
             "time_sequential",
             "Time against n at the smallest batch and width swept: the "
-            "recurrent layers' sequential steps against attention's and convolution's parallel pass; "
+            "recurrent layers' sequential steps against a parallel scan's levels and attention's and "
+            "convolution's parallel pass; "
             f"{GUIDE_NOTE['time']}; {IQR_NOTE}.",
         )
     )

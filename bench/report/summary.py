@@ -30,9 +30,11 @@ def _paths_span(ctx: ReportContext, source: str, layer: str) -> tuple[int, int] 
     return None if rows.empty else (int(rows["n"].iloc[0]), int(rows["n"].iloc[-1]))
 
 
-def _paths_cells(ctx: ReportContext, source: str, layer: str, span: tuple[int, int] | None = None) -> tuple[str, str]:
+def _paths_cells(
+    ctx: ReportContext, source: str, layer: str, header_span: tuple[int, int] | None = None
+) -> tuple[str, str]:
     """Measured sequential depth and layers to cross at the two ends of the paths study of the source's
-    machine; the lengths are named in the cell where they are not `span` (the table's header's)."""
+    machine; the lengths are named in the cell unless they are `header_span` (the table header's)."""
     rows = layer_paths(ctx, source, layer)
     if rows.empty:
         return "–", "–"
@@ -43,7 +45,7 @@ def _paths_cells(ctx: ReportContext, source: str, layer: str, span: tuple[int, i
         f"{ctx.cite(f'{key}.seq_depth.n{int(hi.n)}', int(hi.seq_depth), 'ops', run_id)}"
     )
     cross = f"{cite_crossing(ctx, source, lo)} → {cite_crossing(ctx, source, hi)}"
-    if span is not None and (int(lo.n), int(hi.n)) != span:
+    if (int(lo.n), int(hi.n)) != header_span:
         lengths = f" (n={int(lo.n)}→{int(hi.n)})"
         depth, cross = depth + lengths, cross + lengths
     return depth, cross
@@ -112,7 +114,7 @@ def beyond_table1(ctx: ReportContext, texts: dict) -> str:
                 for metric, what in (("flops", "FLOPs"), ("time", "time"))
                 if texts.get((source, layer, metric, "n"), ("–",))[0] != "–"
             ]
-            depth, _ = _paths_cells(ctx, source, layer, span=(-1, -1))  # its lengths named in the text
+            depth, _ = _paths_cells(ctx, source, layer)  # its lengths named
             if depth != "–":
                 fitted.append(f"sequential depth {depth}")
             where = f" on {ctx.source_tag(source)}" if len(ctx.sources()) > 1 else ""
