@@ -286,3 +286,23 @@ def test_scan_gradients_equal_the_references(n):
     assert len(grads[0]) == 1 + 5  # x, the decay, B and C with their biases
     for scanned, stepped in zip(*grads):
         assert (scanned - stepped).abs().max().item() < 1e-9 * (1 + stepped.abs().max().item())
+
+
+def test_bench_spells_no_layer_name():
+    """bench/ reads layers from models (LAYERS, ROLES, the layers' attributes) and never names one: a string
+    literal equal to a registered layer's name is a comparison that a new layer would silently miss. Role
+    names that happen to be a layer's too (the claims key their results by role: "attention") are roles."""
+    import ast  # noqa: PLC0415
+    import dataclasses  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    roles = {field.name for field in dataclasses.fields(models.Roles)}
+    names = set(models.LAYERS) - roles
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    found = [
+        f"{path.relative_to(bench.parent)}:{node.lineno}: {node.value!r}"
+        for path in sorted(bench.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+    ]
+    assert not found, found
