@@ -375,15 +375,30 @@ def _run(args, argv) -> int:
 
 # -------------------------------------------------------------------------------------------- paths
 def cmd_paths(args, argv) -> int:
-    from .paths import DEFAULT_D, DEFAULT_WINDOW, ends_margin, paths_table  # noqa: PLC0415
+    import pandas as pd  # noqa: PLC0415
+
+    from .paths import DEFAULT_WINDOW, paths_table  # noqa: PLC0415
 
     if args.preset is not None:
-        cfg = get_preset(args.preset).paths or {}
-        layers, ns, ks, window = cfg.get("layers"), cfg.get("n"), cfg.get("k"), cfg.get("window", DEFAULT_WINDOW)
+        studies = [
+            (cfg.get("layers"), cfg.get("n"), cfg.get("k") or [3], cfg.get("window", DEFAULT_WINDOW))
+            for cfg in get_preset(args.preset).paths
+        ]
     else:
-        layers, ns, ks, window = args.layers, args.n, args.k or [3], args.window or DEFAULT_WINDOW
-    if not layers or not ns:
+        studies = [(args.layers, args.n, args.k or [3], args.window or DEFAULT_WINDOW)]
+    if not studies or any(not layers or not ns for layers, ns, _, _ in studies):
         raise BadInput("paths: give --preset NAME or --layers and --n")
+    for layers, ns, ks, window in studies:
+        _check_paths_study(layers, ns, ks, window)
+    tables = [paths_table(layers, ns, ks, window=window) for layers, ns, ks, window in studies]
+    table = tables[0] if len(tables) == 1 else pd.concat(tables, ignore_index=True)
+    return _write_side_table(args, argv, "paths", table)
+
+
+def _check_paths_study(layers: list[str], ns: list[int], ks: list[int], window: int) -> None:
+    """Bad input (exit 2) where one study of `paths` cannot be measured; the warnings it deserves."""
+    from .paths import DEFAULT_D, ends_margin  # noqa: PLC0415
+
     for n in ns:
         if not 2 <= n <= MAX_PATHS_N:
             raise BadInput(
@@ -403,8 +418,6 @@ def cmd_paths(args, argv) -> int:
             )
     for line in wide_kernel_warnings(itertools.product(layers, ns, ks)):
         print(f"warning: {line}", file=sys.stderr)
-    table = paths_table(layers, ns, ks, window=window)
-    return _write_side_table(args, argv, "paths", table)
 
 
 def _write_side_table(args, argv, kind: str, table) -> int:

@@ -37,7 +37,7 @@ from .scaling import (
     sequential_time_section,
     two_term_section,
 )
-from .summary import summary_latex, summary_markdown, summary_rows
+from .summary import beyond_table1, summary_latex, summary_markdown, summary_rows
 from .training import training_section
 
 
@@ -348,6 +348,7 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
             "layers needed for position 0 to reach position n−1. Details, intervals and the reason of every "
             "verdict in the sections below.\n",
             summary_markdown(table),
+            beyond_table1(ctx, texts),
             "## How it was measured, and what went wrong\n",
             "How the fits are judged: " + fits.method_text() + "\n",
             problems_section(ctx),

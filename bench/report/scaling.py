@@ -1,5 +1,5 @@
 """Report sections on how measured quantities scale: compute (FLOPs), time, memory; the crossover of
-attention with the LSTM and the convolution; the fraction of the device's matmul peak."""
+attention with the LSTM, the convolution and linear attention; the fraction of the device's matmul peak."""
 
 from __future__ import annotations
 
@@ -452,17 +452,31 @@ def crossover_figure(ctx: ReportContext, data: pd.DataFrame, attention: str):
     return fig
 
 
+def _crossover_rule(other: str) -> str:
+    """The published rule of thumb for where attention is the cheaper of the two, "-" where none is stated."""
+    if other in models.recurrent():
+        return "n < d (paper)"
+    if other == models.ROLES.attention_linear:
+        return "n < d/heads (Katharopoulos et al. 2020)"
+    return "-"
+
+
 def crossover_section(ctx: ReportContext) -> str:
-    """Where attention's time and FLOPs overtake the recurrent layer's and the convolution's, for each d
-    (the layers by role: models.ROLES)."""
+    """Where attention's time and FLOPs overtake the recurrent layer's, the convolution's and linear
+    attention's, for each d (the layers by role: models.ROLES); a layer with heads is compared at attention's."""
     ok = ctx.points[ctx.points["status"] == "ok"]
     attention = models.ROLES.attention
+    others = [models.ROLES.recurrent, models.ROLES.convolution, models.ROLES.attention_linear]
     rows, lines = [], []
     for (source, d, batch, heads), att in ok[ok["layer"] == attention].groupby(["source", "d", "batch", "heads"]):
         group = ok[(ok["source"] == source) & (ok["d"] == d) & (ok["batch"] == batch)]
         att = att.set_index("n")
-        for other in (models.ROLES.recurrent, models.ROLES.convolution):
-            oth = group[(group["layer"] == other) & ((group["k"] == CROSSOVER_K) | group["k"].isna())].set_index("n")
+        for other in others:
+            with_heads = other in models.LAYERS and "heads" in models.LAYERS[other].uses
+            oth = group[(group["layer"] == other) & ((group["k"] == CROSSOVER_K) | group["k"].isna())]
+            if with_heads:
+                oth = oth[oth["heads"] == heads]
+            oth = oth.set_index("n")
             common = sorted(set(att.index) & set(oth.index))
             if len(common) < 3:
                 continue
@@ -472,6 +486,8 @@ def crossover_section(ctx: ReportContext) -> str:
             cfg = models.LayerConfig(d=int(d), k=CROSSOVER_K, heads=int(heads))
             predicted = fits.closed_form_crossover_n(attention, other, int(batch), cfg)
             base = f"{source}.crossover.{attention}_vs_{other}.d{int(d)}.batch{int(batch)}"
+            if with_heads:  # compared at the same heads: the heads are part of what the number means
+                base += f".heads{int(heads)}"
 
             def fmt(value, what):
                 if value is None:
@@ -488,7 +504,7 @@ def crossover_section(ctx: ReportContext) -> str:
                 closed = ctx.cite(base + ".predicted_n", predicted, "positions", run_id)
             lines.append(
                 f"| {source} | {int(d)} | {int(batch)} | {other} | {fmt(measured, 'time')} | {fmt(counted, 'flops')} | "
-                f"{'n < d (paper)' if other in models.recurrent() else '-'} | {closed} |"
+                f"{_crossover_rule(other)} | {closed} |"
             )
             for value, kind in ((measured, "time, measured"), (counted, "FLOPs, counted")):
                 if value is not None:
@@ -507,13 +523,18 @@ def crossover_section(ctx: ReportContext) -> str:
                     }
                 )
     if not lines:
-        return f"_No n-sweep with {attention} beside {models.ROLES.recurrent} or {models.ROLES.convolution} at the same d._\n"
+        return f"_No n-sweep with {attention} beside {', '.join(others)} at the same d._\n"
     text = (
         f"Sequence length n* where {attention} becomes costlier than the other layer (log-log interpolation "
         "between measured points). The paper's rule of thumb: self-attention is cheaper than a recurrent "
         "layer when n < d (it compares only n²·d with n·d²). The closed-form n* is the smallest n at which the "
         f"FLOP formulas of the two layers (models/; {attention}'s includes its four projections, which Table 1 "
-        f"leaves out) cross, solved at each point's d, batch and heads (k = {CROSSOVER_K}).\n\n"
+        f"leaves out) cross, solved at each point's d, batch and heads (k = {CROSSOVER_K}). Against "
+        f"{models.ROLES.attention_linear} (Katharopoulos et al. 2020: the same projections, and φ(K)ᵀV formed "
+        "once, so its other term grows as n·d² where attention's grows as n²·d) the closed form falls at about "
+        "the head size d/heads, where n²·d overtakes n·d·(d/heads): in FLOPs linear attention is the cheaper "
+        "one from short lengths on, while n* by time says where the fused softmax kernel stops being the "
+        "faster one on this device.\n\n"
         "| source | d | batch | against | n* by time | n* by counted FLOPs | paper | n* by closed form |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(lines) + "\n"
     )
@@ -682,10 +703,11 @@ def rss_table(ctx: ReportContext) -> str:
 
 def sequential_time_section(ctx: ReportContext) -> str:
     """Parallelism seen in time: at the smallest batch and d with an n-sweep, the recurrent layers' n
-    dependent steps against attention's and convolution's one parallel pass. On a GPU, attention and
-    convolution stay nearly flat until the device fills while the recurrence grows ~linearly in n."""
+    dependent steps against a parallel scan's log₂ n levels and attention's and convolution's one parallel
+    pass. On a GPU, attention and convolution stay nearly flat until the device fills while the recurrence
+    grows ~linearly in n."""
     ok = ctx.points[ctx.points["status"] == "ok"]
-    wanted = [*models.recurrent(), models.ROLES.convolution, models.ROLES.attention]
+    wanted = [*models.recurrent(), *models.scans(), models.ROLES.convolution, models.ROLES.attention]
     parts, frames = [], []
     for source, part in ok.groupby("source"):
         part = part[part["layer"].isin(wanted) & ((part["k"] == 3) | part["k"].isna())]
@@ -719,7 +741,8 @@ def sequential_time_section(ctx: ReportContext) -> str:
     )
     return (
         "### Sequential operations seen in time\n\nA recurrent layer must take its n steps one after "
-        "another; attention and convolution process all positions at once. Where the device has "
+        "another; a linear recurrence computed by a parallel scan takes log₂ n levels; attention and "
+        "convolution process all positions at once. Where the device has "
         "parallel capacity to spare (a GPU at small batch and width), attention's and convolution's time "
         "stays nearly flat in n until the device fills, while the recurrence's grows about linearly; "
         "a CPU with few cores is already full, so there every layer's time grows with its work.\n\n"
@@ -729,7 +752,8 @@ def sequential_time_section(ctx: ReportContext) -> str:
             fig,
             "time_sequential",
             "Time against n at the smallest batch and width swept: the "
-            "recurrent layers' sequential steps against attention's and convolution's parallel pass; "
+            "recurrent layers' sequential steps against a parallel scan's levels and attention's and "
+            "convolution's parallel pass; "
             f"{GUIDE_NOTE['time']}; {IQR_NOTE}.",
         )
     )
