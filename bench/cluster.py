@@ -46,7 +46,7 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -339,6 +339,12 @@ class Cluster:
         stored through `run`, one device phase after the other."""
         from tqdm import tqdm  # noqa: PLC0415
 
+        columns = storage.stored_columns(run.dir / "points.csv", storage.POINT_COLUMNS)
+        if "node" not in columns:  # its rows could not say where they ran (storage.append_row refuses)
+            raise RunFailed(
+                f"{run.dir}: its points.csv was begun before sweeps on Ray and has no `node` column; resume it "
+                "without --ray, or measure on Ray into a new folder"
+            )
         stored_ray = run.meta.get("ray") or {}
         threads = self.threads if self.threads is not None else stored_ray.get("threads_requested")
         run.meta["ray"] = {
@@ -574,8 +580,10 @@ class _Phase:
         elif what == "peak":
             self._store_peak(worker.placement.node, payload["key"], payload["when"], payload["value"])
         elif what == "done":
-            self._commit(worker, payload)
+            done = replace(worker)  # the finished chunk and what came back (_send gives the worker new lists)
             worker.stream = worker.chunk = None
+            self._dispatch()  # the worker measures its next chunk while this one is written
+            self._commit(done, payload)
         elif what == "failed":
             self.run.store_error(
                 worker.chunk.specs[0], f"{worker.tag} chunk {worker.chunk.name}:\n{payload['traceback']}"
@@ -584,7 +592,8 @@ class _Phase:
             worker.stream = worker.chunk = None
 
     def _commit(self, worker: _Worker, done: dict) -> None:
-        """The chunk's records and rows, appended to the run folder point by point (records, then the row)."""
+        """The chunk's records and rows, appended to the run folder point by point (records, then the row);
+        `worker` as it was when its chunk was done."""
         chunk, facts = worker.chunk, worker.facts
         where = {"node": facts["node"], "host": facts["host"]}
         for spec in chunk.specs:
@@ -617,8 +626,8 @@ class _Phase:
         where = f"{(worker.facts or {}).get('host') or worker.placement.address} (node {node[:8]})"
         chunk.avoid.add(node)
         failed: dict[PointSpec, list[str]] = {}  # what is given up, and its deaths
-        if worker.running is not None:
-            spec = next(s for s in chunk.specs if s.point_id == worker.running)
+        spec = next((s for s in chunk.specs if s.point_id == worker.running), None)
+        if spec is not None:
             deaths = self.deaths.setdefault(spec.point_id, [])
             deaths.append(f"on {where}: {reason}")
             what = f"{spec.layer} n={spec.n} d={spec.d} batch={spec.batch}"
