@@ -248,14 +248,15 @@ def _peak(device: str, dtype: str) -> dict:
 # ------------------------------------------------------------------------------------- the driver
 @dataclass
 class _Chunk:
-    specs: list[PointSpec]
+    specs: list[PointSpec]  # what is left of it: a point given up leaves
     avoid: set[str] = field(default_factory=set)  # nodes it died on: another is preferred
     deaths: list[str] = field(default_factory=list)  # deaths with no pass running, and why
+    name: str = ""  # its layer, device, dtype and mode in words
 
-    @property
-    def name(self) -> str:
+    def __post_init__(self):
         spec = self.specs[0]
-        return f"{spec.layer} ({spec.device} {spec.dtype}{'' if spec.mode == 'inference' else ' ' + spec.mode})"
+        mode = "" if spec.mode == "inference" else f" {spec.mode}"
+        self.name = self.name or f"{spec.layer} ({spec.device} {spec.dtype}{mode})"
 
 
 @dataclass

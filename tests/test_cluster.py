@@ -278,3 +278,55 @@ def test_a_death_reason_is_one_line_without_the_actors_name():
         "The actor died unexpectedly before finishing this task. The actor died because its node has died. "
         "Node Id: 0a1b"
     )
+
+
+class _FakeRay:
+    """What _Phase asks of Ray when a death is charged: nothing (no worker is placed or killed here)."""
+
+    def remote(self, cls):
+        return cls
+
+
+def test_a_point_whose_worker_dies_twice_is_stored_as_error_and_its_sweep_goes_on(tmp_path, monkeypatch):
+    from tqdm import tqdm  # noqa: PLC0415
+
+    from bench.run import Run  # noqa: PLC0415
+
+    monkeypatch.setattr(bench.run, "matmul_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
+    specs = [PointSpec(layer="lstm", n=n, d=4) for n in (8, 16, 32)]
+    lines = []
+    cluster = C.Cluster(_FakeRay(), "test", False, None, lines.append)
+    run = Run.create(specs, bench.run.TimingPolicy(), out=tmp_path / "run", command=["test"], preset=None)
+    run.meta.update(nodes={}, machines={})
+    state = run._stored_state()
+    phase = C._Phase(cluster, run, state, "cpu", None, tqdm(disable=True))
+    chunk = C._Chunk(list(specs))
+
+    def dies(node: str, running: str | None, reason: str) -> None:
+        facts = {
+            "node": node,
+            "host": f"host-{node}",
+            "devices": [{"device": "cpu", "name": "CPU X", "memory_bytes": 8}],
+        }
+        worker = C._Worker((node, 0), C.Placement(node, "10.0.0.1", 1.0), actor=None, facts=facts, chunk=chunk)
+        worker.running = running
+        phase.queue.clear()
+        phase._charge(worker, reason)
+
+    dies("a", specs[1].point_id, "its node died")
+    assert list(phase.queue) == [chunk] and chunk.specs == specs and chunk.avoid == {"a"}  # retried elsewhere
+    assert not (run.dir / "points.csv").exists()
+    dies("b", specs[1].point_id, "killed for memory")
+    assert chunk.specs == [specs[0], specs[2]] and list(phase.queue) == [chunk]  # the rest of its sweep goes on
+    row = pd.read_csv(run.dir / "points.csv").iloc[0]
+    assert (row["point_id"], row["status"], row["node"], row["host"]) == (specs[1].point_id, "error", "b", "host-b")
+    assert "died 2 times" in row["error"] and "its node died" in row["error"] and "killed for memory" in row["error"]
+    assert "killed for memory" in (run.dir / "errors.log").read_text()
+    dies("a", None, "lost between passes")  # no pass running: the chunk is charged, twice
+    dies("b", None, "lost again")
+    assert not phase.queue and sorted(pd.read_csv(run.dir / "points.csv")["point_id"]) == sorted(
+        s.point_id for s in specs
+    )
+    deaths = json.loads((run.dir / "meta.json").read_text())["worker_deaths"]
+    assert [len(d["given_up"]) for d in deaths] == [0, 1, 0, 2]
+    run.lock.release()
