@@ -353,7 +353,7 @@ def _run_on(args, argv, cluster) -> int:
 
     measure_with = cluster.measure if cluster is not None else None
     if args.resume is not None:
-        run = Run.resume(args.resume, measure_with=measure_with)
+        run = Run.resume(args.resume) if cluster is None else Run.resume(args.resume, measure_with=measure_with)
         if cluster is None and run.meta.get("ray"):
             run.log(f"measuring the rest here, not on Ray (it was begun on {run.meta['ray'].get('address')})")
     else:

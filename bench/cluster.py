@@ -197,7 +197,8 @@ class NodeWorker:
         from .threads import pinned_threads  # noqa: PLC0415
         from .timing import TimingPolicy  # noqa: PLC0415
 
-        folder = Path(tempfile.mkdtemp(prefix="seqlayer-chunk-"))
+        _remove_stale_chunks()
+        folder = Path(tempfile.mkdtemp(prefix=f"{CHUNK_PREFIX}{os.getpid()}-"))
         try:
             specs = [PointSpec(**row) for row in chunk["specs"]]
             run = Run.create(
@@ -235,6 +236,20 @@ class NodeWorker:
 
         with pinned_threads(self.last_threads or max(1, int(self.cpus))):
             return {device_key(device, dtype): _peak(device, dtype) for device, dtype in pairs}
+
+
+CHUNK_PREFIX = "seqlayer-chunk-"  # a chunk's temporary folder on its node: seqlayer-chunk-<worker pid>-<random>
+
+
+def _remove_stale_chunks() -> None:
+    """The temporary folders of this node's workers that died (killed: no `finally` ran), removed: none of them
+    was stored, and their chunks were measured again."""
+    import psutil  # noqa: PLC0415
+
+    for folder in Path(tempfile.gettempdir()).glob(f"{CHUNK_PREFIX}*-*"):
+        pid = folder.name.removeprefix(CHUNK_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _peak(device: str, dtype: str) -> dict:
