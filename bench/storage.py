@@ -83,6 +83,12 @@ POINT_COLUMNS = [
     "status",
     "error",
     "point_id",
+    # where, in a cluster sweep (bench.cluster; empty for a point measured in the run's own process, whose
+    # machine is meta.json's): the Ray node id, its host, the device's name and memory
+    "node",
+    "host",
+    "device_name",
+    "device_memory_bytes",
     "finished_utc",
 ]
 STATUSES = ("ok", "oom", "killed", "error", "skipped")

@@ -13,6 +13,7 @@ from matplotlib.lines import Line2D
 import models
 
 from .. import fits
+from ..machine import machine_identity, node_facts
 from ..spec import device_keys
 from . import style
 from .context import ReportContext
@@ -549,18 +550,39 @@ def crossover_section(ctx: ReportContext) -> str:
     return text
 
 
-def _stored_peaks(runs: dict[str, dict]) -> dict[tuple[str, str], dict]:
-    return {
-        (run_id, device): peak
-        for run_id, meta in runs.items()
-        for device, peak in (meta.get("matmul_peak") or {}).items()
-    }
+def _stored_peaks(runs: dict[str, dict]) -> dict[tuple[str, str, str], dict]:
+    """The matmul peaks stored with the runs, by (run id, machine, device key): machine "" for the run's own
+    process (meta.json `matmul_peak`); in a cluster sweep (bench.cluster) each machine that took part, the
+    best of its nodes' peaks (meta.json `nodes`): one machine's ceiling."""
+    out: dict[tuple[str, str, str], dict] = {}
+    for run_id, meta in runs.items():
+        for key, peak in (meta.get("matmul_peak") or {}).items():
+            out[(run_id, "", key)] = peak
+        for facts in (meta.get("nodes") or {}).values():
+            mid = machine_identity(facts)[0]
+            for key, peak in (facts.get("matmul_peak") or {}).items():
+                kept = out.get((run_id, mid, key))
+                if kept is None or peak["flops_per_s"] > kept["flops_per_s"]:
+                    out[(run_id, mid, key)] = peak
+    return out
+
+
+def _peak_machines(points: pd.DataFrame, runs: dict[str, dict]) -> list[str]:
+    """Each row's machine as `_stored_peaks` keys it: its node's in a cluster sweep, "" for the run's own."""
+    nodes = points["node"] if "node" in points else [None] * len(points)
+    out = []
+    for run_id, node in zip(points["run_id"], nodes):
+        facts = node_facts(runs.get(run_id, {}), node)
+        out.append(machine_identity(facts)[0] if facts else "")
+    return out
 
 
 def point_peaks(points: pd.DataFrame, runs: dict[str, dict]) -> pd.Series:
-    """Each point's device matmul peak (FLOP/s) from its run's meta.json; NaN where none is stored."""
+    """Each point's device matmul peak (FLOP/s) from its run's meta.json, of the machine it ran on (its node's,
+    in a cluster sweep); NaN where none is stored."""
     peaks = _stored_peaks(runs)
-    values = [peaks.get((r, k), {}).get("flops_per_s", math.nan) for r, k in zip(points["run_id"], device_keys(points))]
+    keys = zip(points["run_id"], _peak_machines(points, runs), device_keys(points))
+    values = [peaks.get(key, {}).get("flops_per_s", math.nan) for key in keys]
     return pd.Series(values, index=points.index, dtype=float)
 
 
@@ -610,12 +632,14 @@ def peak_section(ctx: ReportContext) -> str:
         return "_No matmul peak stored with the runs._\n"
     ok["peak"] = point_peaks(ok, ctx.runs)
     ok["peak_key"] = device_keys(ok)
+    ok["peak_machine"] = _peak_machines(ok, ctx.runs)
     ok = ok[ok["peak"].notna()]
     ok["achieved"] = ok["flops_counted"] / ok["time_median_s"]
     ok["fraction"] = ok["achieved"] / ok["peak"]
     lines = []
-    for (run_id, key), peak in sorted(peaks.items()):
-        source = ok.loc[(ok["run_id"] == run_id) & (ok["peak_key"] == key), "source"]
+    for (run_id, mid, key), peak in sorted(peaks.items()):
+        mine = (ok["run_id"] == run_id) & (ok["peak_key"] == key) & (ok["peak_machine"] == mid)
+        source = ok.loc[mine, "source"]
         if source.empty:
             continue
         source = source.iloc[0]
