@@ -351,6 +351,8 @@ NO_MATRIX_WORK_OP_NAMES: tuple[str, ...] = (
     "aten.clamp",
     "aten.clamp_min",
     "aten.clamp_max",
+    "aten.nan_to_num",
+    "aten.nan_to_num_",
     "aten.maximum",
     "aten.minimum",
     "aten.addcmul",

@@ -16,8 +16,9 @@ Three measurements (the `paths.csv` columns):
     derivative probes miss real paths; a difference test loses them sooner still, to rounding. NaN does
     not decay, in any dtype. Its failure is the other way: a NaN times a structural zero is NaN, so a
     layer that masked by multiplying with 0 (dense attention with a 0/1 mask applied after the softmax)
-    would look connected where it is not. The layers here never do that: `attention_local` gathers the r
-    keys of each query (unfold) and masks only padding, with masked_fill; the convolutions pad with zeros.
+    would look connected where it is not. The layers here keep that from happening: `attention_local`
+    multiplies masked weights with the values of its blocks, so it zeroes non-finite values first and sets
+    to NaN exactly the queries whose window holds one (models/attention.py); the convolutions pad with zeros.
     The tests cross-check the poison probe, position by position, against forward-mode tangents
     (`reached_by_tangent`, the exact Jacobian structure where it does not underflow) on every layer.
     The reached set is reset to exactly "NaN or not" after every layer, so depth never dilutes the signal.

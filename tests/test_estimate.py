@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 import models
 from bench import estimate
@@ -92,6 +93,23 @@ def test_the_points_call_times_follow_the_measured_medians(reference):
     assert 0.5 <= np.median(ratios) <= 2
 
 
+# Layers whose implementation changed after the stored reference run was measured: their peaks are measured
+# here instead (allocation events, exact and quick; no timing). Empty once the reference is measured again.
+MEASURED_AGAIN = {
+    "attention_local": "issue 19: computed in blocks; the reference measured the banded version (r·n·d gathered)",
+}
+
+
+def _peak_now(spec: PointSpec) -> int:
+    from bench.memory import measure_memory  # noqa: PLC0415
+
+    layer = models.build(spec.layer, spec.config())
+    x = torch.randn(spec.batch, spec.n, spec.d)
+    with torch.inference_mode():
+        layer(x)  # oneDNN's and the allocator's first-call work, as a run's warm-up call
+        return measure_memory(lambda: layer(x), "cpu").peak_bytes
+
+
 def test_the_points_memory_follows_the_measured_peaks(reference):
     """The estimate (weights, input, activations) against what the point held: the allocator's peak above
     what was live, plus the weights and input that were live, within a factor 2 for every point."""
@@ -99,7 +117,8 @@ def test_the_points_memory_follows_the_measured_peaks(reference):
     for spec in specs:
         row = points.loc[spec.point_id]
         elem = 4  # the reference is float32
-        held = row["mem_peak_bytes"] + spec.batch * spec.n * spec.d * elem + _parameters(spec) * elem
+        peak = _peak_now(spec) if spec.layer in MEASURED_AGAIN else row["mem_peak_bytes"]
+        held = peak + spec.batch * spec.n * spec.d * elem + _parameters(spec) * elem
         ratio = point_memory_bytes(spec) / held
         assert 0.5 <= ratio <= 2, (spec, ratio)
 
@@ -158,7 +177,8 @@ def test_the_passes_arithmetic_is_the_timing_engines(call_s):
 def test_a_points_memory_is_its_weights_input_and_activations():
     spec = PointSpec("conv", n=64, d=8, batch=2, k=3)
     weights = (8 * 8 * 3 + 8) * 4  # Conv1d weight and bias, float32
-    assert point_memory_bytes(spec) == weights + 2 * 64 * 8 * 4 + 2 * 2 * 64 * 8 * 4
+    # the input, the output, and oneDNN's reordered copy of the weights
+    assert point_memory_bytes(spec) == weights + 2 * 64 * 8 * 4 + 2 * 64 * 8 * 4 + 8 * 8 * 3 * 4
     half = PointSpec("conv", n=64, d=8, batch=2, k=3, dtype="bfloat16")
     assert point_memory_bytes(half) * 2 == point_memory_bytes(spec)
 

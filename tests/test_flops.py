@@ -31,6 +31,16 @@ def counted(
     return count_flops(forward)
 
 
+def local_pairs_by_hand(n: int, r: int) -> int:
+    """(query, key) scores attention_local computes per head and batch element (models.attention.Blocks):
+    blocks of w = 32 queries (at most n), each scoring the w + r − 1 keys its windows cover, n rounded up to
+    whole blocks; one dense n×n block where that would be as many."""
+    w = min(32, n)
+    blocks = -(-n // w)
+    blocked = blocks * w * (w + r - 1)
+    return blocked if blocked < n * n else n * n
+
+
 def hand_flops(name: str, b: int, n: int, cfg: LayerConfig) -> int:
     """Written out from the layers' definitions, not from models' flops()."""
     d, k, r = cfg.d, cfg.k, cfg.window
@@ -45,7 +55,8 @@ def hand_flops(name: str, b: int, n: int, cfg: LayerConfig) -> int:
         "lstm": 2 * b * n * 4 * (d * d + d * d),  # 4 gate blocks
         "attention": projections + 2 * (2 * b * n * n * d),  # Q·Kᵀ and P·V: n·n·d MACs each, all heads
         "attention_math": projections + 2 * (2 * b * n * n * d),
-        "attention_local": projections + 2 * (2 * b * n * r * d),  # r keys per query instead of n
+        # Every computed pair, masked ones too: d MACs for its score and d for its share of the mix.
+        "attention_local": projections + 2 * (2 * b * local_pairs_by_hand(n, r) * d),
         # per head (e × n)·(n × e) for φ(K)ᵀV, (n × e)·(e × e) for φ(Q)(φ(K)ᵀV), (n × e)·(e × 1) for the
         # normaliser φ(Q)(φ(K)ᵀ1); h heads of size e make d
         "attention_linear": projections + 2 * b * n * e * e * cfg.heads * 2 + 2 * b * n * e * cfg.heads,
@@ -77,7 +88,8 @@ def test_counted_flops_equal_the_hand_formula_and_the_analytic_count(name, size)
 
 
 def test_one_point_in_plain_numbers():
-    # b=2, n=7, d=30, heads=3, k=3, r=5: e.g. conv 2·2·7·30·30·3 = 75,600; attention 100,800 + 11,760.
+    # b=2, n=7, d=30, heads=3, k=3, r=5: e.g. conv 2·2·7·30·30·3 = 75,600; attention 100,800 + 11,760; the
+    # restricted attention scores all 7×7 pairs at n = 7 (one block), masked ones included: as attention.
     cfg = LayerConfig(d=30, k=3, heads=3, window=5, dilation=2)
     expected = {
         "conv": 75_600,
@@ -88,7 +100,7 @@ def test_one_point_in_plain_numbers():
         "lstm": 201_600,
         "attention": 112_560,
         "attention_math": 112_560,
-        "attention_local": 109_200,
+        "attention_local": 112_560,
         "attention_linear": 118_440,  # 100,800 + 2·(2·2·7·30·10) + 2·2·7·30
         "scan": 50_400,  # 2·(2·2·7·30·30)
     }
@@ -129,7 +141,7 @@ def test_attention_flops_quadruple_when_n_doubles_at_n_much_larger_than_d(name):
 
 @pytest.mark.parametrize(
     "name",
-    ["lstm", "gru", "rnn", "conv", "conv_dilated", "conv_separable", "attention_local", "attention_linear", "scan"],
+    ["lstm", "gru", "rnn", "conv", "conv_dilated", "conv_separable", "attention_linear", "scan"],
 )
 def test_linear_in_n_layers_exactly_double_when_n_doubles(name):
     cfg = LayerConfig(d=30, k=3, heads=3, window=5, dilation=2)
@@ -149,6 +161,47 @@ def test_the_layers_beyond_table1_are_counted_exactly_at_odd_sizes(name, n):
         "scan": 2 * 2 * 2 * n * 24 * 24,
     }[name]
     assert count.total == by_hand == models.analytic_flops(name, 2, n, cfg)
+
+
+@pytest.mark.parametrize("window", [5, 64])
+def test_local_attention_flops_double_when_n_doubles_in_whole_blocks(window):
+    # Blocks of 32 queries: n = 256 and 512 are whole blocks, so the blocks double.
+    cfg = LayerConfig(d=12, heads=3, window=window)
+    assert counted("attention_local", cfg, 1, 512).total == 2 * counted("attention_local", cfg, 1, 256).total
+
+
+# The odd sizes of restricted attention: n = 37 (one dense block for every window) and n = 300 (blocked up to
+# r = 250), windows 1, 2, even, odd, above n/2 and n.
+LOCAL_SIZES = [(37, r) for r in (1, 2, 5, 8, 20, 29, 37)] + [(300, r) for r in (1, 2, 33, 64, 151, 200, 300)]
+
+
+@pytest.mark.parametrize("n, window", LOCAL_SIZES)
+def test_local_attention_counted_flops_equal_the_analytic_count_at_odd_sizes(n, window):
+    cfg = LayerConfig(d=24, heads=3, window=window)
+    count = counted("attention_local", cfg, 2, n)
+    assert count.uncounted_ops == ()
+    assert (
+        count.total == models.analytic_flops("attention_local", 2, n, cfg) == hand_flops("attention_local", 2, n, cfg)
+    )
+
+
+@pytest.mark.parametrize(
+    "n, window, pairs",
+    [
+        (37, 5, 37 * 37),
+        (37, 37, 37 * 37),
+        (300, 64, 320 * 95),
+        (300, 33, 320 * 64),
+        (300, 1, 320 * 32),
+        (300, 300, 300 * 300),
+    ],
+    ids=["37-r5-dense", "37-r37-dense", "300-r64", "300-r33", "300-r1", "300-r300-dense"],
+)
+def test_local_attention_flops_in_plain_numbers(n, window, pairs):
+    # b = 2, d = 24: projections 4·2·2·n·24·24; scores and mix 2·2·2·pairs·24, pairs = n_padded·(w + r − 1)
+    # (n = 300: 10 blocks of w = 32 queries, 320 in all, spans of 31 + r keys) or n² (one dense block).
+    cfg = LayerConfig(d=24, heads=3, window=window)
+    assert counted("attention_local", cfg, 2, n).total == 8 * 2 * n * 24 * 24 + 4 * 2 * pairs * 24
 
 
 def test_flop_counter_mode_alone_counts_zero_for_the_cpu_lstm_and_sdpa():

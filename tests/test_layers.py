@@ -58,27 +58,166 @@ def _dense_masked(layer, x, mask):
     return layer.out_proj(mixed.transpose(1, 2).reshape(b, n, d))
 
 
+def _window_mask_by_hand(n, window):
+    # Query i sees keys i - window//2 .. i - window//2 + window - 1.
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    return (j >= i - window // 2) & (j <= i - window // 2 + window - 1)
+
+
 @pytest.mark.parametrize("n,window", [(16, 5), (33, 8), (9, 9), (20, 1), (64, 16)])
 def test_local_attention_equals_dense_with_window_mask(n, window):
     cfg = LayerConfig(d=12, heads=2, window=window)
     layer = models.build("attention_local", cfg)
     x = torch.randn(2, n, 12)
-    # The mask by hand: query i sees keys i - window//2 .. i - window//2 + window - 1.
-    i = torch.arange(n)[:, None]
-    j = torch.arange(n)[None, :]
-    mask = (j >= i - window // 2) & (j <= i - window // 2 + window - 1)
+    mask = _window_mask_by_hand(n, window)
     assert torch.equal(mask, layer.dense_mask(n))
     with torch.inference_mode():
         assert (layer(x) - _dense_masked(layer, x, mask)).abs().max().item() < 1e-5
 
 
-def test_local_attention_with_full_window_is_dense_attention():
-    n = 11  # a window of 2n - 1 centered on any query covers the whole sequence
-    local = models.build("attention_local", LayerConfig(d=8, heads=2, window=2 * n - 1), seed=4)
-    full = models.build("attention_math", LayerConfig(d=8, heads=2), seed=4)
-    x = torch.randn(1, n, 8)
+# attention_local computes in blocks (AttentionLocal.blocks): with the default 32 queries a block, n = 300 is
+# blocked for every window up to 250 and n = 37 is one dense block for all of them; "small-blocks" (4 queries
+# a block) makes n = 37 blocked too, below r of about 30, and "one-a-chunk" forms the scores of one block at a
+# time (AttentionLocal.CHUNK_BYTES). Windows: 1, 2, even, odd, above n/2, n.
+LOCAL_SIZES = [(37, r) for r in (1, 2, 5, 8, 20, 29, 37)] + [(300, r) for r in (1, 2, 33, 64, 151, 200, 300)]
+
+
+@pytest.fixture(params=["default-blocks", "small-blocks", "small-blocks-one-a-chunk"])
+def block_sizes(request, monkeypatch):
+    if request.param != "default-blocks":
+        monkeypatch.setattr(models.LAYERS["attention_local"], "BLOCK", 4)
+    if request.param == "small-blocks-one-a-chunk":
+        monkeypatch.setattr(models.LAYERS["attention_local"], "CHUNK_BYTES", 1)
+    return request.param
+
+
+@pytest.mark.parametrize("n,window", LOCAL_SIZES)
+def test_local_attention_in_blocks_equals_dense_with_window_mask_output_and_gradient(n, window, block_sizes):
+    """Batch 2, d = 24, 3 heads (head size 8): the output and the gradient of every input and weight."""
+    cfg = LayerConfig(d=24, heads=3, window=window)
+    layer = models.build("attention_local", cfg, seed=2)
+    x = torch.randn(2, n, 24, requires_grad=True)
+    mask = _window_mask_by_hand(n, window)
+    upstream = torch.randn(2, n, 24)
+    grads = []
+    for forward in (layer, lambda x: _dense_masked(layer, x, mask)):
+        out = forward(x)
+        params = [x, *layer.parameters()]
+        grads.append((out, torch.autograd.grad((out * upstream).sum(), params)))
+    (local, local_grads), (dense, dense_grads) = grads
+    assert (local - dense).abs().max().item() < 1e-5
+    for a, b in zip(local_grads, dense_grads):
+        assert (a - b).abs().max().item() < 1e-4 * max(1.0, b.abs().max().item())
+
+
+@pytest.mark.parametrize("n,window", [(37, 5), (37, 8), (300, 33), (300, 64), (300, 300)])
+@pytest.mark.parametrize("poisoned", [0, 17, 36])
+def test_a_nan_in_the_input_reaches_exactly_the_queries_whose_window_holds_it(n, window, poisoned, block_sizes):
+    """Blocked products multiply masked weights (0) by every value of the block, and 0·NaN = NaN; the layer
+    keeps the windowed definition anyway (what bench.paths' NaN probe relies on)."""
+    layer = models.build("attention_local", LayerConfig(d=24, heads=3, window=window))
+    x = torch.randn(1, n, 24)
+    x[0, poisoned] = float("nan")
     with torch.inference_mode():
-        assert (local(x) - full(x)).abs().max().item() < 1e-5
+        reached = torch.isnan(layer(x)).any(-1)[0]  # (n,)
+    assert torch.equal(reached, _window_mask_by_hand(n, window)[:, poisoned])
+
+
+@pytest.mark.parametrize(
+    "blocks_per_chunk", [1, 3, 10, 40, 60], ids=["1-block", "3-blocks", "1-head", "4-heads-ragged", "all"]
+)
+def test_local_attention_in_chunks_of_blocks_is_the_same_computation(blocks_per_chunk, monkeypatch):
+    """n = 300, r = 33: 10 blocks of 32 queries (spans of 64 keys) a head, 2·3 heads; chunks of 1 or 3 blocks
+    run within a head (the last chunk of a head 1 block), of 10 or 40 whole heads (the last chunk 2 heads)."""
+    cls = models.LAYERS["attention_local"]
+    layer = models.build("attention_local", LayerConfig(d=24, heads=3, window=33))
+    x = torch.randn(2, 300, 24, requires_grad=True)
+    whole = layer(x)
+    monkeypatch.setattr(cls, "CHUNK_BYTES", blocks_per_chunk * 32 * 64 * 4)
+    chunked = layer(x)
+    assert (chunked - whole).abs().max().item() < 1e-6
+    upstream = torch.randn_like(whole)
+    (grad_whole,) = torch.autograd.grad((whole * upstream).sum(), x)
+    (grad_chunked,) = torch.autograd.grad((chunked * upstream).sum(), x)
+    assert (grad_chunked - grad_whole).abs().max().item() < 1e-5
+
+
+def test_local_attention_keeps_the_masks_of_a_few_lengths_and_uses_the_right_one():
+    """One layer called at six lengths in turn, twice: each output equal to a fresh layer's, at most
+    MASKS_KEPT masks kept."""
+    cfg = LayerConfig(d=24, heads=3, window=9)
+    layer = models.build("attention_local", cfg, seed=3)
+    for n in [40, 300, 64, 41, 300, 500] * 2:
+        x = torch.randn(1, n, 24)
+        with torch.inference_mode():
+            assert torch.equal(layer(x), models.build("attention_local", cfg, seed=3)(x))
+    assert len(layer._masked_cache) == models.attention.MASKS_KEPT
+
+
+@pytest.mark.parametrize("n,window", [(37, 8), (300, 33), (300, 300)])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_value_alone_reaches_exactly_the_queries_whose_window_holds_it(n, window, bad, block_sizes):
+    """Through the layer a NaN input makes the key NaN too; here only one head's value is not finite."""
+    layer = models.build("attention_local", LayerConfig(d=24, heads=3, window=window))
+    q, k, v = (torch.randn(2, 3, n, 8) for _ in range(3))  # (B, h, n, d_head)
+    v[1, 2, 17, 5] = bad
+    with torch.inference_mode():
+        out = layer._mix(q, k, v)  # (B, h, n, d_head)
+    reached = ~torch.isfinite(out).all(-1)  # (B, h, n)
+    expected = torch.zeros(2, 3, n, dtype=torch.bool)
+    expected[1, 2] = _window_mask_by_hand(n, window)[:, 17]
+    assert torch.equal(reached, expected)
+
+
+@pytest.mark.parametrize(
+    "n, window, queries, count, keys",
+    [
+        (300, 64, 32, 10, 95),  # 10 blocks of 32 cover 320 queries, each a span of 32 + 63 keys
+        (300, 5, 32, 10, 36),
+        (4096, 256, 32, 128, 287),
+        (300, 250, 32, 10, 281),  # 320·281 = 89,920 pairs < 300² = 90,000
+        (300, 251, 300, 1, 300),  # 320·282 = 90,240 >= 300²: one dense block
+        (37, 5, 37, 1, 37),  # 2 blocks of 32 with spans of 36: 2304 > 37² = 1369
+        (37, 37, 37, 1, 37),
+        (20, 3, 20, 1, 20),  # one block of n < 32
+    ],
+)
+def test_local_attention_blocks(n, window, queries, count, keys):
+    g = models.LAYERS["attention_local"].blocks(n, window)
+    assert (g.queries, g.count, g.keys) == (queries, count, keys)
+    assert g.offset == (window // 2 if count > 1 else 0)
+
+
+@pytest.mark.parametrize(
+    "n, window, pairs_by_hand",
+    [
+        (37, 1, 37),
+        (37, 2, 37 * 2 - 1),  # left 1, right 0: query 0 loses key -1
+        (37, 5, 37 * 5 - 3 - 3),  # left 2, right 2: queries 0, 1 lose 2 + 1 keys, queries 35, 36 too
+        (37, 8, 37 * 8 - 10 - 6),  # left 4 (4+3+2+1 lost), right 3 (3+2+1)
+        (37, 37, 37 * 37 - 171 - 171),  # left 18, right 18: a centred window of n loses 18·19/2 keys at each end
+        (300, 64, 300 * 64 - 528 - 496),  # left 32 (32·33/2), right 31 (31·32/2)
+        (300, 300, 300 * 300 - 11325 - 11175),  # left 150 (150·151/2), right 149 (149·150/2)
+    ],
+)
+def test_local_attention_useful_work_by_hand(n, window, pairs_by_hand):
+    cls = models.LAYERS["attention_local"]
+    cfg = LayerConfig(d=24, heads=3, window=window)
+    mask = _window_mask_by_hand(n, window)
+    assert int(mask.sum()) == pairs_by_hand
+    g = cls.blocks(n, window)
+    assert cls.useful_fraction(n, cfg) == pytest.approx(pairs_by_hand / (g.count * g.queries * g.keys))
+    projections = 4 * 2 * 2 * n * 24 * 24
+    assert cls.useful_flops(2, n, cfg) == projections + 2 * 2 * 2 * pairs_by_hand * 24
+    assert cls.useful_flops(2, n, cfg) <= cls.flops(2, n, cfg)
+
+
+def test_local_attention_does_two_thirds_of_its_work_inside_the_window_at_r_64():
+    # n = 4096, r = 64: blocks of 32 queries, spans of 95 keys; the window holds 64 keys but at the two ends.
+    fraction = models.LAYERS["attention_local"].useful_fraction(4096, LayerConfig(d=256, heads=4, window=64))
+    assert fraction == pytest.approx((4096 * 64 - 528 - 496) / (4096 * 95))
+    assert 0.67 < fraction < 0.68
 
 
 def test_same_seed_same_weights_and_centered_conv_keeps_n():
@@ -93,6 +232,31 @@ def test_same_seed_same_weights_and_centered_conv_keeps_n():
     with torch.inference_mode():
         reached = (a(x).abs().sum(-1)[0] > 0).nonzero().flatten().tolist()
     assert reached == [8, 9, 10, 11, 12]
+
+
+@pytest.mark.parametrize("name", ["conv", "conv_dilated", "conv_separable"])
+@pytest.mark.parametrize("k, dilation", [(1, 1), (3, 3), (15, 1), (31, 2)])
+def test_convolutions_equal_conv1d_on_the_channels_first_layout(name, k, dilation):
+    """The layers convolve their (B, n, d) input as a channels-last image (models/conv.py); the same weights
+    as nn.Conv1d on the channels-first (B, d, n) transpose, the textbook's layout. k = 15 and 31: oneDNN's
+    depthwise kernel is not used channels-first there."""
+    layer = models.build(name, LayerConfig(d=24, k=k, dilation=dilation), seed=5)
+    x = torch.randn(2, 37, 24)
+    with torch.inference_mode():
+        if name == "conv_separable":
+            expected = layer.pointwise(layer.depthwise(x.transpose(1, 2))).transpose(1, 2)
+        else:
+            expected = layer.conv(x.transpose(1, 2)).transpose(1, 2)
+        out = layer(x)
+    assert (out - expected).abs().max().item() < 1e-5
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the layout is oneDNN's answer")
+@pytest.mark.parametrize("name", ["conv", "conv_dilated", "conv_separable"])
+def test_convolutions_answer_in_the_layers_layout_without_a_copy(name):
+    layer = models.build(name, LayerConfig(d=32, k=5, dilation=3))
+    with torch.inference_mode():
+        assert layer(torch.randn(4, 64, 32)).is_contiguous()
 
 
 @pytest.mark.parametrize("k", [2, 4, 0])
@@ -291,7 +455,9 @@ def test_scan_gradients_equal_the_references(n):
 def test_bench_spells_no_layer_name():
     """bench/ reads layers from models (LAYERS, ROLES, the layers' attributes) and never names one: a string
     literal equal to a registered layer's name is a comparison that a new layer would silently miss. Role
-    names that happen to be a layer's too (the claims key their results by role: "attention") are roles."""
+    names that happen to be a layer's too (the claims key their results by role: "attention") are roles.
+    bench/benchmarks/ is outside the rule: stand-alone timings that name the implementations they compare,
+    as presets.toml names the layers of a sweep."""
     import ast  # noqa: PLC0415
     import dataclasses  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
@@ -302,6 +468,7 @@ def test_bench_spells_no_layer_name():
     found = [
         f"{path.relative_to(bench.parent)}:{node.lineno}: {node.value!r}"
         for path in sorted(bench.rglob("*.py"))
+        if "benchmarks" not in path.relative_to(bench).parts
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
     ]

@@ -57,6 +57,9 @@ def hand_train_flops(name: str, b: int, n: int, d: int, k: int) -> int:
         "gru": 3 * 2 * dense,
         "lstm": 4 * 2 * dense,
         "attention_math": 4 * dense + 2 * scores,
+        # r = 8, every computed pair: one dense 37×37 block at n = 37; at n = 300, blocks of 32 queries (320 in
+        # all) scoring spans of 32 + 8 − 1 = 39 keys. Its backward: two products for each of the forward's.
+        "attention_local": 4 * dense + 2 * 2 * b * {37: 37 * 37, 300: 320 * 39}[n] * d,
     }
     if name == "attention":  # the projections 3x; the scores: 2 products forward, 5 backward (recomputed)
         return 3 * 4 * dense + (2 + 5) * scores
@@ -65,7 +68,8 @@ def hand_train_flops(name: str, b: int, n: int, d: int, k: int) -> int:
 
 @pytest.mark.parametrize("n", [37, 300])
 @pytest.mark.parametrize(
-    "name", ["conv", "conv_dilated", "conv_separable", "rnn", "gru", "lstm", "attention_math", "attention"]
+    "name",
+    ["conv", "conv_dilated", "conv_separable", "rnn", "gru", "lstm", "attention_math", "attention", "attention_local"],
 )
 def test_counted_train_flops_equal_the_hand_formula(name, n):
     spec = _point(name, n)

@@ -268,7 +268,11 @@ def test_a_missing_size_of_the_formula_is_an_error_naming_it(layer, size, metric
     with pytest.raises(ValueError, match=f"'{size}' missing"):
         fits.fit_table(sweep)
     sweep[size] = 5
-    assert fits.predicted_exponent(metric, layer, sweep, "n") == pytest.approx(1, abs=0.05)
+    expected = 1.0
+    if (layer, metric) == ("conv", "memory"):  # the output, n·d, beside oneDNN's copy of the d·d·k weights
+        n = sweep["n"].to_numpy(float)
+        expected = np.polyfit(np.log(n), np.log(n * 32 + 32 * 32 * 5), 1)[0]  # 0.53 over n = 64..512
+    assert fits.predicted_exponent(metric, layer, sweep, "n") == pytest.approx(expected, abs=0.05)
 
 
 def test_the_method_text_is_rendered_from_the_constants(monkeypatch):

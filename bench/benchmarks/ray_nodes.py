@@ -1,6 +1,6 @@
 """The wall time of one sweep on a local Ray cluster of one single-CPU node against two, for the same plan.
 
-    .venv/bin/python scripts/ray_nodes.py [--repeats 2] [--out DIR]
+    .venv/bin/python -m bench.benchmarks.ray_nodes [--repeats 2] [--out DIR]
 
 Each repeat starts a local cluster (ray.cluster_utils.Cluster: a head node, and for two nodes one more, each
 of one CPU), sweeps PLAN on it with `python -m bench run ... --ray ADDRESS` in this process, and stops it; the
@@ -16,13 +16,11 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # this checkout's bench, for the driver and (its working directory) the workers
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: the workers' working directory
 
 PLAN = ["run", "--layers", "conv,rnn,gru,lstm,attention,attention_math", "--n", "64,128,256,512,1024"]
 PLAN += ["--d", "32", "--device", "cpu", "--target-time", "0.5", "--passes", "3", "--no-progress", "--yes"]

@@ -1,0 +1,66 @@
+"""bench/benchmarks/restricted.py: the implementations it keeps for the before/after comparison compute what the
+registered layers compute (the same weights, the same outputs), their FLOP formulas are what they count, and the
+script prints its table (timed for a moment, with a fixed matmul peak: no timing decides anything here)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import models
+from bench.benchmarks import restricted
+from bench.flops import count_flops
+from models import LayerConfig
+
+
+@pytest.mark.parametrize("n, window", [(37, 1), (37, 8), (37, 37), (300, 33), (300, 64), (300, 300)])
+def test_the_banded_attention_of_before_equals_the_blocked_one(n, window):
+    cfg = LayerConfig(d=24, heads=3, window=window)
+    x = torch.randn(2, n, 24)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        before = restricted.AttentionLocalUnfold(cfg).eval()
+    now = models.build("attention_local", cfg, seed=1)
+    with torch.inference_mode():
+        assert (before(x) - now(x)).abs().max().item() < 1e-5
+        count = count_flops(lambda: before(x))
+    # r products per query, the edges' padding included: 8·b·n·d² + 4·b·n·r·d
+    assert (
+        count.total == restricted.AttentionLocalUnfold.flops(2, n, cfg) == 8 * 2 * n * 24 * 24 + 4 * 2 * n * window * 24
+    )
+    assert count.uncounted_ops == ()
+
+
+@pytest.mark.parametrize("name", ["conv", "conv_dilated", "conv_separable"])
+@pytest.mark.parametrize("k", [3, 15])
+def test_the_channels_first_convolutions_of_before_equal_the_channels_last_ones(name, k):
+    cls, registered = restricted.REFERENCES[f"{name}_channels_first"]
+    assert registered == name
+    cfg = LayerConfig(d=24, k=k, dilation=3)
+    x = torch.randn(2, 37, 24)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(2)
+        before = cls(cfg).eval()
+    now = models.build(name, cfg, seed=2)
+    with torch.inference_mode():
+        assert (before(x) - now(x)).abs().max().item() < 1e-5
+        assert count_flops(lambda: before(x)).total == models.analytic_flops(name, 2, 37, cfg)
+
+
+def test_the_script_prints_its_table(monkeypatch, capsys):
+    monkeypatch.setattr(restricted, "matmul_peak", lambda device: {"flops_per_s": 1e11, "size": 512})
+    layers = "attention_local,attention_local_unfold,conv_separable_channels_first"
+    restricted.main(
+        ["--sizes", "64x8", "--layers", layers, "--heads", "2", "--window", "5", "--threads", "1"]
+        + ["--min-run-time", "0.01"]
+    )
+    out = capsys.readouterr().out
+    assert "matmul peak 100.0 GFLOP/s" in out and "load: before" in out
+    rows = [line for line in out.splitlines() if line.startswith("|  64 |")]
+    assert [row.split("|")[3].strip() for row in rows] == layers.split(",")
+
+
+def test_an_unknown_layer_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        restricted.parse_args(["--layers", "attention_locl"])
+    assert "unknown layer(s) attention_locl" in capsys.readouterr().err
