@@ -11,7 +11,8 @@ PRESET ?= quick
 install: $(VENV)/.installed
 
 # Where a torch is already importable (a GPU machine), the venv sees it and it is used as it is;
-# otherwise TORCH_SPEC is installed first, so pip never pulls a CUDA build from the registry.
+# otherwise TORCH_SPEC is installed first, so pip never pulls a CUDA build from the registry. The ray extra
+# (run --ray) is installed for its tests (tests/test_cluster.py); bench itself runs without it.
 $(VENV)/.installed: pyproject.toml
 	@if $(PYTHON) -c "import torch" >/dev/null 2>&1; then \
 		echo "using the torch already installed: $$($(PYTHON) -c 'import torch; print(torch.__version__)')"; \
@@ -19,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	else \
 		$(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q "$(TORCH_SPEC)"; \
 	fi
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,ray]"
 	@touch $@
 
 bench: install

@@ -133,17 +133,22 @@ def _layer_list(text: str) -> list[str]:
     return layers
 
 
-def resolve_devices(device: str) -> list[str]:
-    """`auto`: the CPU and, if present, the GPU; `cuda` must be present."""
+def resolve_devices(device: str, cluster=None) -> list[str]:
+    """`auto`: the CPU and, if present, the GPU; `cuda` must be present: on this machine, or with `cluster`
+    (bench.cluster.Cluster) on a node of the Ray cluster."""
+    cuda = cluster.has("cuda") if cluster is not None else machine.cuda_available()
     if device == "auto":
-        return ["cpu"] + (["cuda"] if machine.cuda_available() else [])
-    if device == "cuda" and not machine.cuda_available():
-        raise BadInput("--device cuda: no CUDA GPU is present on this machine; allowed here: cpu, auto")
+        return ["cpu"] + (["cuda"] if cuda else [])
+    if device == "cuda" and not cuda:
+        where = (
+            "no node of the Ray cluster has a GPU" if cluster is not None else "no CUDA GPU is present on this machine"
+        )
+        raise BadInput(f"--device cuda: {where}; allowed here: cpu, auto")
     return [device]
 
 
 # ---------------------------------------------------------------------------------------------- run
-def _grid_specs(args) -> list[PointSpec]:
+def _grid_specs(args, cluster=None) -> list[PointSpec]:
     missing = [f"--{name}" for name in ("layers", "n", "d") if getattr(args, name) is None]
     if missing:
         raise BadInput(f"run: give --preset NAME or a grid; missing {' '.join(missing)}")
@@ -155,7 +160,7 @@ def _grid_specs(args) -> list[PointSpec]:
         heads=[args.heads or 1],
         window=[args.window],
         batch=[args.batch or 1],
-        devices=resolve_devices(args.device or "auto"),
+        devices=resolve_devices(args.device or "auto", cluster),
         dtypes=[args.dtype or "float32"],
         modes=[args.mode or DEFAULT_MODE],
     )
@@ -163,8 +168,9 @@ def _grid_specs(args) -> list[PointSpec]:
 
 GRID_OPTIONS = ("layers", "n", "d", "k", "heads", "batch", "window")
 # What `run --resume DIR` reads from the command line; every other option of `run` (all default to None or
-# False) would be ignored, since DIR/plan.json fixes the points, the policy, the seed and the folder.
-RESUME_READS = ("command", "debug", "resume", "no_progress")
+# False) would be ignored, since DIR/plan.json fixes the points, the policy, the seed and the folder. Where the
+# rest is measured (--ray, --exclusive-node) is the resume's own choice.
+RESUME_READS = ("command", "debug", "resume", "no_progress", "ray", "exclusive_node")
 # Presets sized for a device other than the CPU: without that device they are refused, with the preset to use
 # instead. (Data that belongs in presets.toml once bench.presets reads a device per preset.)
 PRESET_DEVICES = {"gpu": ("cuda", "quick (minutes) or full (tens of minutes)")}
@@ -215,12 +221,13 @@ def wide_kernel_warnings(points: Iterable[tuple[str, int, int | None]]) -> list[
     ]
 
 
-def _check_preset_device(name: str) -> None:
+def _check_preset_device(name: str, cluster=None) -> None:
     needs = PRESET_DEVICES.get(name)
-    if needs is not None and needs[0] == "cuda" and not machine.cuda_available():
+    cuda = cluster.has("cuda") if cluster is not None else machine.cuda_available()
+    if needs is not None and needs[0] == "cuda" and not cuda:
+        where = "on no node of the Ray cluster" if cluster is not None else "on this machine"
         raise BadInput(
-            f"--preset {name}: sized for a CUDA GPU, and none is present on this machine; "
-            f"on a CPU use --preset {needs[1]}"
+            f"--preset {name}: sized for a CUDA GPU, and none is present {where}; on a CPU use --preset {needs[1]}"
         )
 
 
@@ -318,9 +325,8 @@ def cmd_run(args, argv) -> int:
 
 
 def _run(args, argv) -> int:
-    from .fits import plan_warnings  # noqa: PLC0415
-    from .run import Run  # noqa: PLC0415
-
+    if args.exclusive_node and args.ray is None:
+        raise BadInput("--exclusive-node: only with --ray ADDRESS|local (it places GPU points on a Ray cluster)")
     if args.resume is not None:
         ignored = ignored_by_resume(args)
         if ignored:
@@ -328,23 +334,48 @@ def _run(args, argv) -> int:
                 f"--resume finishes the run as planned in {args.resume / 'plan.json'}; "
                 f"{', '.join(ignored)} would be ignored"
             )
-        run = Run.resume(args.resume)
+    cluster = None
+    if args.ray is not None:
+        from .cluster import Cluster  # noqa: PLC0415 - Ray is optional, imported only here
+
+        cluster = Cluster.connect(args.ray, exclusive_node=args.exclusive_node, threads=args.threads)
+    try:
+        return _run_on(args, argv, cluster)
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def _run_on(args, argv, cluster) -> int:
+    """`run`, measured here or, with `cluster`, on the nodes of a Ray cluster (bench.cluster)."""
+    from .fits import plan_warnings  # noqa: PLC0415
+    from .run import Run  # noqa: PLC0415
+
+    measure_with = cluster.measure if cluster is not None else None
+    if args.resume is not None:
+        run = Run.resume(args.resume) if cluster is None else Run.resume(args.resume, measure_with=measure_with)
+        if cluster is None and run.meta.get("ray"):
+            run.log(f"measuring the rest here, not on Ray (it was begun on {run.meta['ray'].get('address')})")
     else:
         grid_given = [f"--{name}" for name in GRID_OPTIONS if getattr(args, name) is not None]
         if args.preset is not None and grid_given:
             raise BadInput(f"--preset {args.preset} and {' '.join(grid_given)}: give a preset or a grid, not both")
         if args.preset is not None:
             preset = get_preset(args.preset)
-            _check_preset_device(args.preset)
+            _check_preset_device(args.preset, cluster)
             specs, policy = (
-                preset.specs(resolve_devices(args.device or "auto"), dtype=args.dtype, mode=args.mode),
+                preset.specs(resolve_devices(args.device or "auto", cluster), dtype=args.dtype, mode=args.mode),
                 preset.timing,
             )
         else:
-            specs, policy = _grid_specs(args), TimingPolicy()
+            specs, policy = _grid_specs(args, cluster), TimingPolicy()
         policy = _policy(args, policy)
         warnings = plan_warnings(specs) + wide_kernel_warnings((s.layer, s.n, s.k) for s in specs)
-        lines = _estimate_and_confirm(specs, policy, warnings, args)
+        if cluster is not None and any(s.device != "cpu" for s in specs) and not machine.cuda_available():
+            lines = [f"warning: {line}" for line in warnings]
+            lines.append(f"plan: {len(specs)} points (no estimate: this machine has no GPU to time a matmul on)")
+        else:
+            lines = _estimate_and_confirm(specs, policy, warnings, args)
         run = Run.create(
             specs,
             policy,
@@ -353,6 +384,7 @@ def _run(args, argv) -> int:
             preset=args.preset,
             threads=args.threads,
             seed=args.seed or 0,
+            measure_with=measure_with,
         )
         _print_lines(lines)  # before measuring, which goes ahead
     try:
@@ -365,25 +397,43 @@ def _run(args, argv) -> int:
         )
         return 1
     summary = ", ".join(f"{v} {k}" for k, v in meta["status_counts"].items())
+    where = f"{meta['threads']} thread(s)"
+    if cluster is not None:
+        where = f"{len(meta.get('nodes') or {})} Ray node(s) of {len(meta.get('machines') or {})} machine(s)"
     print(
         f"run {run.dir.name}: {meta['points_stored']} points ({summary}; {meta['points_noisy']} noisy, "
         f"{meta['points_remeasured']} measured again, {meta['points_unreliable']} unreliable) in "
-        f"{meta['measure_s']:.0f} s on {meta['threads']} thread(s) -> {run.dir}"
+        f"{meta['measure_s']:.0f} s on {where} -> {run.dir}"
     )
     return 0
 
 
 # -------------------------------------------------------------------------------------------- paths
 def cmd_paths(args, argv) -> int:
-    from .paths import DEFAULT_D, DEFAULT_WINDOW, ends_margin, paths_table  # noqa: PLC0415
+    import pandas as pd  # noqa: PLC0415
+
+    from .paths import DEFAULT_WINDOW, paths_table  # noqa: PLC0415
 
     if args.preset is not None:
-        cfg = get_preset(args.preset).paths or {}
-        layers, ns, ks, window = cfg.get("layers"), cfg.get("n"), cfg.get("k"), cfg.get("window", DEFAULT_WINDOW)
+        studies = [
+            (cfg.get("layers"), cfg.get("n"), cfg.get("k") or [3], cfg.get("window", DEFAULT_WINDOW))
+            for cfg in get_preset(args.preset).paths
+        ]
     else:
-        layers, ns, ks, window = args.layers, args.n, args.k or [3], args.window or DEFAULT_WINDOW
-    if not layers or not ns:
+        studies = [(args.layers, args.n, args.k or [3], args.window or DEFAULT_WINDOW)]
+    if not studies or any(not layers or not ns for layers, ns, _, _ in studies):
         raise BadInput("paths: give --preset NAME or --layers and --n")
+    for layers, ns, ks, window in studies:
+        _check_paths_study(layers, ns, ks, window)
+    tables = [paths_table(layers, ns, ks, window=window) for layers, ns, ks, window in studies]
+    table = tables[0] if len(tables) == 1 else pd.concat(tables, ignore_index=True)
+    return _write_side_table(args, argv, "paths", table)
+
+
+def _check_paths_study(layers: list[str], ns: list[int], ks: list[int], window: int) -> None:
+    """Bad input (exit 2) where one study of `paths` cannot be measured; the warnings it deserves."""
+    from .paths import DEFAULT_D, ends_margin  # noqa: PLC0415
+
     for n in ns:
         if not 2 <= n <= MAX_PATHS_N:
             raise BadInput(
@@ -403,8 +453,6 @@ def cmd_paths(args, argv) -> int:
             )
     for line in wide_kernel_warnings(itertools.product(layers, ns, ks)):
         print(f"warning: {line}", file=sys.stderr)
-    table = paths_table(layers, ns, ks, window=window)
-    return _write_side_table(args, argv, "paths", table)
 
 
 def _write_side_table(args, argv, kind: str, table) -> int:
@@ -636,6 +684,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="measure without asking: before a new run its duration and peak memory are estimated, and a plan "
         f"above {estimate.format_duration(estimate.LONG_RUN_S)}, or with a point above the memory available, is "
         "asked about on a terminal and refused elsewhere unless --yes",
+    )
+    run.add_argument(
+        "--ray",
+        metavar="ADDRESS|local",
+        help="measure on the nodes of a Ray cluster: auto (the one `ray start --head` started on this machine), "
+        "HOST:PORT of its head, or local (a Ray instance started here, to try it out); this process stays the "
+        "run folder's one writer. Needs the ray extra: " + 'pip install -e ".[ray]"' + " (see the README)",
+    )
+    run.add_argument(
+        "--exclusive-node",
+        action="store_true",
+        help="with --ray: a GPU point's worker holds its whole node (all its GPUs and CPUs), not one GPU and its "
+        "share of the CPUs; a CPU point's worker always holds all of its node's CPUs",
     )
     run.add_argument(
         "--no-progress", action="store_true", help="no progress bar (there is none when stderr is not a terminal)"

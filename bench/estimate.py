@@ -14,8 +14,9 @@ One forward call of a point (`call_time_s`): a roofline, plus the costs a call a
                                                                           gathers, gates) on the activations
 
 with `rate` the matmul FLOP/s, the memory side in units of the same rate (so one number calibrates both), and
-`steps` a recurrence's n sequential steps (Table 1's O(n) sequential operations, `table1.sequential_exponent`),
-0 for the other layers. Nothing here names a layer: every term comes from models/.
+`steps` the dependent steps of the layer's sequential-operations cell beyond its one pass
+(`table1.sequential_steps`): a recurrence's n, a parallel scan's ⌈log₂ n⌉ levels, 0 for the layers of O(1)
+sequential operations. Nothing here names a layer: every term comes from models/.
 
 A point's time (`point_time_s`) follows the timing policy exactly as bench.timing plans it
 (`TimingPolicy.plan` on that call time: rounds and calls per round, split over the passes): per pass one
@@ -104,8 +105,10 @@ def _parameters(layer_cls: type, cfg: models.LayerConfig) -> int:
 
 
 def sequential_steps(spec: PointSpec) -> int:
-    """The steps a call takes one after another: n for a recurrence (Table 1's O(n)), else 0."""
-    return spec.n if models.LAYERS[spec.layer].table1.sequential_exponent == 1 else 0
+    """The steps a call takes one after another: n for a recurrence (Table 1's O(n)), ⌈log₂ n⌉ for a parallel
+    scan (O(log n)), 0 for a layer of O(1) sequential operations (its one pass is the call)."""
+    row = models.LAYERS[spec.layer].table1
+    return 0 if row.sequential_is_constant else row.sequential_steps(spec.n)
 
 
 def call_time_s(spec: PointSpec, rate: float) -> float:
@@ -161,7 +164,7 @@ def flop_count_bytes(spec: PointSpec) -> int:
     rnn 0.59 MB a step against 0.52 MB = d²·2 B, gru 1.6 MB against 3·d²·2 B; float32 and the fused LSTM hold
     nothing that grows with n). rnn, bfloat16, n = 16384, d = 512: 8.6 GB."""
     cls = models.LAYERS[spec.layer]
-    if spec.device != "cpu" or spec.dtype == "float32" or not hasattr(cls, "reference") or cls.cpu_fused:
+    if spec.device != "cpu" or spec.dtype == "float32" or spec.layer not in models.recurrent() or cls.cpu_fused:
         return 0
     return spec.n * cls.gates * spec.d * spec.d * _elem_bytes(spec.dtype)
 

@@ -73,6 +73,18 @@ def machine_identity(meta: dict) -> tuple[str, str]:
     return _slug(f"{model}-{cores}c-{host}" if cores else f"{model}-{host}"), label
 
 
+def node_facts(meta: dict, node) -> dict | None:
+    """The facts of the Ray node a row of a cluster sweep names (`node` in points.csv), from its run's
+    meta.json `nodes` (bench.cluster): its machine's identity fields (a dict machine_identity reads), devices,
+    software and matmul peak. None for a row measured in the run's own process (no node), or a node the meta
+    does not list."""
+    nodes = meta.get("nodes")
+    if not isinstance(nodes, dict) or not isinstance(node, str) or not node:
+        return None
+    facts = nodes.get(node)
+    return facts if isinstance(facts, dict) else None
+
+
 def machine_info() -> dict:
     """pytest-benchmark's machine_info (platform, CPU brand and flags via py-cpuinfo)."""
     return pytest_benchmark_generate_machine_info()

@@ -35,12 +35,16 @@ Three measurements (the `paths.csv` columns):
     (k^L - 1)/2 < k·n). The zero-padded length-n result is kept as `layers_to_cross_no_margin`.
 
 `path_hops`: the number of dependent steps that information from position 0 passes through on its way to
-    position n-1. Recurrent layers: measured on the transparent step loop (`.reference()`) by
-    `CellStepMode`, a TorchDispatchMode that tags every tensor depending on x_0 with the fewest
-    step-to-step transfers on a dependency path from x_0 (a step begins where the loop reads x[:, t]; an
-    operator in step t reading a tagged tensor made in an earlier step adds one hop). Attention and
-    convolutions: each layer computes all positions at once, in one step, so the hops are the layers
-    crossed (the measured `layers_to_cross`).
+    position n-1. Recurrent layers (`models.recurrent()`): measured on the transparent step loop
+    (`.reference()`) by `CellStepMode`, a TorchDispatchMode that tags every tensor depending on x_0 with the
+    fewest step-to-step transfers on a dependency path from x_0 (a step begins where the loop reads x[:, t];
+    an operator in step t reading a tagged tensor made in an earlier step adds one hop). A parallel scan
+    (`models.scans()`): the levels of its tree, measured on the forward itself as a stack is, by NaN: the
+    scan is run with a tree of 0, 1, 2, ... levels (`layer(x, levels=L)`, which scans blocks of 2^L positions
+    apart) until output n-1 depends on input 0 (`scan_path_hops`). Its step loop would take n-1 steps, as
+    `recurrent_path_hops` on its reference shows; the forward does not run it. Attention and convolutions:
+    each layer computes all positions at once, in one step, so the hops are the layers crossed (the
+    measured `layers_to_cross`).
 
 `seq_depth`: the longest chain of dependent operators in one forward pass of one layer, at the operator
     level (`OperatorDepthMode`): every operator's outputs get 1 + the largest depth of its tensor inputs
@@ -49,11 +53,15 @@ Three measurements (the `paths.csv` columns):
     nn.LSTM runs as one oneDNN operator (depth 2 whatever n is; cuDNN's RNNs are one operator too), while
     PyTorch runs nn.RNN and nn.GRU on the CPU as a C++ loop of per-step operators that the mode does see.
     So recurrent layers are measured on `.reference()`, the same on every device (`seq_depth_of` says
-    which was measured), and the forward's depth is kept beside it as `seq_depth_forward`.
+    which was measured), and the forward's depth is kept beside it as `seq_depth_forward`. A parallel scan's
+    forward hides nothing (its ⌈log₂ n⌉ levels are operators the mode sees), so its forward is the measured
+    depth; its reference's n-step depth is kept as `seq_depth_reference` (as are the recurrent layers',
+    equal to their `seq_depth`), to set the two computations of one recurrence side by side.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -92,6 +100,7 @@ COLUMNS = [  # interface order first (bench/interface.md), then the details
     "path_hops_of",
     "seq_depth_of",
     "seq_depth_forward",
+    "seq_depth_reference",
     "error",
 ]
 _INT_COLUMNS = [c for c in COLUMNS if c not in ("layer", "n", "path_hops_of", "seq_depth_of", "error")]
@@ -320,17 +329,37 @@ def recurrent_path_hops(layer: nn.Module, x: torch.Tensor) -> list[int | None]:
     return [None if tag is None else tag[0] for tag in mode.stacked]
 
 
+def scan_path_hops(layer: nn.Module, x: torch.Tensor, probe: Probe = reached_by_poison) -> int | None:
+    """The fewest levels of a parallel scan's tree after which output n-1 depends on input 0: the layer run
+    with trees of 0, 1, 2, ... levels (`layer(x, levels=L)`), each probed as a stack's layer is; None if the
+    whole tree (`layer.scan_levels(n)` levels) does not link them."""
+    n = x.shape[1]
+    reached = torch.zeros(n, dtype=torch.bool)
+    reached[SOURCE] = True
+    for levels in range(layer.scan_levels(n) + 1):
+        _, now = probe(functools.partial(layer, levels=levels), x, reached)
+        if now[n - 1]:
+            return levels
+    return None
+
+
 def path_hops(
     name: str, n: int, k: int = 3, window: int = DEFAULT_WINDOW, d: int = DEFAULT_D, layers_crossed: int | None = None
 ) -> tuple[int, str]:
     """(hops from input 0 to output n-1, how they were counted). Recurrent: cell steps on `.reference()`
-    (one layer crosses). Others: one hop per layer, so the layers of the stack that crosses."""
+    (one layer crosses). A parallel scan: the levels of its tree, on the forward. Others: one hop per
+    layer, so the layers of the stack that crosses."""
     _check(name, n)
     if name in models.recurrent():
         hops = recurrent_path_hops(stack_layer(name, 0, d, k, window), probe_input(n, d))[n - 1]
         if hops is None:
             raise NeverCrosses(f"{name} n={n}: output n-1 of the reference does not depend on x_0")
         return hops, "reference cell steps"
+    if name in models.scans():
+        hops = scan_path_hops(stack_layer(name, 0, d, k, window), probe_input(n, d))
+        if hops is None:
+            raise NeverCrosses(f"{name} n={n}: output n-1 of the whole scan does not depend on x_0")
+        return hops, "scan levels"
     if layers_crossed is None:
         layers_crossed = layers_to_cross(name, n, k, window, d)
     return layers_crossed, "layers crossed"
@@ -376,12 +405,21 @@ def layer_seq_depth(
     name: str, n: int, k: int = 3, window: int = DEFAULT_WINDOW, d: int = DEFAULT_D, reference: bool = True
 ) -> tuple[int, str]:
     """(operator depth of one layer's forward pass at length n, what ran): the transparent `.reference()`
-    for recurrent layers unless reference=False, `forward` otherwise."""
+    for recurrent layers (whose fused kernels hide their loop) unless reference=False, `forward` otherwise,
+    a parallel scan's included."""
     _check(name, n)
     layer, x = stack_layer(name, 0, d, k, window), probe_input(n, d)
     if reference and name in models.recurrent():
         return seq_depth(layer.reference, x), "reference"
     return seq_depth(layer, x), "forward"
+
+
+def reference_seq_depth(name: str, n: int, k: int = 3, window: int = DEFAULT_WINDOW, d: int = DEFAULT_D) -> int | None:
+    """Operator depth of the layer's step-by-step `.reference()` at length n; None for a layer without one."""
+    _check(name, n)
+    if name not in models.stepwise():
+        return None
+    return seq_depth(stack_layer(name, 0, d, k, window).reference, probe_input(n, d))
 
 
 # ------------------------------------------------------------------------------------------- the table
@@ -421,6 +459,9 @@ def paths_row(name: str, n: int, k: int | None, window: int = DEFAULT_WINDOW, d:
         row["path_hops"], row["path_hops_of"] = None, ""
     row["seq_depth"], row["seq_depth_of"] = layer_seq_depth(name, n, kk, window, d)
     row["seq_depth_forward"] = layer_seq_depth(name, n, kk, window, d, reference=False)[0]
+    row["seq_depth_reference"] = (
+        row["seq_depth"] if row["seq_depth_of"] == "reference" else reference_seq_depth(name, n, kk, window, d)
+    )
     row["error"] = "; ".join(errors)
     return row
 
@@ -454,9 +495,11 @@ __all__ = [
     "layers_to_cross",
     "layers_to_cross_formula",
     "recurrent_path_hops",
+    "scan_path_hops",
     "path_hops",
     "seq_depth",
     "layer_seq_depth",
+    "reference_seq_depth",
     "paths_row",
     "paths_table",
 ]

@@ -20,7 +20,7 @@ class Preset:
     description: str
     grids: tuple[dict, ...]
     timing: TimingPolicy
-    paths: dict | None
+    paths: tuple[dict, ...]  # the path-length studies `paths --preset` measures (layers, n, k, window each)
 
     def specs(self, devices: list[str], dtype: str | None = None, mode: str | None = None) -> list[PointSpec]:
         """Every point of the preset on each device; `dtype` and `mode` (if given) replace the grids' dtypes
@@ -59,9 +59,18 @@ def load_presets(path: Path = PRESETS_FILE) -> dict[str, Preset]:
             description=body.get("description", ""),
             grids=tuple(body.get("grid", [])),
             timing=TimingPolicy(**body.get("timing", {})),
-            paths=body.get("paths"),
+            paths=_studies(body.get("paths")),
         )
     return presets
+
+
+def _studies(paths: dict | list | None) -> tuple[dict, ...]:
+    """A preset's path-length studies: `[NAME.paths]` is one, `[[NAME.paths]]` (an array of tables) several,
+    each with its own layers and lengths (a scan's depth to n = 4096 without a k = 3 stack of 4095
+    convolutions)."""
+    if paths is None:
+        return ()
+    return (paths,) if isinstance(paths, dict) else tuple(paths)
 
 
 def get_preset(name: str) -> Preset:

@@ -16,6 +16,11 @@ its row at once, with the full traceback in errors.log, and is not visited again
 The machine's load is watched throughout (bench.load): before the run, to choose the thread count and warn
 if the machine is busy; during each pass and each point's timed rounds, stored in meta.json and the rows.
 
+Where the points are measured is this process, or, with `measure_with` (bench.cluster: the nodes of a Ray
+cluster), something else that measures the pending points and stores what comes back through this Run, the
+folder's one writer; an `observer` hears each pass start and each record, row and error as they are stored
+(how a Ray worker streams its chunk back to the driver).
+
 One process writes a run folder at a time (storage.hold, for the life of the Run). Before each pass over a
 point, a line in started.jsonl says so; a point started and never stored KILLED_AFTER times (its process
 was killed while measuring it: the kernel's OOM killer or a memory limit, most likely) is stored as `killed`
@@ -55,12 +60,15 @@ META_REQUIRED = (*storage.META_KEYS, "threads", "machine_info", "commit_info")  
 PASS_ONLY_KEYS = ("pass", "attempt", "others_busy_cores", "probes")  # kept out of a point's merged record
 
 
-def decide_threads(requested: int | None) -> tuple[int, str, Load]:
-    """(threads, why, load before the run): the user's --threads, or what the free cores allow."""
+def decide_threads(requested: int | None, cap: int | None = None) -> tuple[int, str, Load]:
+    """(threads, why, load before the run): the user's --threads, or what the free cores allow, at most `cap`
+    (the CPUs a Ray worker holds) where one is given."""
     load = sample_load()
     if requested is not None:
         return requested, f"--threads {requested}, as asked", load
     threads, why = choose_threads(load, physical_cores())
+    if cap is not None and threads > cap:
+        threads, why = cap, f"{why}; at most the {cap} CPU(s) this worker holds"
     return threads, why, load
 
 
@@ -121,6 +129,11 @@ class Run:
     log: Callable[[str], None] = _stderr
     lock: object = None  # the folder's writer lock (storage.hold), held until the run ends
     stored: _State | None = None  # what a resume found stored and checked, measured on from there
+    # Measures the pending points elsewhere (bench.cluster): called as measure_with(run, state, progress) in
+    # place of the passes in this process; it stores what it gets through `store_record` and `store_row`.
+    measure_with: Callable[[Run, _State, bool], None] | None = None
+    observer: Callable[[str, dict], None] | None = None  # hears "started", "record", "row", "error"
+    measure_peaks: bool = True  # a Ray worker's chunk leaves the matmul peak to its node (bench.cluster)
 
     # ------------------------------------------------------------------------------------ create
     @classmethod
@@ -133,15 +146,19 @@ class Run:
         command: list[str],
         preset: str | None,
         threads: int | None = None,
+        threads_cap: int | None = None,
         seed: int = 0,
         log: Callable[[str], None] = _stderr,
+        measure_with: Callable[[Run, _State, bool], None] | None = None,
     ) -> Run:
-        """A new run folder with meta.json and plan.json; the thread count chosen from the free cores
-        unless given."""
-        threads, why, load = decide_threads(threads)
+        """A new run folder with meta.json and plan.json; the thread count chosen from the free cores (at most
+        `threads_cap`) unless given. With `measure_with`, the points are measured elsewhere (see Run)."""
+        threads, why, load = decide_threads(threads, threads_cap)
         run_dir, lock = new_run_folder(out, "-".join(sorted({s.device for s in specs})))
         try:
-            return cls._create_in(run_dir, lock, specs, policy, command, preset, threads, why, load, seed, log)
+            return cls._create_in(
+                run_dir, lock, specs, policy, command, preset, threads, why, load, seed, log, measure_with
+            )
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the folder is being made: say so in it
             if (run_dir / "meta.json").exists():
                 meta = storage.read_json(run_dir / "meta.json")
@@ -150,7 +167,9 @@ class Run:
             raise
 
     @classmethod
-    def _create_in(cls, run_dir, lock, specs, policy, command, preset, threads, why, load, seed, log) -> Run:
+    def _create_in(
+        cls, run_dir, lock, specs, policy, command, preset, threads, why, load, seed, log, measure_with
+    ) -> Run:
         meta = run_meta("run", command, preset, threads)
         meta.update(
             run_id=run_dir.name,
@@ -165,13 +184,19 @@ class Run:
         meta["plan_sha1"] = _plan_digest(plan)
         storage.write_json(run_dir / "plan.json", plan)
         storage.write_json(run_dir / "meta.json", meta)
-        run = cls(run_dir, meta, specs, policy, seed, log, lock)
+        run = cls(run_dir, meta, specs, policy, seed, log, lock, measure_with=measure_with)
         run._announce(load)
         return run
 
     @classmethod
-    def resume(cls, run_dir: Path, log: Callable[[str], None] = _stderr) -> Run:
-        """The run in `run_dir`, held, its meta.json and plan.json checked; RunFailed naming what is damaged."""
+    def resume(
+        cls,
+        run_dir: Path,
+        log: Callable[[str], None] = _stderr,
+        measure_with: Callable[[Run, _State, bool], None] | None = None,
+    ) -> Run:
+        """The run in `run_dir`, held, its meta.json and plan.json checked; RunFailed naming what is damaged.
+        With `measure_with`, the rest is measured elsewhere (see Run), which checks its own devices."""
         if not run_dir.is_dir() or not storage.is_run_dir(run_dir):
             raise BadInput(f"--resume {run_dir}: not a run folder (no meta.json there)")
         lock = storage.hold(run_dir)
@@ -182,11 +207,11 @@ class Run:
         except BaseException:
             lock.release()
             raise
-        for device in {s.device for s in specs}:
+        for device in {s.device for s in specs} if measure_with is None else ():
             if device == "cuda" and not machine.cuda_available():
                 lock.release()
                 raise BadInput(f"--resume {run_dir}: its plan measures cuda, and no CUDA GPU is present here")
-        run = cls(run_dir, meta, specs, policy, plan.get("seed", 0), log, lock)
+        run = cls(run_dir, meta, specs, policy, plan.get("seed", 0), log, lock, measure_with=measure_with)
         try:
             run.stored = run._stored_state()  # checked before anything is said or written
         except BaseException:
@@ -204,6 +229,8 @@ class Run:
         return int(self.meta["threads"])
 
     def _announce(self, load) -> None:
+        if self.measure_with is not None:
+            return  # measured elsewhere: each node chooses its threads and watches its own load
         self.log(f"threads: {self.meta.get('threads_reason') or self.threads}")
         warning = busy_warning(load)
         if warning:
@@ -227,22 +254,12 @@ class Run:
         state = self.stored if self.stored is not None else self._stored_state()
         self._store_killed(state)
         try:
-            with pinned_threads(self.threads), sigterm_as_interrupt():
-                self._measure_peaks("start")
-                pending = [s for s in self.specs if s.point_id not in state.rows]
-                self._passes(pending, 0, state, progress)
-                flagged = (
-                    [s for s in pending if s.point_id not in state.rows and not self._timing(s, 0, state).reliable]
-                    if self.policy.remeasure
-                    else []
-                )
-                if flagged:
-                    self.log(f"measuring {len(flagged)} unreliable point(s) again")
-                    self._passes(flagged, 1, state, progress)
-                for spec in pending:
-                    if spec.point_id not in state.rows:
-                        self._store_row(spec, self._final_row(spec, state), state)
-                self._measure_peaks("end")
+            with sigterm_as_interrupt():
+                if self.measure_with is not None:
+                    self.measure_with(self, state, progress)
+                else:
+                    with pinned_threads(self.threads):
+                        self._measure_here(state, progress)
         except KeyboardInterrupt:
             storage.append_stopped(self.dir)
             self.meta.update(status="interrupted", finished_utc=storage.utc_now())
@@ -259,6 +276,26 @@ class Run:
             storage.append_stopped(self.dir)  # an error, not a death of the process
             raise
         return self._finish(state, time.monotonic() - started)
+
+    def _measure_here(self, state: _State, progress: bool) -> None:
+        """The pending points, in this process: the passes, the re-measurement of unreliable points, the rows."""
+        if self.measure_peaks:
+            self._measure_peaks("start")
+        pending = [s for s in self.specs if s.point_id not in state.rows]
+        self._passes(pending, 0, state, progress)
+        flagged = (
+            [s for s in pending if s.point_id not in state.rows and not self._timing(s, 0, state).reliable]
+            if self.policy.remeasure
+            else []
+        )
+        if flagged:
+            self.log(f"measuring {len(flagged)} unreliable point(s) again")
+            self._passes(flagged, 1, state, progress)
+        for spec in pending:
+            if spec.point_id not in state.rows:
+                self.store_row(spec, self._final_row(spec, state), state)
+        if self.measure_peaks:
+            self._measure_peaks("end")
 
     def _stored_state(self) -> _State:
         """What the folder holds, checked against the plan: rows, pass records, and the points started and
@@ -306,7 +343,7 @@ class Run:
                     "outside, most likely for memory (the kernel's OOM killer or a memory limit); not tried again"
                 )
                 self.log(f"{spec.layer} n={spec.n} d={spec.d} batch={spec.batch}: {reason}")
-                self._store_row(spec, dict(base_row(spec, self.threads), status="killed", error=reason), state)
+                self.store_row(spec, dict(base_row(spec, self.threads), status="killed", error=reason), state)
                 state.ooms.append(spec)
 
     def _measure_peaks(self, when: str) -> None:
@@ -355,21 +392,28 @@ class Run:
         finally:
             bar.close()
 
+    def skip_if_blocked(self, spec: PointSpec, state: _State) -> bool:
+        """Store `spec` as `skipped` if a smaller point of its sweep ran out of memory or was killed."""
+        blocker = next((o for o in state.ooms if _larger(spec, o)), None)
+        if blocker is None:
+            return False
+        reason = f"larger than n={blocker.n} d={blocker.d} batch={blocker.batch}, which ran out of memory or was killed"
+        self.store_row(spec, dict(base_row(spec, self.threads), status="skipped", error=reason), state)
+        return True
+
     def _visit(self, spec: PointSpec, attempt: int, p: int, state: _State) -> None:
         first = attempt == 0 and p == 0
-        if first:
-            blocker = next((o for o in state.ooms if _larger(spec, o)), None)
-            if blocker is not None:
-                reason = f"larger than n={blocker.n} d={blocker.d} batch={blocker.batch}, which ran out of memory or was killed"
-                self._store_row(spec, dict(base_row(spec, self.threads), status="skipped", error=reason), state)
-                return
+        if first and self.skip_if_blocked(spec, state):
+            return
         plan = None if first else self._plan(spec, state)
-        storage.append_started(self.dir, {"point_id": spec.point_id, "attempt": attempt, "pass": p})
+        started = {"point_id": spec.point_id, "attempt": attempt, "pass": p}
+        storage.append_started(self.dir, started)
+        self._tell("started", started)
         result = measure_pass(spec, self.policy, plan, seed=self.seed, with_probes=first)
         if isinstance(result, PassFailure):
-            storage.append_error(self.dir, spec.key, result.traceback)
+            self.store_error(spec, result.traceback)
             row = dict(base_row(spec, self.threads), status=result.status, error=result.error)
-            self._store_row(spec, row, state)
+            self.store_row(spec, row, state)
             if result.status == "oom":
                 state.ooms.append(spec)
             return
@@ -384,8 +428,22 @@ class Run:
             probes=result.probes,
         )
         record["pass"] = p
+        self.store_record(record, state)
+
+    def store_record(self, record: dict, state: _State) -> None:
+        """One pass over one point, appended to timings.jsonl as it finishes."""
         storage.append_timing_record(self.dir, record)
-        state.records[(spec.point_id, attempt, p)] = record
+        state.records[(record["point_id"], record["attempt"], record["pass"])] = record
+        self._tell("record", record)
+
+    def store_error(self, spec: PointSpec, traceback_text: str) -> None:
+        """The whole traceback of a point that failed, in errors.log (its row keeps the first line)."""
+        storage.append_error(self.dir, spec.key, traceback_text)
+        self._tell("error", {"point_id": spec.point_id, "traceback": traceback_text})
+
+    def _tell(self, what: str, payload: dict) -> None:
+        if self.observer is not None:
+            self.observer(what, payload)
 
     def _plan(self, spec: PointSpec, state: _State) -> tuple[int, int]:
         first = state.records[(spec.point_id, 0, 0)]
@@ -439,10 +497,13 @@ class Run:
             others_busy_cores=others,
         )
 
-    def _store_row(self, spec: PointSpec, row: dict, state: _State) -> None:
+    def store_row(self, spec: PointSpec, row: dict, state: _State) -> None:
+        """A point's row in points.csv: it is done (a point is stored once; storage.append_point refuses a
+        second row)."""
         row["finished_utc"] = storage.utc_now()
         storage.append_point(self.dir, row)
         state.rows[spec.point_id] = row
+        self._tell("row", row)
 
     # ------------------------------------------------------------------------------------ finish
     def _finish(self, state: _State, elapsed_s: float) -> dict:

@@ -83,9 +83,17 @@ POINT_COLUMNS = [
     "status",
     "error",
     "point_id",
+    # where, in a cluster sweep (bench.cluster; empty for a point measured in the run's own process, whose
+    # machine is meta.json's): the Ray node id, its host, the device's name and memory
+    "node",
+    "host",
+    "device_name",
+    "device_memory_bytes",
     "finished_utc",
 ]
 STATUSES = ("ok", "oom", "killed", "error", "skipped")
+# What a point is, as a row of points.csv says it (a row stored before a column existed lacks it).
+SPEC_COLUMNS = ("layer", "device", "dtype", "batch", "n", "d", "k", "heads", "window", "dilation", "mode", "node")
 # killed: the process died while measuring the point, KILLED_AFTER times (the kernel's OOM killer or a memory
 # limit, most likely: a SIGKILL leaves no trace in the process); recorded so that a resume goes on past it.
 RESULTS_ROOT = Path(__file__).resolve().parent.parent / "results"
@@ -397,6 +405,16 @@ NUMBER_COLUMNS = [
 NUMBER_COLUMNS.remove("flops_uncounted_ops")
 
 
+def point_words(row: pd.Series) -> str:
+    """A point in words: "attention on cpu float32, batch=1 n=64 d=32 heads=4"."""
+
+    def text(value) -> str:
+        return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+    sizes = " ".join(f"{c}={text(row[c])}" for c in SPEC_COLUMNS[3:] if c in row and pd.notna(row[c]))
+    return f"{row.get('layer')} on {row.get('device')} {row.get('dtype')}, {sizes}"
+
+
 def check_points(df: pd.DataFrame, path: Path, plan: dict[str, dict] | None = None) -> pd.DataFrame:
     """Every row of a points table whole and sound, or RunFailed naming the file, the line, the column and
     what was expected: a known status, a point id seen once (and, with `plan`, one of the plan's points with
@@ -416,6 +434,13 @@ def check_points(df: pd.DataFrame, path: Path, plan: dict[str, dict] | None = No
     has_id = df["point_id"].notna() & (ids.str.strip() != "")  # rows of older runs may have none
     for index in df.index[has_id & ids.duplicated()]:
         raise bad(index, f"point {ids[index]} stored twice (a point is stored once)")
+    # A row without an id is known by its sizes: the same layer, sizes, device, dtype and mode as another row
+    # (distinct ids name distinct points: the id hashes the whole spec).
+    spec = [c for c in SPEC_COLUMNS if c in df]
+    same = df[spec].astype(object).where(df[spec].notna(), None).duplicated(keep=False)
+    for index in df.index[same & ~has_id]:
+        twin = next(i for i in df.index[same] if i != index and df.loc[i, spec].equals(df.loc[index, spec]))
+        raise bad(index, f"{point_words(df.loc[index])}, without point_id, stored twice (as at line {twin + 2})")
     for column in SIZE_COLUMNS:
         if column not in df:
             continue

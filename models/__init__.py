@@ -14,7 +14,10 @@ Each layer class carries its analytic cost next to its code:
     how `bench.paths` builds the stack it measures.
   - `check(cfg, n=None)`: raises ValueError on a config the layer cannot take (an even k, heads not
     dividing d, a window above n); the spec, the CLI and the layer's own constructor all ask it.
-  - `reference(x)`, recurrent layers only: the same weights as a transparent loop over time steps.
+  - `reference(x)`, recurrences only: the same weights as a transparent loop over time steps. A layer with one
+    is a nonlinear recurrence (`recurrent()`: its forward must take the n steps in order) unless it also has
+    `scan_levels(n)`: then its forward is a parallel scan of that many levels (`scans()`), and the loop is only
+    its reference. `stepwise()` lists both.
 
 Adding a layer: write its class with these attributes in a module here, register it in LAYERS, and add
 its tests (tests/test_layers.py runs every registered layer; tests/test_toy_layer.py shows the whole flow).
@@ -30,7 +33,9 @@ from torch import nn
 from .attention import Attention, AttentionLocal, AttentionMath
 from .config import DTYPES, LayerConfig, PathRule, Table1Row
 from .conv import Conv, ConvDilated, ConvSeparable
+from .linear_attention import AttentionLinear
 from .recurrent import GRU, LSTM, RNN
+from .scan import Scan
 
 LAYERS: dict[str, type[nn.Module]] = {
     "conv": Conv,
@@ -42,6 +47,8 @@ LAYERS: dict[str, type[nn.Module]] = {
     "attention": Attention,
     "attention_math": AttentionMath,
     "attention_local": AttentionLocal,
+    "attention_linear": AttentionLinear,
+    "scan": Scan,
 }
 
 
@@ -54,14 +61,28 @@ class Roles:
     attention_explicit: str = "attention_math"  # the same computation with the n×n scores stored
     recurrent: str = "lstm"  # the recurrent layer attention is compared with
     convolution: str = "conv"  # the contiguous convolution
+    attention_linear: str = "attention_linear"  # kernelized attention, O(n·d²): the crossover with attention
 
 
 ROLES = Roles()
 
 
-def recurrent() -> tuple[str, ...]:
-    """The registered layers with a step-by-step `reference()`: the recurrent ones."""
+def stepwise() -> tuple[str, ...]:
+    """The registered layers with a step-by-step `reference()`: the recurrences, nonlinear or scanned."""
     return tuple(name for name, cls in LAYERS.items() if hasattr(cls, "reference"))
+
+
+def scans() -> tuple[str, ...]:
+    """The recurrences whose forward is a parallel scan (`scan_levels(n)` levels, Table 1 row O(log n)); their
+    `reference()` is the n-step loop of the same recurrence, not what the forward runs."""
+    return tuple(name for name in stepwise() if hasattr(LAYERS[name], "scan_levels"))
+
+
+def recurrent() -> tuple[str, ...]:
+    """The nonlinear recurrences (RNN, GRU, LSTM): layers with a step-by-step `reference()` whose forward must
+    take the n steps in order too (Table 1's O(n) sequential operations), however a fused kernel hides them.
+    A linear recurrence computed by a parallel scan is not one of them (`scans()`)."""
+    return tuple(name for name in stepwise() if name not in scans())
 
 
 def check(name: str, cfg: LayerConfig, n: int | None = None) -> None:
@@ -119,6 +140,8 @@ __all__ = [
     "PathRule",
     "Table1Row",
     "recurrent",
+    "scans",
+    "stepwise",
     "check",
     "build",
     "analytic_flops",

@@ -7,6 +7,7 @@ which ones matter, so a sweep does not repeat a point over a size the layer neve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -70,15 +71,36 @@ def accept_any(cfg: LayerConfig, n: int | None = None) -> None:
 CONSTANT_PATH = PathRule(lambda n, k, window: 1, "1")  # one layer already links input 0 to output n-1
 
 
+# The sequential-operations cells a row may have, each as the growth of the dependent steps with n (constants
+# dropped): a parallel layer's one pass, a parallel scan's levels (Blelloch 1990), a recurrence's n steps.
+SEQUENTIAL_GROWTH: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "O(1)": np.ones_like,
+    "O(log n)": np.log2,
+    "O(n)": lambda n: n,
+}
+TABLE1_SOURCE = "Vaswani et al. 2017, Table 1"
+
+
+def growth_local_exponent(sequential_text: str, n_low: float, n_high: float) -> float:
+    """The slope on log-log axes of a sequential-operations cell between two lengths: 0 for O(1), 1 for O(n),
+    and for O(log n) log(log n_high / log n_low) / log(n_high / n_low) (0.21 from 64 to 256, 0.17 from 64 to
+    4096, falling towards 0 as the lengths grow): what a measured depth that follows the cell shows over
+    the same lengths. A log has no fixed power of n, so it is judged at the lengths measured."""
+    low, high = SEQUENTIAL_GROWTH[sequential_text](np.asarray([n_low, n_high], float))
+    return float(math.log(high / low) / math.log(n_high / n_low))
+
+
 @dataclass(frozen=True)
 class Table1Row:
     """A layer's row of Vaswani et al. 2017, Table 1, kept beside the layer's code.
 
     `compute(n, d, k, window)`: the complexity per layer with constants dropped (numpy arrays or scalars in,
     an array out); `sizes`: the sizes besides n and d that `compute` reads (a point of the layer must store
-    them); the three texts are the table's cells. `fit_n_over_d`: where the table's term carries the
-    counted FLOPs only from n >= fit_n_over_d·d on (attention's projections, n·d², outweigh its n²·d below
-    that), the fixed fit range of FLOPs and memory keeps only those points."""
+    them); the three texts are the table's cells, the sequential one of SEQUENTIAL_GROWTH. `fit_n_over_d`:
+    where the table's term carries the counted FLOPs only from n >= fit_n_over_d·d on (attention's
+    projections, n·d², outweigh its n²·d below that), the fixed fit range of FLOPs and memory keeps only
+    those points. A row the paper's table does not have (a layer published later) names its `source` and
+    says in `note` what it changes against the table's rows; the report shows the note beside the table."""
 
     compute: Callable[..., np.ndarray]
     compute_text: str
@@ -86,14 +108,42 @@ class Table1Row:
     path_text: str
     sizes: tuple[str, ...] = ()
     fit_n_over_d: int | None = None
+    source: str = TABLE1_SOURCE
+    note: str = ""
+
+    def __post_init__(self):
+        if self.sequential_text not in SEQUENTIAL_GROWTH:
+            known = ", ".join(SEQUENTIAL_GROWTH)
+            raise ValueError(f"sequential operations {self.sequential_text!r}: known {known}")
 
     @property
     def sequential_exponent(self) -> int:
-        """The power of n in the sequential-operations cell: 0 for O(1), 1 for O(n)."""
+        """The power of n in the sequential-operations cell: 0 for O(1), 1 for O(n). O(log n) has none: a log
+        is no power of n (its local slope on log-log axes falls towards 0 as n grows), so it raises; compare
+        measured depths with `sequential_local_exponent` over the same n instead."""
         exponents = {"O(1)": 0, "O(n)": 1}
         if self.sequential_text not in exponents:
-            raise ValueError(f"sequential operations {self.sequential_text!r}: known {', '.join(exponents)}")
+            raise ValueError(
+                f"sequential operations {self.sequential_text}: not a power of n; use sequential_local_exponent"
+            )
         return exponents[self.sequential_text]
+
+    @property
+    def sequential_is_constant(self) -> bool:
+        return self.sequential_text == "O(1)"
+
+    def sequential_growth(self, n) -> np.ndarray:
+        """The sequential-operations cell as a function of n, constants dropped: 1, log₂ n or n."""
+        return np.asarray(SEQUENTIAL_GROWTH[self.sequential_text](np.asarray(n, float)), float)
+
+    def sequential_steps(self, n: int) -> int:
+        """Dependent steps at length n as the cell counts them, constants dropped: 1 for O(1), ⌈log₂ n⌉ for
+        O(log n) (the levels of a scan over n positions), n for O(n)."""
+        return max(1, math.ceil(round(float(self.sequential_growth(n)), 9)))
+
+    def sequential_local_exponent(self, n_low: float, n_high: float) -> float:
+        """The slope on log-log axes of the sequential cell between two lengths (`growth_local_exponent`)."""
+        return growth_local_exponent(self.sequential_text, n_low, n_high)
 
     def cost(self, n, d, k=None, window=None) -> np.ndarray:
         return np.asarray(

@@ -1,11 +1,13 @@
 """bench.claims: each measurement on a small case whose answer is known exactly, then the whole set of
-claims (once per module: it takes seconds) and the report section built from its stored form."""
+claims (the session's `claim_results`, conftest.py: measured once) and the report section built from its
+stored form."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -260,16 +262,20 @@ def test_learned_table_raises_beyond_its_length():
 
 
 # ------------------------------------------------------------------------ all claims, and the section
-@pytest.fixture(scope="module")
-def measured():
-    return C.measure_claims(seed=0)
+@pytest.fixture
+def measured(claim_results):
+    """Every claim's result, in CLAIMS order (the session's measurement)."""
+    return list(claim_results.values())
 
 
 @pytest.mark.slow
 def test_measure_claims_fills_every_field(measured):
-    assert len(measured) >= 12
+    assert len(measured) == len(C.CLAIMS) == len(C.STATEMENTS)
     ids = [r.claim_id for r in measured]
-    assert len(set(ids)) == len(ids)
+    assert set(ids) == set(C.STATEMENTS)  # every declared claim, each once
+    assert ids[0] == "dot_product_variance"  # the families in the paper's order, the training claims last
+    last = [i for i, claim_id in enumerate(ids) if not claim_id.startswith("backward_twice_forward_")][-1]
+    assert ids[last] == "attention_slow_long_sequences" and last == len(ids) - len(models.LAYERS) - 1
     for r in measured:
         for name in ("claim_id", "statement", "expected", "source", "unit"):
             assert isinstance(getattr(r, name), str) and getattr(r, name), (r.claim_id, name)
@@ -376,3 +382,13 @@ def test_every_claim_is_in_the_catalogue_and_its_note_lines_say_it():
             lines = (SEEDS / name).read_text().splitlines()
             near = " ".join(lines[int(line) - 1 : int(line) + 3])
             assert quote in near, (entry["id"], ref, quote)
+
+
+def test_every_claims_random_stream_is_its_own():
+    """record._generator promises one independent stream per claim: no offset is used in two places."""
+    offsets = [
+        int(m)
+        for path in sorted(Path(C.__file__).parent.glob("*.py"))
+        for m in re.findall(r"_generator\(seed, (\d+)\)", path.read_text())
+    ]
+    assert offsets and len(offsets) == len(set(offsets))

@@ -50,9 +50,8 @@ FUNCTIONS = {
 
 
 @pytest.mark.parametrize("claim_id", list(EXPECTED))
-def test_claim_verdict(claim_id):
-    with pinned_threads(C.CLAIMS_THREADS):
-        r = FUNCTIONS[claim_id](0)
+def test_claim_verdict(claim_results, claim_id):
+    r = claim_results[claim_id]
     assert r.claim_id == claim_id and r.verdict == EXPECTED[claim_id], (r.measured, r.details.get("numbers"))
     assert r.seed_ref and r.quote and r.statement and r.expected
     assert C.STATEMENTS[claim_id].notes  # every new claim names catalogue statements
@@ -60,8 +59,8 @@ def test_claim_verdict(claim_id):
     assert FUNCTIONS[claim_id] in C.CLAIMS
 
 
-def test_new_claims_measured_numbers():
-    r = {claim_id: f(0) for claim_id, f in FUNCTIONS.items()}
+def test_new_claims_measured_numbers(claim_results):
+    r = claim_results
     assert r["multihead_dims"].measured == 64
     assert r["multihead_dims"].details["shapes"]["concat"] == [2, 10, 512]
     assert r["multihead_params"].details["numbers"]["params"]["value"] == 4 * 512**2 + 4 * 512
@@ -105,8 +104,8 @@ def test_causal_dependencies_are_lower_triangular_with_the_diagonal():
     assert torch.equal(deps, torch.ones(6, 6, dtype=torch.bool).tril())
 
 
-def test_order_sensitive_layers_named_by_role():
+def test_order_sensitive_layers_named_by_role(claim_results):
     # The claim compares every recurrent layer and the convolution with attention, all from the registry.
-    r = MP._claim_rnn_cnn_order_sensitive(0)
+    r = claim_results["rnn_cnn_order_sensitive"]
     assert set(r.details["error"]) == {*models.recurrent(), models.ROLES.convolution}
     assert all(v >= MP.BROKEN_MIN for v in r.details["error"].values())

@@ -9,8 +9,9 @@ import torch
 from torch import nn
 
 import models
+from bench.claims import CLAIMS, CLAIMS_THREADS, STATEMENTS, catalog
 from bench.claims import complexity as X
-from bench.claims.record import STATEMENTS, catalog
+from bench.threads import pinned_threads
 from models import LayerConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -105,11 +106,6 @@ EXPECTED = {
 FUNCTIONS = {claim_id: getattr(X, f"_claim_{claim_id}") for claim_id in EXPECTED}
 
 
-@pytest.fixture(scope="module")
-def results():
-    return {claim_id: fn(0) for claim_id, fn in FUNCTIONS.items()}
-
-
 def test_every_complexity_statement_of_the_catalogue_is_measured():
     wanted = {e["id"] for e in catalog()["statement"] if e.get("family") == "complexity" and e.get("checkable")}
     covered = {note for claim_id in EXPECTED for note in STATEMENTS[claim_id].notes}
@@ -117,31 +113,32 @@ def test_every_complexity_statement_of_the_catalogue_is_measured():
 
 
 @pytest.mark.parametrize("claim_id", list(EXPECTED))
-def test_claim_verdict(results, claim_id):
-    r = results[claim_id]
-    assert r.claim_id == claim_id
+def test_claim_verdict(claim_results, claim_id):
+    r = claim_results[claim_id]
+    assert r.claim_id == claim_id and FUNCTIONS[claim_id] in CLAIMS  # declared in this family's module
     assert r.verdict == EXPECTED[claim_id], (r.measured, r.expected)
     assert r.measured is not None and r.measured != ""
     assert "numbers" in r.details
 
 
-def test_claims_are_deterministic(results):
-    again = X._claim_path_conv_contiguous(0)
-    assert again.measured == results["path_conv_contiguous"].measured
+def test_claims_are_deterministic(claim_results):
+    with pinned_threads(CLAIMS_THREADS):  # measured again, as measure_claims measures
+        again = X._claim_path_conv_contiguous(0)
+    assert again.measured == claim_results["path_conv_contiguous"].measured
 
 
-def test_known_measurements(results):
-    assert results["attention_score_op_count"].measured == 100 * 100 * 64
-    assert results["dxd_matmul_cost"].measured == pytest.approx(3, abs=1e-6)
-    assert results["rnn_complexity"].measured == pytest.approx(2, abs=1e-6)
-    assert results["conv_complexity"].measured == pytest.approx(2, abs=1e-6)
-    assert results["path_attention"].measured == 1
-    assert results["path_rnn"].measured == X.PATH_RNN_NS[-1] - 1
-    assert results["conv_receptive_field"].measured == X.RF_LAYERS[-1] * (X.RF_KS[0] - 1) + 1
-    assert results["receptive_field_one_layer"].measured == X.ONE_LAYER_N
+def test_known_measurements(claim_results):
+    assert claim_results["attention_score_op_count"].measured == 100 * 100 * 64
+    assert claim_results["dxd_matmul_cost"].measured == pytest.approx(3, abs=1e-6)
+    assert claim_results["rnn_complexity"].measured == pytest.approx(2, abs=1e-6)
+    assert claim_results["conv_complexity"].measured == pytest.approx(2, abs=1e-6)
+    assert claim_results["path_attention"].measured == 1
+    assert claim_results["path_rnn"].measured == X.PATH_RNN_NS[-1] - 1
+    assert claim_results["conv_receptive_field"].measured == X.RF_LAYERS[-1] * (X.RF_KS[0] - 1) + 1
+    assert claim_results["receptive_field_one_layer"].measured == X.ONE_LAYER_N
     # Doubling dilations, k = 3, L = 5: 1 + 2·(2^5 − 1) = 63, not 3^5 = 243.
-    assert results["path_conv_dilated"].measured == 63
-    contiguous = results["path_conv_contiguous"]
+    assert claim_results["path_conv_dilated"].measured == 63
+    contiguous = claim_results["path_conv_contiguous"]
     n, k = X.PATH_CONV_RANGE[-1], X.PATH_CONV_KS[0]
     assert contiguous.measured == pytest.approx(math.ceil((n - 1) / ((k - 1) // 2)) / (n / k), rel=1e-5)
-    assert results["path_conv_dilated"].details["layers_to_cross_k_power"] == [2 + i for i in range(1, 6)]
+    assert claim_results["path_conv_dilated"].details["layers_to_cross_k_power"] == [2 + i for i in range(1, 6)]

@@ -107,39 +107,20 @@ def test_collapse_affine_two_layers_by_hand():
 
 
 # ------------------------------------------------------------------------ the claims, seed 0
-@pytest.fixture(scope="module")
-def results():
-    claims = [
-        E._claim_weight_sharing_params,
-        E._claim_embedding_lookup_onehot,
-        E._claim_embedding_init_variance,
-        E._claim_embedding_scale_init_variance,
-        E._claim_unscaled_embedding_drowns_pe,
-        E._claim_embedding_scale,
-        E._claim_embed_qk_variance,
-        F._claim_ffn_params,
-        F._claim_ffn_vs_mha_params,
-        F._claim_ffn_conv1x1,
-        F._claim_ffn_position_wise,
-        F._claim_ffn_nonlinear,
-    ]
-    return {r.claim_id: r for r in (c(0) for c in claims)}
-
-
-def test_weight_sharing_params(results):
-    r = results["weight_sharing_params"]
+def test_weight_sharing_params(claim_results):
+    r = claim_results["weight_sharing_params"]
     assert r.verdict == "holds" and r.measured == 37_000 * D == 18_944_000
     assert r.seed_ref and r.quote
 
 
-def test_embedding_lookup_onehot(results):
-    r = results["embedding_lookup_onehot"]
+def test_embedding_lookup_onehot(claim_results):
+    r = claim_results["embedding_lookup_onehot"]
     assert r.verdict == "partly" and r.measured == 0.0
     assert r.details["row_dot"].startswith("RuntimeError")
 
 
-def test_embedding_init_variance(results):
-    r = results["embedding_init_variance"]
+def test_embedding_init_variance(claim_results):
+    r = claim_results["embedding_init_variance"]
     assert r.verdict == "fails"
     assert r.measured == pytest.approx(1 / D, rel=E.VARIANCE_REL_TOL)
     numbers = r.details["numbers"]
@@ -148,52 +129,52 @@ def test_embedding_init_variance(results):
     assert numbers["var_unit_scaled"]["value"] == pytest.approx(D, rel=0.02)
 
 
-def test_embedding_scale_init_variance(results):
-    r = results["embedding_scale_init_variance"]
+def test_embedding_scale_init_variance(claim_results):
+    r = claim_results["embedding_scale_init_variance"]
     assert r.verdict == "holds" and r.measured == pytest.approx(1.0, rel=0.01)
 
 
-def test_unscaled_embedding_drowns_pe(results):
-    r = results["unscaled_embedding_drowns_pe"]
+def test_unscaled_embedding_drowns_pe(claim_results):
+    r = claim_results["unscaled_embedding_drowns_pe"]
     assert r.verdict == "fails"
     assert r.measured == pytest.approx((1 / D) / 0.4286, rel=0.05)  # the encoding is ~220× larger
     assert 1 < r.details["numbers"]["ratio_unit_init"]["value"] < E.DOMINATES_RATIO  # ~2.3, not "far larger"
 
 
-def test_embedding_scale_balances_pe(results):
-    r = results["embedding_scale"]
+def test_embedding_scale_balances_pe(claim_results):
+    r = claim_results["embedding_scale"]
     assert r.verdict == "partly"
     assert r.measured == pytest.approx(D / 0.4286, rel=0.05)  # N(0, 1): the embedding dominates
     assert 1 / E.DOMINATES_RATIO < r.details["numbers"]["ratio_small_init"]["value"] < E.DOMINATES_RATIO
     assert r.seed_ref  # now a statement the notes make
 
 
-def test_embed_qk_variance(results):
-    r = results["embed_qk_variance"]
+def test_embed_qk_variance(claim_results):
+    r = claim_results["embed_qk_variance"]
     assert r.verdict == "fails"
     assert r.measured == pytest.approx(D**3, rel=E.VARIANCE_REL_TOL)
     assert r.details["numbers"]["var_scaled"]["value"] == pytest.approx(D**2, rel=E.VARIANCE_REL_TOL)
 
 
-def test_ffn_params(results):
-    r = results["ffn_params"]
+def test_ffn_params(claim_results):
+    r = claim_results["ffn_params"]
     assert r.verdict == "holds" and r.measured == 2_099_712
     assert r.details["numbers"]["flops_per_position"]["value"] == 4 * 512 * 2048
 
 
-def test_ffn_vs_mha_params(results):
-    r = results["ffn_vs_mha_params"]
+def test_ffn_vs_mha_params(claim_results):
+    r = claim_results["ffn_vs_mha_params"]
     assert r.verdict == "holds"
     assert r.measured == pytest.approx(2_099_712 / (4 * D * D + 4 * D), rel=1e-3)
 
 
 @pytest.mark.parametrize("claim_id", ["ffn_conv1x1", "ffn_position_wise", "ffn_nonlinear"])
-def test_ffn_structure_claims_hold(results, claim_id):
-    assert results[claim_id].verdict == "holds"
+def test_ffn_structure_claims_hold(claim_results, claim_id):
+    assert claim_results[claim_id].verdict == "holds"
 
 
-def test_ffn_nonlinear_numbers(results):
-    numbers = results["ffn_nonlinear"].details["numbers"]
+def test_ffn_nonlinear_numbers(claim_results):
+    numbers = claim_results["ffn_nonlinear"].details["numbers"]
     assert numbers["without_relu"]["value"] < F.LINEAR_MAX and numbers["stack_error"]["value"] < F.LINEAR_MAX
 
 

@@ -44,6 +44,7 @@ def local_pairs_by_hand(n: int, r: int) -> int:
 def hand_flops(name: str, b: int, n: int, cfg: LayerConfig) -> int:
     """Written out from the layers' definitions, not from models' flops()."""
     d, k, r = cfg.d, cfg.k, cfg.window
+    e = d // cfg.heads  # head size
     projections = 4 * (2 * b * n * d * d)  # Q, K, V and output: (b·n, d) × (d, d) each
     return {
         "conv": 2 * b * n * d * d * k,  # each of b·n·d outputs sums d inputs × k taps
@@ -56,6 +57,10 @@ def hand_flops(name: str, b: int, n: int, cfg: LayerConfig) -> int:
         "attention_math": projections + 2 * (2 * b * n * n * d),
         # Every computed pair, masked ones too: d MACs for its score and d for its share of the mix.
         "attention_local": projections + 2 * (2 * b * local_pairs_by_hand(n, r) * d),
+        # per head (e × n)·(n × e) for φ(K)ᵀV, (n × e)·(e × e) for φ(Q)(φ(K)ᵀV), (n × e)·(e × 1) for the
+        # normaliser φ(Q)(φ(K)ᵀ1); h heads of size e make d
+        "attention_linear": projections + 2 * b * n * e * e * cfg.heads * 2 + 2 * b * n * e * cfg.heads,
+        "scan": 2 * (2 * b * n * d * d),  # B x_t and C h_t; the diagonal scan is element-wise
     }[name]
 
 
@@ -96,6 +101,8 @@ def test_one_point_in_plain_numbers():
         "attention": 112_560,
         "attention_math": 112_560,
         "attention_local": 112_560,
+        "attention_linear": 118_440,  # 100,800 + 2·(2·2·7·30·10) + 2·2·7·30
+        "scan": 50_400,  # 2·(2·2·7·30·30)
     }
     assert {name: counted(name, cfg, 2, 7).total for name in models.LAYERS} == expected
 
@@ -132,10 +139,28 @@ def test_attention_flops_quadruple_when_n_doubles_at_n_much_larger_than_d(name):
     assert large / small == pytest.approx(4, rel=0.03)
 
 
-@pytest.mark.parametrize("name", ["lstm", "gru", "rnn", "conv", "conv_dilated", "conv_separable"])
+@pytest.mark.parametrize(
+    "name",
+    ["lstm", "gru", "rnn", "conv", "conv_dilated", "conv_separable", "attention_linear", "scan"],
+)
 def test_linear_in_n_layers_exactly_double_when_n_doubles(name):
     cfg = LayerConfig(d=30, k=3, heads=3, window=5, dilation=2)
     assert counted(name, cfg, 2, 14).total == 2 * counted(name, cfg, 2, 7).total
+
+
+@pytest.mark.parametrize("n", [37, 300])
+@pytest.mark.parametrize("name", ["attention_linear", "scan"])
+def test_the_layers_beyond_table1_are_counted_exactly_at_odd_sizes(name, n):
+    """The issue's sizes: d = 24, 3 heads of 8, batch 2, n = 37 and 300 (the scan pads 37 to 64 and 300 to
+    512 inside; its count must still be the n positions' projections)."""
+    cfg = LayerConfig(d=24, heads=3)
+    count = counted(name, cfg, 2, n)
+    assert count.uncounted_ops == ()
+    by_hand = {
+        "attention_linear": 8 * 2 * n * 24 * 24 + 2 * 2 * 2 * n * 24 * 8 + 2 * 2 * n * 24,
+        "scan": 2 * 2 * 2 * n * 24 * 24,
+    }[name]
+    assert count.total == by_hand == models.analytic_flops(name, 2, n, cfg)
 
 
 @pytest.mark.parametrize("window", [5, 64])

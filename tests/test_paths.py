@@ -26,6 +26,8 @@ from bench.paths import (
     reached_by_poison,
     reached_by_tangent,
     recurrent_path_hops,
+    reference_seq_depth,
+    scan_path_hops,
     seq_depth,
     stack_layer,
 )
@@ -119,7 +121,7 @@ def test_conv_dilated_by_hand():
         layers_to_cross("conv_dilated", 8, 3, margin=0)
 
 
-@pytest.mark.parametrize("layer", ["attention", "attention_math", "rnn", "gru", "lstm"])
+@pytest.mark.parametrize("layer", ["attention", "attention_math", "attention_linear", "rnn", "gru", "lstm", "scan"])
 def test_one_layer_crosses(layer):
     assert layers_to_cross(layer, 64) == 1 == layers_to_cross_formula(layer, 64)
 
@@ -153,14 +155,15 @@ def test_poison_probe_agrees_with_forward_mode_structure(layer, start):
         _, by_tangent = reached_by_tangent(layer_l, x, by_tangent)
         assert by_poison.tolist() == by_tangent.tolist(), (layer, index)
         x = x_next
-    if layer in models.recurrent():  # causal: nothing before the start is reached
+    if layer in models.stepwise():  # causal: nothing before the start is reached
         assert not by_poison[:start].any() and by_poison[start:].all()
 
 
 # -------------------------------------------------------------------------------------------- path_hops
-@pytest.mark.parametrize("layer", models.recurrent())
+@pytest.mark.parametrize("layer", models.stepwise())
 def test_recurrent_hops_are_one_step_per_position(layer):
-    # Output t is made t cell steps after x_0 enters (step 0), through the hidden (and cell) state.
+    # Output t is made t cell steps after x_0 enters (step 0), through the hidden (and cell) state; the
+    # scan's reference too: the loop its forward does not run.
     n = 8
     built = stack_layer(layer, 0, d=8, k=3, window=16)
     assert recurrent_path_hops(built, torch.randn(1, n, 8)) == list(range(n))
@@ -250,9 +253,42 @@ def test_reference_depth_by_hand(layer, per_step, n):
     assert depth == per_step * n + 2
 
 
-@pytest.mark.parametrize("layer", ["attention", "attention_math", "attention_local", "conv", "conv_separable"])
+@pytest.mark.parametrize(
+    "layer", ["attention", "attention_math", "attention_local", "attention_linear", "conv", "conv_separable"]
+)
 def test_parallel_layers_have_constant_depth(layer):
     assert layer_seq_depth(layer, 16, window=4)[0] == layer_seq_depth(layer, 64, window=4)[0]
+
+
+# ------------------------------------------------------------------------------------ the parallel scan
+@pytest.mark.parametrize(("n", "levels"), [(2, 1), (3, 2), (5, 3), (8, 3), (9, 4), (37, 6), (64, 6), (65, 7)])
+def test_scan_hops_are_the_levels_of_its_tree(n, levels):
+    # A tree of L levels scans blocks of 2^L positions apart: output n-1 sees input 0 once 2^L >= n.
+    assert path_hops("scan", n) == (levels, "scan levels")
+    layer, x = stack_layer("scan", 0, d=8, k=3, window=16), torch.randn(1, n, 8, dtype=torch.float64)
+    assert scan_path_hops(layer.double(), x, probe=reached_by_tangent) == levels  # the exact Jacobian agrees
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 37, 64, 4096])
+def test_scan_depth_by_hand(n):
+    # Forward, batch 1 (views free): B x (addmm) 1, the padding 2; each of the L = ⌈log₂ n⌉ up-sweep levels
+    # one addcmul, each down-sweep level a pad, an addcmul and a stack (3); C h (addmm) 1: 3 + 4·L.
+    # Reference: the zero state 1; h_0 = a·0 + B x_0 at 3 (mul after sigmoid; mm then the bias for B x_t);
+    # each step a mul and an add (2); y_t = C h_t a mm and an add (2); the stack 1: 3 + 2(n−1) + 2 + 1.
+    levels = math.ceil(math.log2(n))
+    assert layer_seq_depth("scan", n) == (3 + 4 * levels, "forward")
+    assert reference_seq_depth("scan", n) == 2 * n + 4
+
+
+def test_scan_depth_grows_as_log_n_and_its_reference_as_n():
+    """The issue's numbers: from n = 64 to 4096 (64x) the scan's forward depth grows by at most 2.5x (its
+    levels 6 -> 12), its step-by-step reference's by at least 50x."""
+    rows = paths_table(["scan"], [64, 4096], [3]).set_index("n")
+    assert (rows["seq_depth_of"] == "forward").all()
+    assert rows.loc[4096, "seq_depth"] / rows.loc[64, "seq_depth"] <= 2.5
+    assert rows.loc[4096, "seq_depth_reference"] / rows.loc[64, "seq_depth_reference"] >= 50
+    assert list(rows["path_hops"]) == [6, 12] and list(rows["layers_to_cross"]) == [1, 1]
+    assert reference_seq_depth("conv", 64) is None
 
 
 # ------------------------------------------------------------------------------------ the quick study
@@ -298,12 +334,13 @@ def test_conv_dilated_grows_logarithmically(quick_table):
     assert (lo.layers_to_cross, hi.layers_to_cross) == (5, 6)  # ceil(log_3 127) = 5, ceil(log_3 511) = 6
 
 
-@pytest.mark.parametrize("layer", ["attention", "attention_math", "rnn", "gru", "lstm"])
+@pytest.mark.parametrize("layer", ["attention", "attention_math", "attention_linear", "rnn", "gru", "lstm", "scan"])
 def test_quick_one_layer_and_hops(quick_table, layer):
     for n in NS:
         row = _row(quick_table, layer, n)
         assert row.layers_to_cross == 1
-        assert row.path_hops == (n - 1 if layer in models.recurrent() else 1)
+        hops = {"rnn": n - 1, "gru": n - 1, "lstm": n - 1, "scan": math.ceil(math.log2(n))}.get(layer, 1)
+        assert row.path_hops == hops
 
 
 def test_depth_lstm_reference_grows_attention_does_not(quick_table):
@@ -342,3 +379,41 @@ def test_paths_section_without_paths(tmp_path):
     ctx = ReportContext(points=pd.DataFrame(), runs={}, out_dir=tmp_path, paths=None)
     assert "No paths were stored" in paths_section(ctx)
     assert not ctx.numbers and not ctx.figures
+
+
+@pytest.mark.parametrize(
+    ("layer", "depths", "follows"),
+    [
+        ("scan", (27, 35, 43, 51), True),  # 3 + 4·log2 n: slope 0.153 from 64 to 4096, the cell's 1/6
+        ("scan", (27, 27, 27, 27), False),  # constant: O(1), not O(log n)
+        ("scan", (132, 516, 2052, 8196), False),  # its reference's 2n + 4: O(n)
+        ("rnn", (258, 1026, 4098, 16386), True),  # 4n + 2
+        ("rnn", (27, 35, 43, 51), False),  # a log is no O(n)
+        ("attention", (9, 9, 9, 9), True),
+        ("attention", (9, 10, 11, 12), True),  # slope 0.069: within 0.1 of 0 and nearer it than 1/6
+        ("attention", (9, 10, 12, 13), False),  # slope 0.088: within 0.1 of 0, but nearer O(log n)'s 1/6
+    ],
+)
+def test_the_headline_judges_depth_growth_against_the_cells_own_shape(layer, depths, follows):
+    """A depth is "as Table 1 says" when its log-log slope between the smallest and largest n lies within
+    SEQUENTIAL_TOLERANCE of the slope the layer's cell has there and nearer to it than to another cell's:
+    O(log n) is judged against log's own slope over those n, never against a power of n."""
+    from bench.report.headline import depth_follows_table1  # noqa: PLC0415
+
+    rows = pd.DataFrame({"n": [64, 256, 1024, 4096], "seq_depth": depths})
+    assert depth_follows_table1(rows, layer) is follows
+
+
+def test_paths_section_sets_the_scans_depth_beside_its_references(tmp_path):
+    table = paths_table(["scan", "attention_linear"], [64, 4096], [3])
+    table.to_csv(tmp_path / "paths.csv", index=False)
+    ctx = _context(pd.read_csv(tmp_path / "paths.csv"), tmp_path / "reports")
+    text = paths_section(ctx)
+    numbers = {key: number.value for key, number in ctx.numbers.items()}
+    assert numbers["paths.scan.n64.seq_depth"] == 27 and numbers["paths.scan.n4096.seq_depth"] == 51
+    assert numbers["paths.scan.n4096.seq_depth_reference"] == 2 * 4096 + 4
+    assert numbers["paths.scan.seq_depth.ratio_n4096_n64"] == round(51 / 27, 2)
+    assert numbers["paths.scan.seq_depth_reference.ratio_n4096_n64"] == round(8196 / 132, 2)
+    assert numbers["paths.scan.n4096.path_hops"] == 12
+    assert "⌈log₂ n⌉ = 6 → 12 levels" in text and "(dependent steps: scan levels)" in text
+    assert "attention_linear 9 ops at n = 64, 9 ops at n = 4096" in text  # constant in n

@@ -12,7 +12,7 @@ from test_report import _write_run
 
 from bench.cli import main
 from bench.errors import RunFailed
-from bench.report.load import check_unique_points
+from bench.storage import check_points
 
 pytestmark = pytest.mark.slow  # each test builds whole reports
 
@@ -142,10 +142,10 @@ SPEC = {"layer": "conv", "device": "cpu", "dtype": "float32", "batch": 1, "d": 8
         ([("a", 64), ("b", 64)], False),  # distinct ids name distinct points (the id hashes the whole spec)
     ],
 )
-def test_check_unique_points(tmp_path, rows, damaged):
+def test_check_points_finds_a_point_stored_twice(tmp_path, rows, damaged):
     points = pd.DataFrame([SPEC | {"n": n, "point_id": pid, "status": "ok"} for pid, n in rows])
     if damaged:
-        with pytest.raises(RunFailed, match="stored more than once"):
-            check_unique_points(points, tmp_path / "points.csv")
+        with pytest.raises(RunFailed, match="stored twice"):
+            check_points(points, tmp_path / "points.csv")
     else:
-        check_unique_points(points, tmp_path / "points.csv")
+        check_points(points, tmp_path / "points.csv")

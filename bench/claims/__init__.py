@@ -1,9 +1,12 @@
 """The textbook claims about attention and positional encodings, checked by measurement: a package with
 one module per family (`scaled_dot_product`, `multi_head`, `masks_permutation`, `positional_encoding`,
-`embedding_scale`) and `record` for what they share; the layers they use live in `models/`.
+`embedding_scale`, `feed_forward`, `complexity`, `training`), `record` for what they share and `verdict` for how a
+verdict is reached; the layers they use live in `models/`.
 
-Each claim is one function in `CLAIMS` (`_claim_...(seed)`) that measures, then applies a verdict rule
-stated in code as a named constant (a tolerance or a threshold), and returns a `ClaimResult` (see `record`).
+Each claim is one function in `CLAIMS` (`_claim_...(seed)`), declared with `@claim(...)` (`record`): it
+measures, states each bound once, a named constant in a `Check`, combines its checks by a verdict rule
+(`all_met`, `some_met`, `Rule`; see `verdict`) and returns an `Outcome`, which the decorator turns into a
+`ClaimResult`.
 
 The small measuring functions (`dot_product_variances`, `softmax_jacobian_norm`, `sinusoidal_encoding`,
 `offset_rotation`, `wavelengths_from_phase`, `min_pairwise_distance`, ...) are public so the tests can
@@ -26,7 +29,7 @@ from bench.threads import pinned_threads
 from models.attention import AdditiveAttention  # noqa: F401
 from models.encoding import PE_BASE, pe_frequencies, sinusoidal_encoding  # noqa: F401
 
-from . import complexity, feed_forward  # noqa: F401 - their claims register themselves
+from . import complexity, feed_forward, training  # noqa: F401 - their claims register themselves
 from .embedding_scale import (  # noqa: F401
     DOMINATES_RATIO,
     EMBEDDING_TOKENS,
@@ -101,7 +104,6 @@ from .record import (  # noqa: F401
     _generator,
     _num,
     _numbers,
-    _result,
     catalog,
     claim,
     claims_frame,
@@ -140,6 +142,7 @@ FAMILIES = (
     "embedding_scale",
     "feed_forward",
     "complexity",
+    "training",
 )
 CLAIMS: tuple[Callable[[int], ClaimResult], ...] = tuple(  # every family's claims, declared with @claim
     sorted(MEASURES, key=lambda measure: FAMILIES.index(measure.__module__.rsplit(".", 1)[-1]))

@@ -22,7 +22,8 @@ from bench import paths
 from bench.memory import measure_memory
 from models import LayerConfig
 
-from .record import D2L_SELF_ATTENTION, PAPER, ClaimResult, _generator, _num, _numbers, _result, claim, counted_flops
+from .record import D2L_SELF_ATTENTION, PAPER, _generator, _num, _numbers, claim, counted_flops
+from .verdict import Outcome, Rule, above, all_met, at_least, below, equals, is_true, within
 
 TABLE1 = f"{PAPER}, §4 and Table 1"
 D2L_CNN_RNN_SA = f"{D2L_SELF_ATTENTION} (§11.6.2 Comparing CNNs, RNNs, and Self-Attention)"
@@ -41,6 +42,11 @@ def _layer_flops(name: str, n: int, cfg: LayerConfig, gen: torch.Generator, batc
     layer = models.build(name, cfg)
     x = torch.randn(batch, n, cfg.d, generator=gen)
     return counted_flops(lambda: layer(x))
+
+
+def _measured_first(layers, measured: str) -> list[str]:
+    """The layers' names, the one whose number is `measured` first (its checks open `expected`)."""
+    return sorted(layers, key=lambda name: name != measured)
 
 
 def _dilated_conv() -> str:
@@ -67,27 +73,29 @@ def attention_flops_formula(batch: int, n: int, d: int) -> int:
     f"{TABLE1}; {D2L_CNN_RNN_SA}",
     notes=("attention_complexity",),
 )
-def _claim_attention_complexity(seed: int) -> ClaimResult:
-    gen = _generator(seed, 101)
+def _claim_attention_complexity(seed: int) -> Outcome:
+    gen = _generator(seed, 121)
     names = (models.ROLES.attention, models.ROLES.attention_explicit)
     b, d = ATTENTION_BATCH, ATTENTION_D
     counts = {name: [_layer_flops(name, n, LayerConfig(d=d), gen, b) for n in ATTENTION_NS] for name in names}
     formula = [attention_flops_formula(b, n, d) for n in ATTENTION_NS]
-    exact = all(counts[name] == formula for name in names)
+    exact = equals("counted FLOPs", counts, {name: formula for name in names}, "8bnd² + 4bn²d")
     large = [i for i, n in enumerate(ATTENTION_NS) if n >= ATTENTION_N_OVER_D * d]
     n_exp = fitted_exponent([ATTENTION_NS[i] for i in large], [counts[names[0]][i] for i in large])
     n_big = ATTENTION_NS[-1]
     d_counts = [_layer_flops(names[0], n_big, LayerConfig(d=dd), gen, b) for dd in ATTENTION_DS]
     d_exp = fitted_exponent(ATTENTION_DS, d_counts)
     share = [4 * b * n * n * d / f for n, f in zip(ATTENTION_NS, formula)]
-    ok = exact and abs(n_exp - 2) <= ASYMPTOTIC_EXPONENT_TOL and abs(d_exp - 1) <= ASYMPTOTIC_EXPONENT_TOL
-    return _result(
-        "attention_complexity",
+    tol = ASYMPTOTIC_EXPONENT_TOL
+    return Outcome(
         measured=_num(n_exp),
-        expected=f"exponent in n of the counted FLOPs (d = {d}, n ≥ {ATTENTION_N_OVER_D}d): 2 ± "
-        f"{ASYMPTOTIC_EXPONENT_TOL}; counts equal 8bnd² + 4bn²d exactly, so the whole layer is O(n²·d + n·d²): "
-        "the note counts QKᵀ only, AV costs as much again, and the projections dominate below n = 2d",
-        verdict="holds" if ok else "fails",
+        rule=all_met(
+            within(f"exponent in n of the counted FLOPs (d = {d}, n ≥ {ATTENTION_N_OVER_D}d)", n_exp, 2, abs_tol=tol),
+            within(f"exponent in d at n = {n_big}", d_exp, 1, abs_tol=tol),
+            exact,
+        ),
+        note="so the whole layer is O(n²·d + n·d²): the note counts QKᵀ only, AV costs as much again, and the "
+        "projections dominate below n = 2d",
         details={
             "d": d,
             "batch": b,
@@ -100,7 +108,7 @@ def _claim_attention_complexity(seed: int) -> ClaimResult:
             "numbers": _numbers(
                 exponent_d=(d_exp, "1", f"fitted exponent in d at n = {n_big}"),
                 n2d_share_smallest_n=(share[0], "1", f"share of 4bn²d in the count at n = {ATTENTION_NS[0]}"),
-                counts_exact=("yes" if exact else "no", "1", "counted FLOPs equal 8bnd² + 4bn²d"),
+                counts_exact=("yes" if exact.met else "no", "1", "counted FLOPs equal 8bnd² + 4bn²d"),
             ),
         },
     )
@@ -138,23 +146,19 @@ def score_op_counts(q: torch.Tensor, k: torch.Tensor) -> dict:
     f"{PAPER}, §3.2.1",
     notes=("attention_score_op_count",),
 )
-def _claim_attention_score_op_count(seed: int) -> ClaimResult:
-    gen = _generator(seed, 102)
+def _claim_attention_score_op_count(seed: int) -> Outcome:
+    gen = _generator(seed, 122)
     n, d = SCORE_N, SCORE_D
     q, k = (torch.randn(n, d, generator=gen, dtype=torch.float64) for _ in range(2))
     c = score_op_counts(q, k)
-    ok = (
-        c["multiplications"] == n * n * d
-        and c["additions"] == n * n * (d - 1)
-        and c["flops_counted"] == 2 * n * n * d
-        and c["max_abs_diff"] < SCORE_ATOL
-    )
-    return _result(
-        "attention_score_op_count",
+    return Outcome(
         measured=c["multiplications"],
-        expected=f"multiplications of QKᵀ at n = {n}, d = {d}: n²·d = {n * n * d} (n·d per query); additions "
-        f"n²·(d−1) = {n * n * (d - 1)}; counted matmul FLOPs 2·n²·d = {2 * n * n * d}",
-        verdict="holds" if ok else "fails",
+        rule=all_met(
+            equals(f"multiplications of QKᵀ at n = {n}, d = {d} (n·d per query)", c["multiplications"], n * n * d),
+            equals("additions, n²·(d−1)", c["additions"], n * n * (d - 1)),
+            equals("counted matmul FLOPs, 2·n²·d", c["flops_counted"], 2 * n * n * d),
+            below("max |sum of the products − q @ kᵀ|, float64", c["max_abs_diff"], SCORE_ATOL),
+        ),
         details={
             "n": n,
             "d": d,
@@ -185,29 +189,42 @@ def recurrent_flops_formula(batch: int, n: int, d: int, gates: int) -> int:
     f"{TABLE1}; {D2L_CNN_RNN_SA}",
     notes=("rnn_complexity",),
 )
-def _claim_rnn_complexity(seed: int) -> ClaimResult:
-    gen = _generator(seed, 103)
-    by_n, by_d, exponents, exact = {}, {}, {}, True
+def _claim_rnn_complexity(seed: int) -> Outcome:
+    gen = _generator(seed, 123)
+    by_n, by_d, exponents, formula = {}, {}, {}, {}
     for name in models.recurrent():
         gates = models.LAYERS[name].gates
         by_n[name] = [_layer_flops(name, n, LayerConfig(d=RNN_D), gen) for n in RNN_NS]
         by_d[name] = [_layer_flops(name, RNN_N, LayerConfig(d=d), gen) for d in RNN_DS]
-        exact &= by_n[name] == [recurrent_flops_formula(1, n, RNN_D, gates) for n in RNN_NS]
-        exact &= by_d[name] == [recurrent_flops_formula(1, RNN_N, d, gates) for d in RNN_DS]
+        formula[name] = {
+            "n": [recurrent_flops_formula(1, n, RNN_D, gates) for n in RNN_NS],
+            "d": [recurrent_flops_formula(1, RNN_N, d, gates) for d in RNN_DS],
+        }
         exponents[name] = {
             "n": _num(fitted_exponent(RNN_NS, by_n[name])),
             "d": _num(fitted_exponent(RNN_DS, by_d[name])),
         }
-    worst_n = max(abs(e["n"] - 1) for e in exponents.values())
-    worst_d = max(abs(e["d"] - 2) for e in exponents.values())
-    ok = exact and worst_n <= EXPONENT_TOL and worst_d <= EXPONENT_TOL
+    counted = {name: {"n": by_n[name], "d": by_d[name]} for name in by_n}
+    exact = equals("counted FLOPs", counted, formula, "2·b·n·g·2d² (g = gate blocks)")
     rec = models.ROLES.recurrent
-    return _result(
-        "rnn_complexity",
+    return Outcome(
         measured=exponents[rec]["d"],
-        expected=f"exponent in d of {rec}'s counted FLOPs: 2 (and 1 in n) ± {EXPONENT_TOL} for every recurrent "
-        "layer; counts equal 2·b·n·g·2d² exactly (g = gate blocks)",
-        verdict="holds" if ok else "fails",
+        rule=all_met(
+            *(
+                check
+                for name in _measured_first(exponents, rec)
+                for check in (
+                    within(
+                        f"exponent in d of {name}'s counted FLOPs" if name == rec else f"of {name}'s, in d",
+                        exponents[name]["d"],
+                        2,
+                        abs_tol=EXPONENT_TOL,
+                    ),
+                    within("in n", exponents[name]["n"], 1, abs_tol=EXPONENT_TOL),
+                )
+            ),
+            exact,
+        ),
         details={
             "n": list(RNN_NS),
             "d_at_n": RNN_D,
@@ -218,7 +235,7 @@ def _claim_rnn_complexity(seed: int) -> ClaimResult:
             "exponents": exponents,
             "numbers": _numbers(
                 exponent_n=(exponents[rec]["n"], "1", f"fitted exponent in n of {rec}"),
-                counts_exact=("yes" if exact else "no", "1", "counted FLOPs equal 2·b·n·g·2d²"),
+                counts_exact=("yes" if exact.met else "no", "1", "counted FLOPs equal 2·b·n·g·2d²"),
             ),
         },
     )
@@ -240,19 +257,20 @@ def matmul_flops(d: int, gen: torch.Generator) -> tuple[int, int]:
     "study notes",
     notes=("dxd_matmul_cost",),
 )
-def _claim_dxd_matmul_cost(seed: int) -> ClaimResult:
-    gen = _generator(seed, 104)
+def _claim_dxd_matmul_cost(seed: int) -> Outcome:
+    gen = _generator(seed, 124)
     mm, mv = zip(*(matmul_flops(d, gen) for d in MATMUL_DS))
     mm_exp, mv_exp = fitted_exponent(MATMUL_DS, mm), fitted_exponent(MATMUL_DS, mv)
     exact = list(mm) == [2 * d**3 for d in MATMUL_DS] and list(mv) == [2 * d**2 for d in MATMUL_DS]
-    says = abs(mm_exp - 2) <= EXPONENT_TOL
-    return _result(
-        "dxd_matmul_cost",
+    return Outcome(
         measured=_num(mm_exp),
-        expected=f"exponent in d of the counted FLOPs of a d×d by d×d product: the note says 2; measured 2·d³, "
-        f"exponent 3. The RNN step is a matrix-vector product, 2·d² (exponent {_num(mv_exp)}), so the note's "
-        "O(n·d²) is right for the wrong reason",
-        verdict="holds" if says else "fails",
+        rule=all_met(
+            within(
+                "exponent in d of the counted FLOPs of a d×d by d×d product (the note)", mm_exp, 2, abs_tol=EXPONENT_TOL
+            )
+        ),
+        note=f"counted 2·d³, exponent 3. The RNN step is a matrix-vector product, 2·d² (exponent {_num(mv_exp)}), "
+        "so the note's O(n·d²) is right for the wrong reason",
         details={
             "d": list(MATMUL_DS),
             "mm_flops": list(mm),
@@ -285,29 +303,31 @@ def conv_flops_formula(batch: int, n: int, d: int, k: int) -> int:
     f"{TABLE1}; {D2L_CNN_RNN_SA}",
     notes=("conv_complexity",),
 )
-def _claim_conv_complexity(seed: int) -> ClaimResult:
-    gen = _generator(seed, 105)
+def _claim_conv_complexity(seed: int) -> Outcome:
+    gen = _generator(seed, 125)
     name = models.ROLES.convolution
     by_n = [_layer_flops(name, n, LayerConfig(d=CONV_D), gen) for n in CONV_NS]
     by_d = [_layer_flops(name, CONV_N, LayerConfig(d=d), gen) for d in CONV_DS]
     by_k = [_layer_flops(name, CONV_N, LayerConfig(d=CONV_D, k=k), gen) for k in CONV_KS]
-    exact = (
-        by_n == [conv_flops_formula(1, n, CONV_D, 3) for n in CONV_NS]
-        and by_d == [conv_flops_formula(1, CONV_N, d, 3) for d in CONV_DS]
-        and by_k == [conv_flops_formula(1, CONV_N, CONV_D, k) for k in CONV_KS]
-    )
+    formula = {
+        "n": [conv_flops_formula(1, n, CONV_D, 3) for n in CONV_NS],
+        "d": [conv_flops_formula(1, CONV_N, d, 3) for d in CONV_DS],
+        "k": [conv_flops_formula(1, CONV_N, CONV_D, k) for k in CONV_KS],
+    }
+    exact = equals("counted FLOPs", {"n": by_n, "d": by_d, "k": by_k}, formula, "2·b·n·k·d²")
     exps = {
         "n": fitted_exponent(CONV_NS, by_n),
         "d": fitted_exponent(CONV_DS, by_d),
         "k": fitted_exponent(CONV_KS, by_k),
     }
-    ok = exact and all(abs(exps[v] - p) <= EXPONENT_TOL for v, p in (("n", 1), ("d", 2), ("k", 1)))
-    return _result(
-        "conv_complexity",
+    return Outcome(
         measured=_num(exps["d"]),
-        expected=f"exponent in d of the counted FLOPs: 2 (1 in n, 1 in k) ± {EXPONENT_TOL}; counts equal "
-        "2·b·n·k·d² exactly",
-        verdict="holds" if ok else "fails",
+        rule=all_met(
+            within("exponent in d of the counted FLOPs", exps["d"], 2, abs_tol=EXPONENT_TOL),
+            within("in n", exps["n"], 1, abs_tol=EXPONENT_TOL),
+            within("in k", exps["k"], 1, abs_tol=EXPONENT_TOL),
+            exact,
+        ),
         details={
             "n": list(CONV_NS),
             "d": list(CONV_DS),
@@ -318,7 +338,7 @@ def _claim_conv_complexity(seed: int) -> ClaimResult:
             "numbers": _numbers(
                 exponent_n=(exps["n"], "1", "fitted exponent in n"),
                 exponent_k=(exps["k"], "1", "fitted exponent in k"),
-                counts_exact=("yes" if exact else "no", "1", "counted FLOPs equal 2·b·n·k·d²"),
+                counts_exact=("yes" if exact.met else "no", "1", "counted FLOPs equal 2·b·n·k·d²"),
             ),
         },
     )
@@ -350,24 +370,28 @@ def _float64(name: str, cfg: LayerConfig, seed: int = 0) -> nn.Module:
     f"{TABLE1}; {D2L_CNN_RNN_SA}",
     notes=("seq_ops_attention", "seq_ops_conv"),
 )
-def _claim_seq_ops_parallel(seed: int) -> ClaimResult:
-    gen = _generator(seed, 106)
+def _claim_seq_ops_parallel(seed: int) -> Outcome:
+    gen = _generator(seed, 126)
     names = (models.ROLES.attention, models.ROLES.attention_explicit, models.ROLES.convolution)
     depths = {name: [paths.layer_seq_depth(name, n)[0] for n in SEQ_PARALLEL_NS] for name in names}
-    constant = all(len(set(v)) == 1 for v in depths.values())
     k, n, j = LOCALITY_K, LOCALITY_N, LOCALITY_POSITION
     conv = _float64(models.ROLES.convolution, LayerConfig(d=RECEPTIVE_D, k=k), seed)
     # Outputs touched by input j = inputs output j sees, mirrored (a centered kernel): j − (k−1)/2 .. j + (k−1)/2.
     window = receptive_field(conv, n, RECEPTIVE_D, j, gen)
-    local = window == list(range(j - (k - 1) // 2, j + (k - 1) // 2 + 1))
     worst = max(max(v) for v in depths.values())
-    return _result(
-        "seq_ops_parallel",
+    over = f"n = {SEQ_PARALLEL_NS[0]}..{SEQ_PARALLEL_NS[-1]}"
+    return Outcome(
         measured=worst,
-        expected=f"largest operator depth of one forward pass of {', '.join(names)} over n = "
-        f"{SEQ_PARALLEL_NS[0]}..{SEQ_PARALLEL_NS[-1]}: the same small constant at every n; conv output {j} "
-        f"sees inputs {j - (k - 1) // 2}..{j + (k - 1) // 2} only (k = {k})",
-        verdict="holds" if constant and local else "fails",
+        measured_is=f"largest operator depth of one forward pass of {', '.join(names)} over {over}",
+        rule=all_met(
+            *(
+                equals(f"distinct operator depths of {name} over {over}" if i == 0 else f"of {name}", len(set(v)), 1)
+                for i, (name, v) in enumerate(depths.items())
+            ),
+            equals(
+                f"inputs conv output {j} sees (k = {k})", window, list(range(j - (k - 1) // 2, j + (k - 1) // 2 + 1))
+            ),
+        ),
         details={
             "n": list(SEQ_PARALLEL_NS),
             "seq_depth": depths,
@@ -387,22 +411,37 @@ def _claim_seq_ops_parallel(seed: int) -> ClaimResult:
     f"{TABLE1}; {D2L_CNN_RNN_SA}",
     notes=("seq_ops_rnn",),
 )
-def _claim_seq_ops_rnn(seed: int) -> ClaimResult:
-    per_step, linear, depths, fused = {}, True, {}, {}
+def _claim_seq_ops_rnn(seed: int) -> Outcome:
+    per_step, steps, depths, fused = {}, {}, {}, {}
     for name in models.recurrent():
         depths[name] = [paths.layer_seq_depth(name, n)[0] for n in SEQ_RNN_NS]
-        steps = np.diff(depths[name]) / np.diff(SEQ_RNN_NS)
-        per_step[name] = _num(steps[0])
-        linear &= bool(np.all(steps == steps[0])) and steps[0] >= 1  # depth = a·n + c exactly, a ≥ 1
+        steps[name] = np.diff(depths[name]) / np.diff(SEQ_RNN_NS)
+        per_step[name] = _num(steps[name][0])
         fused[name] = [paths.layer_seq_depth(name, n, reference=False)[0] for n in (SEQ_RNN_NS[0], SEQ_RNN_NS[-1])]
     rec = models.ROLES.recurrent
-    return _result(
-        "seq_ops_rnn",
+    return Outcome(
         measured=per_step[rec],
-        expected=f"operators added to the longest dependent chain per extra step of {rec}'s step loop: a fixed "
-        "number ≥ 1 for every recurrent layer, so depth = a·n + c exactly (O(n)); a fused kernel (the CPU's "
-        "oneDNN LSTM) hides the loop in one operator, not the dependence",
-        verdict="holds" if linear else "fails",
+        rule=all_met(  # depth = a·n + c exactly, a ≥ 1; the measured layer's checks first
+            *(
+                check
+                for name in _measured_first(steps, rec)
+                for check in (
+                    at_least(
+                        f"operators added to {name}'s longest dependent chain per step"
+                        if name == rec
+                        else f"to {name}'s",
+                        steps[name][0],
+                        1,
+                    ),
+                    is_true(
+                        f"the same at every n in {list(SEQ_RNN_NS)}" if name == rec else "the same at every n",
+                        bool(np.all(steps[name] == steps[name][0])),
+                    ),
+                )
+            )
+        ),
+        note="so depth = a·n + c exactly (O(n)); a fused kernel (the CPU's oneDNN LSTM) hides the loop in one "
+        "operator, not the dependence",
         details={
             "n": list(SEQ_RNN_NS),
             "seq_depth_reference": depths,
@@ -428,19 +467,26 @@ PATH_RNN_NS = (16, 32, 128)
     f"{TABLE1}; {D2L_CNN_RNN_SA}",
     notes=("path_attention",),
 )
-def _claim_path_attention(seed: int) -> ClaimResult:
+def _claim_path_attention(seed: int) -> Outcome:
     att, conv = models.ROLES.attention, models.ROLES.convolution
     att_layers = [paths.layers_to_cross(att, n, seed=seed) for n in PATH_ATTENTION_NS]
     conv_layers = [paths.layers_to_cross(conv, n, 3, seed=seed) for n in PATH_CONV_NS]
     rnn_hops = [paths.path_hops(models.ROLES.recurrent, n)[0] for n in PATH_CONV_NS]
-    shortest = all(a == 1 for a in att_layers) and all(c > 1 for c in conv_layers) and all(h > 1 for h in rnn_hops)
-    return _result(
-        "path_attention",
+    over = f"n = {PATH_CONV_NS[0]}..{PATH_CONV_NS[-1]}"
+    return Outcome(
         measured=max(att_layers),
-        expected=f"layers after which output n−1 depends on input 0 in {att}, n = {PATH_ATTENTION_NS[0]}.."
-        f"{PATH_ATTENTION_NS[-1]}: 1 at every n; {conv} (k = 3) needs n−1 layers and "
-        f"{models.ROLES.recurrent} n−1 cell steps",
-        verdict="holds" if shortest else "fails",
+        rule=all_met(
+            equals(
+                f"layers after which output n−1 depends on input 0 in {att}, n = {PATH_ATTENTION_NS[0]}.."
+                f"{PATH_ATTENTION_NS[-1]}",
+                att_layers,
+                [1] * len(att_layers),
+                "1 at every n",
+            ),
+            above(f"fewest layers of {conv} (k = 3), {over}", min(conv_layers), 1),
+            above(f"fewest cell steps of {models.ROLES.recurrent}, {over}", min(rnn_hops), 1),
+        ),
+        note="they need n−1",
         details={
             "n": list(PATH_ATTENTION_NS),
             "attention_layers": att_layers,
@@ -459,17 +505,27 @@ def _claim_path_attention(seed: int) -> ClaimResult:
     f"{TABLE1}; {D2L_CNN_RNN_SA}",
     notes=("path_rnn",),
 )
-def _claim_path_rnn(seed: int) -> ClaimResult:
+def _claim_path_rnn(seed: int) -> Outcome:
     hops = {name: [paths.path_hops(name, n)[0] for n in PATH_RNN_NS] for name in models.recurrent()}
     layers = {name: paths.layers_to_cross(name, PATH_RNN_NS[-1], seed=seed) for name in models.recurrent()}
-    exact = all(h == [n - 1 for n in PATH_RNN_NS] for h in hops.values()) and set(layers.values()) == {1}
     rec = models.ROLES.recurrent
-    return _result(
-        "path_rnn",
+    return Outcome(
         measured=hops[rec][-1],
-        expected=f"cell steps from input 0 to output n−1 of {rec} at n = {PATH_RNN_NS[-1]}: n−1 = "
-        f"{PATH_RNN_NS[-1] - 1}, for every recurrent layer and n; one layer already connects them (layers to cross: 1)",
-        verdict="holds" if exact else "fails",
+        measured_is=f"cell steps from input 0 to output n−1 of {rec} at n = {PATH_RNN_NS[-1]}",
+        rule=all_met(
+            equals(
+                f"the same for every recurrent layer and n in {list(PATH_RNN_NS)}",
+                hops,
+                {name: [n - 1 for n in PATH_RNN_NS] for name in hops},
+                "n−1",
+            ),
+            equals(
+                f"layers to cross at n = {PATH_RNN_NS[-1]} (one layer connects them), every recurrent layer",
+                set(layers.values()),
+                {1},
+                "1",
+            ),
+        ),
         details={
             "n": list(PATH_RNN_NS),
             "path_hops": hops,
@@ -501,18 +557,22 @@ def stacked_receptive_field(
     D2L_CNN_RNN_SA,
     notes=("conv_receptive_field",),
 )
-def _claim_conv_receptive_field(seed: int) -> ClaimResult:
+def _claim_conv_receptive_field(seed: int) -> Outcome:
     gen = _generator(seed, 110)
     conv = models.ROLES.convolution
     fields = {k: [stacked_receptive_field(conv, k, [1] * depth, RF_N, gen, seed) for depth in RF_LAYERS] for k in RF_KS}
     formula = {k: [depth * (k - 1) + 1 for depth in RF_LAYERS] for k in RF_KS}
-    exact = fields == formula
-    return _result(
-        "conv_receptive_field",
+    return Outcome(
         measured=fields[RF_KS[0]][-1],
-        expected=f"inputs the middle output of {RF_LAYERS[-1]} stacked k = {RF_KS[0]} convolutions depends on: "
-        f"L·(k−1)+1 = {formula[RF_KS[0]][-1]}, exactly (not 'about'), for L = 1..{RF_LAYERS[-1]}, k = {RF_KS}",
-        verdict="holds" if exact else "fails",
+        measured_is=f"inputs the middle output of {RF_LAYERS[-1]} stacked k = {RF_KS[0]} convolutions depends on",
+        rule=all_met(
+            equals(
+                f"the same for L = 1..{RF_LAYERS[-1]} layers, k in {RF_KS}",
+                fields,
+                formula,
+                f"L·(k−1)+1 ({formula[RF_KS[0]][-1]} for the measured; not 'about')",
+            )
+        ),
         details={
             "layers": list(RF_LAYERS),
             "n": RF_N,
@@ -534,24 +594,38 @@ PATH_CONV_RANGE = (16, 32, 64, 128)
     f"{TABLE1}; study notes",
     notes=("path_conv_contiguous",),
 )
-def _claim_path_conv_contiguous(seed: int) -> ClaimResult:
+def _claim_path_conv_contiguous(seed: int) -> Outcome:
     conv = models.ROLES.convolution
     layers = {k: [paths.layers_to_cross(conv, n, k, seed=seed) for n in PATH_CONV_RANGE] for k in PATH_CONV_KS}
     formula = {k: [paths.layers_to_cross_formula(conv, n, k) for n in PATH_CONV_RANGE] for k in PATH_CONV_KS}
     one_sided = {k: [math.ceil((n - 1) / (k - 1)) for n in PATH_CONV_RANGE] for k in PATH_CONV_KS}
     n_exp = {k: fitted_exponent(PATH_CONV_RANGE, v) for k, v in layers.items()}
     ratio = {k: [lay / (n / k) for lay, n in zip(v, PATH_CONV_RANGE)] for k, v in layers.items()}
-    linear = all(abs(e - 1) <= ASYMPTOTIC_EXPONENT_TOL for e in n_exp.values())
-    constant_ok = all(abs(r[-1] - 1) <= CONSTANT_FACTOR_TOL for r in ratio.values())
     big_k, big_n = PATH_CONV_KS[0], PATH_CONV_RANGE[-1]
-    verdict = "holds" if linear and constant_ok else ("partly" if linear else "fails")
-    return _result(
-        "path_conv_contiguous",
+    return Outcome(
         measured=_num(ratio[big_k][-1]),
-        expected=f"measured layers / (n/k) at n = {big_n}, k = {big_k}: the note's 'L ≈ n/k' says 1 (± "
-        f"{CONSTANT_FACTOR_TOL}); layers grow linearly in n (O(n/k) holds) but centered kernels need "
-        "⌈(n−1)/((k−1)/2)⌉ ≈ 2n/(k−1), and even one-sided growth L·(k−1)+1 ≥ n needs n/(k−1)",
-        verdict=verdict,
+        rule=Rule(
+            holds=tuple(  # the note's 'L ≈ n/k'
+                within(
+                    f"measured layers / (n/k) at n = {big_n}, k = {k}" if k == big_k else f"k = {k}",
+                    r[-1],
+                    1,
+                    abs_tol=CONSTANT_FACTOR_TOL,
+                )
+                for k, r in ratio.items()
+            ),
+            needs=tuple(  # layers grow linearly in n: O(n/k)
+                within(
+                    f"fitted exponent in n of the layers, k = {k}" if k == big_k else f"k = {k}",
+                    e,
+                    1,
+                    abs_tol=ASYMPTOTIC_EXPONENT_TOL,
+                )
+                for k, e in n_exp.items()
+            ),
+        ),
+        note="centered kernels need ⌈(n−1)/((k−1)/2)⌉ ≈ 2n/(k−1), and even one-sided growth L·(k−1)+1 ≥ n "
+        "needs n/(k−1)",
         details={
             "n": list(PATH_CONV_RANGE),
             "layers": {str(k): v for k, v in layers.items()},
@@ -583,8 +657,8 @@ LOG_FIT_TOL = 0.1  # |fitted slope of layers against log_k n − 1|; the layers 
     f"{TABLE1}; study notes",
     notes=("path_conv_dilated",),
 )
-def _claim_path_conv_dilated(seed: int) -> ClaimResult:
-    gen = _generator(seed, 112)
+def _claim_path_conv_dilated(seed: int) -> Outcome:
+    gen = _generator(seed, 132)
     k, dilated = DILATED_K, _dilated_conv()
     doubling = [
         stacked_receptive_field(dilated, k, [2**i for i in range(depth)], DILATED_RF_N, gen, seed)
@@ -600,17 +674,30 @@ def _claim_path_conv_dilated(seed: int) -> ClaimResult:
     formula = [paths.layers_to_cross_formula(dilated, n, k) for n in DILATED_NS]
     logs = np.log(np.asarray(DILATED_NS, float)) / math.log(k)
     slope = float(np.polyfit(logs, np.asarray(layers, float), 1)[0])
-    log_holds = layers == formula and abs(slope - 1) <= LOG_FIT_TOL
-    doubling_is_k_power = doubling == k_power
-    verdict = "holds" if log_holds and doubling_is_k_power else ("partly" if log_holds else "fails")
-    return _result(
-        "path_conv_dilated",
+    return Outcome(
         measured=doubling[-1],
-        expected=f"receptive field of {DILATED_LAYERS[-1]} k = {k} layers with the note's doubling dilations: the "
-        f"note's O(k^L) says ~{k_power[-1]}; measured 1 + (k−1)(2^L − 1) = {doubling_formula[-1]} (O(k·2^L), "
-        f"L ≈ log₂ n). Dilations k^l give exactly k^L, and with them the layers to cross grow as log_k n "
-        f"(slope {LOG_FIT_TOL} tolerance): O(log n) holds, base k only for k^l dilations",
-        verdict=verdict,
+        measured_is=f"receptive field of {DILATED_LAYERS[-1]} k = {k} layers with the note's doubling dilations",
+        rule=Rule(
+            holds=(
+                equals(
+                    f"with L = {DILATED_LAYERS[0]}..{DILATED_LAYERS[-1]} layers",
+                    doubling,
+                    k_power,
+                    "k^L (the note's O(k^L))",
+                ),
+            ),
+            needs=(
+                equals(
+                    f"layers to cross with dilations k^l, n = {DILATED_NS[0]}..{DILATED_NS[-1]}",
+                    layers,
+                    formula,
+                    "⌈log_k(2(n−1)+1)⌉",
+                ),
+                within("their fitted slope in log_k n", slope, 1, abs_tol=LOG_FIT_TOL),
+            ),
+        ),
+        note=f"doubling dilations give 1 + (k−1)(2^L − 1) = {doubling_formula[-1]} (O(k·2^L), L ≈ log₂ n); "
+        "O(log n) holds, base k only for k^l dilations",
         details={
             "k": k,
             "layers": list(DILATED_LAYERS),
@@ -640,8 +727,8 @@ ONE_LAYER_TS = (0, 15, 31, 63)  # output positions probed
     D2L_CNN_RNN_SA,
     notes=("receptive_field_one_layer",),
 )
-def _claim_receptive_field_one_layer(seed: int) -> ClaimResult:
-    gen = _generator(seed, 113)
+def _claim_receptive_field_one_layer(seed: int) -> Outcome:
+    gen = _generator(seed, 133)
     n, cfg = ONE_LAYER_N, LayerConfig(d=ONE_LAYER_D, k=ONE_LAYER_K)
     roles = {
         "convolution": models.ROLES.convolution,
@@ -658,13 +745,27 @@ def _claim_receptive_field_one_layer(seed: int) -> ClaimResult:
         "attention": [n] * len(ONE_LAYER_TS),
         "recurrent": [t + 1 for t in ONE_LAYER_TS],
     }
-    ok = fields == expected
-    return _result(
-        "receptive_field_one_layer",
+    seen = {
+        "attention": f"all {n}",
+        "convolution": f"its kernel's k = {ONE_LAYER_K}, fewer at the ends",
+        "recurrent": "0..t (unidirectional)",
+    }
+    return Outcome(
         measured=fields["attention"][0],
-        expected=f"inputs output 0 of one attention layer depends on at n = {n}: all {n}; conv (k = "
-        f"{ONE_LAYER_K}) sees ≤ {ONE_LAYER_K}; a unidirectional RNN's output t sees inputs 0..t",
-        verdict="holds" if ok else "fails",
+        measured_is=f"inputs output 0 of one attention layer depends on at n = {n}",
+        rule=all_met(
+            *(
+                equals(
+                    f"inputs outputs t in {list(ONE_LAYER_TS)} of one {role} layer see"
+                    if role == "attention"
+                    else f"of one {role} layer",
+                    fields[role],
+                    expected[role],
+                    seen[role],
+                )
+                for role in _measured_first(roles, "attention")
+            )
+        ),
         details={
             "n": n,
             "positions": list(ONE_LAYER_TS),
@@ -693,8 +794,8 @@ MEMORY_EXPONENT_MIN = 1.8  # local exponent of attention_explicit's peak bytes b
     D2L_CNN_RNN_SA,
     notes=("attention_slow_long_sequences",),
 )
-def _claim_attention_slow_long_sequences(seed: int) -> ClaimResult:
-    gen = _generator(seed, 114)
+def _claim_attention_slow_long_sequences(seed: int) -> Outcome:
+    gen = _generator(seed, 134)
     names = (models.ROLES.attention, models.ROLES.recurrent, models.ROLES.convolution)
     flops = {name: [_layer_flops(name, n, LayerConfig(d=SLOW_D), gen) for n in SLOW_NS] for name in names}
     att = flops[names[0]]
@@ -710,18 +811,19 @@ def _claim_attention_slow_long_sequences(seed: int) -> ClaimResult:
         with torch.inference_mode():
             peaks.append(measure_memory(lambda x=x: explicit(x), "cpu").peak_bytes)
     mem_exp = math.log(peaks[-1] / peaks[-2]) / math.log(MEMORY_NS[-1] / MEMORY_NS[-2])
-    ok = (
-        local >= SLOW_EXPONENT_MIN and mem_exp >= MEMORY_EXPONENT_MIN and all(v is not None for v in crossover.values())
-    )
     ratio = {other: [_num(a / o) for a, o in zip(att, flops[other])] for other in names[1:]}
-    return _result(
-        "attention_slow_long_sequences",
+    local_exponent = f"local exponent in n of attention's counted FLOPs between n = {SLOW_NS[-2]} and {SLOW_NS[-1]}"
+    return Outcome(
         measured=_num(local),
-        expected=f"local exponent in n of attention's counted FLOPs between n = {SLOW_NS[-2]} and {SLOW_NS[-1]} "
-        f"(d = {SLOW_D}): ≥ {SLOW_EXPONENT_MIN} (quadratic); beyond a crossover n* it does more work than "
-        f"{names[1]} and {names[2]}, and the explicit scores' peak memory grows as n² (≥ {MEMORY_EXPONENT_MIN}). "
-        "Work, not time: below n ≈ 2d the projections dominate and attention is not the costly one",
-        verdict="holds" if ok else "fails",
+        rule=all_met(
+            at_least(f"{local_exponent} (d = {SLOW_D}, quadratic)", local, SLOW_EXPONENT_MIN),
+            at_least("the same of the explicit scores' peak memory (n²)", mem_exp, MEMORY_EXPONENT_MIN),
+            *(
+                is_true(f"a crossover n* beyond which attention does more work than {other}", n_star is not None)
+                for other, n_star in crossover.items()
+            ),
+        ),
+        note="work, not time: below n ≈ 2d the projections dominate and attention is not the costly one",
         details={
             "d": SLOW_D,
             "n": list(SLOW_NS),

@@ -11,7 +11,8 @@ from torch import nn
 
 from models.encoding import sinusoidal_encoding
 
-from .record import D_MODEL, PAPER, ClaimResult, _generator, _num, _numbers, _result, claim
+from .record import D_MODEL, PAPER, _generator, _num, _numbers, claim
+from .verdict import Check, Outcome, Rule, all_met, at_least, between, equals, is_true, some_met, within
 
 SECTION = f"{PAPER}, §3.4 (Embeddings and Softmax)"
 
@@ -75,8 +76,9 @@ def sampled_dot_variance(var_component: float, d_k: int, pairs: int, gen: torch.
     return variance((q * k).sum(-1))
 
 
-def _about(value: float, target: float) -> bool:
-    return abs(value - target) <= VARIANCE_REL_TOL * abs(target)
+def about(label: str, value: float, target: float, target_text: str | None = None) -> Check:
+    """A sampled variance "is about" `target`: within VARIANCE_REL_TOL of it."""
+    return within(label, value, target, rel_tol=VARIANCE_REL_TOL, bound_text=target_text)
 
 
 @claim(
@@ -86,7 +88,7 @@ def _about(value: float, target: float) -> bool:
     SECTION,
     notes=("weight_sharing_params",),
 )
-def _claim_weight_sharing_params(seed: int) -> ClaimResult:
+def _claim_weight_sharing_params(seed: int) -> Outcome:
     vocab, d = SHARING_VOCAB, D_MODEL
     separate = unique_parameters(nn.Embedding(vocab, d, device="meta"), nn.Linear(d, vocab, bias=False, device="meta"))
     shared = unique_parameters(*tied_pair(vocab, d))
@@ -99,13 +101,14 @@ def _claim_weight_sharing_params(seed: int) -> ClaimResult:
     h = torch.randn(small["rows"], small["d"], generator=_generator(seed, 101))
     with torch.inference_mode():
         logits_error = float((output(h) - h @ embedding.weight.T).abs().max())
-    holds = saved == vocab * d and logits_error == 0.0
-    return _result(
-        "weight_sharing_params",
+    return Outcome(
         measured=saved,
-        expected=f"parameters saved by tying, vocab = {vocab:,}, d = {d}: vocab · d = {vocab * d:,}; "
-        f"tied logits equal h @ W_eᵀ exactly",
-        verdict="holds" if holds else "fails",
+        rule=all_met(
+            equals(
+                f"parameters saved by tying, vocab = {vocab:,}, d = {d}", saved, vocab * d, f"vocab · d = {vocab * d:,}"
+            ),
+            equals("max |tied logits − h @ W_eᵀ|", logits_error, 0.0),
+        ),
         details={
             "numbers": _numbers(
                 separate=(separate, "parameters", "embedding + pre-softmax layer, separate"),
@@ -123,7 +126,7 @@ def _claim_weight_sharing_params(seed: int) -> ClaimResult:
     SECTION,
     notes=("embedding_lookup_onehot",),
 )
-def _claim_embedding_lookup_onehot(seed: int) -> ClaimResult:
+def _claim_embedding_lookup_onehot(seed: int) -> Outcome:
     gen = _generator(seed, 102)
     table = embedding_table(LOOKUP_VOCAB, LOOKUP_D, LOOKUP_D**-0.5, gen)
     tokens = torch.randint(LOOKUP_VOCAB, (LOOKUP_VOCAB,), generator=gen)
@@ -135,15 +138,22 @@ def _claim_embedding_lookup_onehot(seed: int) -> ClaimResult:
         row_dot = "defined"
     except RuntimeError as err:
         row_dot = f"{type(err).__name__}: a row has {table.shape[1]} entries, the one-hot vector {len(hot)}"
-    lookup_holds = lookup_error == 0.0 and column_error == 0.0
-    row_holds = row_dot == "defined"
-    return _result(
-        "embedding_lookup_onehot",
+    lookup = f"max |one_hot(t) @ W_e − W_e[t]|, vocab = {LOOKUP_VOCAB}, d = {LOOKUP_D}"
+    return Outcome(
         measured=lookup_error,
-        expected=f"max |one_hot(t) @ W_e − W_e[t]|, vocab = {LOOKUP_VOCAB}, d = {LOOKUP_D}: 0 (the lookup is a "
-        f"one-hot product); component j is one_hot(t) · column j; a row (length {LOOKUP_D}) cannot be dotted "
-        f"with a one-hot vector (length {LOOKUP_VOCAB}): partly",
-        verdict="holds" if lookup_holds and row_holds else "partly" if lookup_holds else "fails",
+        measured_is=f"{lookup} (the lookup as a one-hot product)",
+        rule=Rule(
+            holds=(
+                is_true(
+                    f"a row of W_e (length {LOOKUP_D}) can be dotted with a one-hot vector (length {LOOKUP_VOCAB})",
+                    row_dot == "defined",
+                ),
+            ),
+            needs=(
+                equals("the lookup error", lookup_error, 0.0),
+                equals("max |one_hot(t) · W_e[:, j] − W_e[t, j]| (component j from column j)", column_error, 0.0),
+            ),
+        ),
         details={
             "row_dot": row_dot,
             "numbers": _numbers(
@@ -161,7 +171,7 @@ def _claim_embedding_lookup_onehot(seed: int) -> ClaimResult:
     SECTION,
     notes=("embedding_init_variance", "embedding_scaled_variance"),
 )
-def _claim_embedding_init_variance(seed: int) -> ClaimResult:
+def _claim_embedding_init_variance(seed: int) -> Outcome:
     gen = _generator(seed, 103)
     d = D_MODEL
     table = embedding_table(EMBEDDING_VOCAB, d, d**-0.5, gen)
@@ -170,13 +180,13 @@ def _claim_embedding_init_variance(seed: int) -> ClaimResult:
     norm_sq = float(e.double().pow(2).sum(-1).mean())
     unit_table = embedding_table(EMBEDDING_VOCAB, d, 1.0, gen)  # N(0, 1): where "1 → d_model" would be true
     var_unit_scaled = variance(unit_table * math.sqrt(d))
-    right = _about(var_e, 1.0) + _about(var_scaled, d)
-    return _result(
-        "embedding_init_variance",
+    return Outcome(
         measured=_num(var_e, 4),
-        expected=f"variance of the components of e, W_e ~ N(0, 1/{d}): about 1 by the note, 1/d = {1 / d:.5f} "
-        f"by the init; after × √d: about {d} by the note (within {VARIANCE_REL_TOL:.0%})",
-        verdict={2: "holds", 1: "partly", 0: "fails"}[right],
+        rule=some_met(
+            about(f"variance of the components of e, W_e ~ N(0, 1/{d}) (the note)", var_e, 1.0),
+            about("after × √d (the note)", var_scaled, d),
+        ),
+        note=f"1/d = {1 / d:.5f} by the init",
         details={
             "numbers": _numbers(
                 var_scaled=(var_scaled, "1", "variance of √d · e (the note: about d_model)"),
@@ -193,16 +203,16 @@ def _claim_embedding_init_variance(seed: int) -> ClaimResult:
     SECTION,
     notes=("embedding_scale_init_variance",),
 )
-def _claim_embedding_scale_init_variance(seed: int) -> ClaimResult:
+def _claim_embedding_scale_init_variance(seed: int) -> Outcome:
     d = D_MODEL
     table = embedding_table(EMBEDDING_VOCAB, d, d**-0.5, _generator(seed, 104))
     var_table, var_scaled = variance(table), variance(table * math.sqrt(d))
-    return _result(
-        "embedding_scale_init_variance",
+    return Outcome(
         measured=_num(var_scaled, 4),
-        expected=f"variance of √d · W_e, W_e ~ N(0, 1/{d}), {EMBEDDING_VOCAB:,} × {d}: 1 (within "
-        f"{VARIANCE_REL_TOL:.0%})",
-        verdict="holds" if _about(var_scaled, 1.0) and _about(var_table, 1 / d) else "fails",
+        rule=all_met(
+            about(f"variance of √d · W_e, W_e ~ N(0, 1/{d}), {EMBEDDING_VOCAB:,} × {d}", var_scaled, 1.0),
+            about("variance of W_e", var_table, 1 / d, f"1/{d}"),
+        ),
         details={"numbers": _numbers(var_table=(var_table, "1", "variance of W_e (1/d_model)"))},
     )
 
@@ -214,7 +224,7 @@ def _claim_embedding_scale_init_variance(seed: int) -> ClaimResult:
     SECTION,
     notes=("unscaled_embedding_drowns_pe",),
 )
-def _claim_unscaled_embedding_drowns_pe(seed: int) -> ClaimResult:
+def _claim_unscaled_embedding_drowns_pe(seed: int) -> Outcome:
     gen = _generator(seed, 105)
     d = D_MODEL
     var_pe = variance(sinusoidal_encoding(PE_POSITIONS, d))
@@ -222,13 +232,15 @@ def _claim_unscaled_embedding_drowns_pe(seed: int) -> ClaimResult:
     ratios = {}
     for name, std in (("N(0,1/d)", d**-0.5), ("N(0,1)", 1.0)):
         ratios[name] = variance(embedding_table(EMBEDDING_VOCAB, d, std, gen)[tokens]) / var_pe
-    drowning = sum(r >= DOMINATES_RATIO for r in ratios.values())
-    return _result(
-        "unscaled_embedding_drowns_pe",
+    ratio = f"var(e) / var(PE), unscaled, d = {d}, pos < {PE_POSITIONS}"
+    return Outcome(
         measured=_num(ratios["N(0,1/d)"], 4),
-        expected=f"var(e) / var(PE), unscaled, d = {d}, pos < {PE_POSITIONS}, the note's N(0, 1/d) init: "
-        f"≥ {DOMINATES_RATIO:g} to drown the encoding; likewise for an N(0, 1) init",
-        verdict={2: "holds", 1: "partly", 0: "fails"}[drowning],
+        rule=some_met(
+            at_least(
+                f"{ratio}, the note's N(0, 1/d) init (to drown the encoding)", ratios["N(0,1/d)"], DOMINATES_RATIO
+            ),
+            at_least("likewise, an N(0, 1) init", ratios["N(0,1)"], DOMINATES_RATIO),
+        ),
         details={
             "init": list(ratios),
             "ratio": [_num(r) for r in ratios.values()],
@@ -247,7 +259,7 @@ def _claim_unscaled_embedding_drowns_pe(seed: int) -> ClaimResult:
     SECTION,
     notes=("embedding_scale_balances_pe",),
 )
-def _claim_embedding_scale(seed: int) -> ClaimResult:
+def _claim_embedding_scale(seed: int) -> Outcome:
     gen = _generator(seed, 10)
     tokens = torch.randint(EMBEDDING_VOCAB, (EMBEDDING_TOKENS,), generator=gen)
     pe = sinusoidal_encoding(PE_POSITIONS, D_MODEL)
@@ -258,13 +270,20 @@ def _claim_embedding_scale(seed: int) -> ClaimResult:
         var_scaled, _ = scaled_embedding_ratio(embedding, tokens, pe)
         scaled[name] = var_scaled / var_pe
         unscaled[name] = var_scaled / D_MODEL / var_pe
-    comparable = sum(1 / DOMINATES_RATIO < r < DOMINATES_RATIO for r in scaled.values())
-    return _result(
-        "embedding_scale",
+    ratio = f"var(√d · e) / var(PE), d = {D_MODEL}, pos < {PE_POSITIONS}"
+    comparable = f"1/{DOMINATES_RATIO:g} and {DOMINATES_RATIO:g} (comparable)"
+    return Outcome(
         measured=_num(scaled["N(0,1)"], 4),
-        expected=f"var(√d · e) / var(PE), d = {D_MODEL}, pos < {PE_POSITIONS}, PyTorch's default N(0,1) init: "
-        f"between 1/{DOMINATES_RATIO:g} and {DOMINATES_RATIO:g} (comparable); likewise for an N(0,1/d) init",
-        verdict={2: "holds", 1: "partly", 0: "fails"}[comparable],
+        rule=some_met(
+            between(
+                f"{ratio}, PyTorch's default N(0,1) init",
+                scaled["N(0,1)"],
+                1 / DOMINATES_RATIO,
+                DOMINATES_RATIO,
+                comparable,
+            ),
+            between("likewise, an N(0,1/d) init", scaled["N(0,1/d)"], 1 / DOMINATES_RATIO, DOMINATES_RATIO, comparable),
+        ),
         details={
             "init": list(scaled),
             "ratio": [_num(r) for r in scaled.values()],
@@ -287,17 +306,22 @@ def _claim_embedding_scale(seed: int) -> ClaimResult:
     SECTION,
     notes=("embed_qk_variance", "embed_scaled_qk_variance"),
 )
-def _claim_embed_qk_variance(seed: int) -> ClaimResult:
+def _claim_embed_qk_variance(seed: int) -> Outcome:
     d = D_MODEL
     var_qk = sampled_dot_variance(d, d, QK_PAIRS, _generator(seed, 106))
     var_scaled = var_qk / d  # var(q·k / √d)
-    right = _about(var_qk, d**2) + _about(var_scaled, d)
-    return _result(
-        "embed_qk_variance",
+    return Outcome(
         measured=_num(var_qk, 4),
-        expected=f"var(q·k), components N(0, {d}), d_k = {d}, {QK_PAIRS:,} pairs: about d² = {d**2:,} by the note "
-        f"(within {VARIANCE_REL_TOL:.0%}); d_k·σ⁴ = d³ = {d**3:,} by theory; scaled by 1/√d: about {d} by the note",
-        verdict={2: "holds", 1: "partly", 0: "fails"}[right],
+        rule=some_met(
+            about(
+                f"var(q·k), components N(0, {d}), d_k = {d}, {QK_PAIRS:,} pairs (the note)",
+                var_qk,
+                d**2,
+                f"d² = {d**2:,}",
+            ),
+            about("var(q·k / √d) (the note)", var_scaled, d),
+        ),
+        note=f"d_k·σ⁴ = d³ = {d**3:,} by theory",
         details={
             "numbers": _numbers(
                 theory=(d**3, "1", "d_k · var(q_i) · var(k_i) = d_model³"),

@@ -8,7 +8,8 @@ from torch import nn
 import models
 from models import LayerConfig
 
-from .record import PAPER, ClaimResult, _generator, _num, _numbers, _result, claim, counted_flops
+from .record import PAPER, _generator, _num, _numbers, claim, counted_flops
+from .verdict import Outcome, above, all_met, at_least, at_most, equals, within
 
 SECTION = f"{PAPER}, §3.3 (Position-wise Feed-Forward Networks)"
 
@@ -87,18 +88,19 @@ def collapse_affine(layers: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor
     SECTION,
     notes=("ffn_params",),
 )
-def _claim_ffn_params(seed: int) -> ClaimResult:
+def _claim_ffn_params(seed: int) -> Outcome:
     d, d_ff = FFN_D, FFN_D_FF
     net = _seeded_ffn(seed, d, d_ff)
     params = parameter_count(net)
     x = torch.randn(1, FLOP_POSITIONS, d, generator=_generator(seed, 111))
     flops_per_position = counted_flops(lambda: net(x)) / FLOP_POSITIONS
-    return _result(
-        "ffn_params",
+    linears = f"parameters of Linear({d}, {d_ff}) + Linear({d_ff}, {d})"
+    return Outcome(
         measured=params,
-        expected=f"parameters of Linear({d}, {d_ff}) + Linear({d_ff}, {d}): ≈ {FFN_PARAMS_NOTE / 1e6:g} M "
-        f"(within {PARAMS_REL_TOL:.0%}); 2·d·d_ff = {2 * d * d_ff:,} weights + {d_ff + d:,} biases",
-        verdict="holds" if abs(params - FFN_PARAMS_NOTE) <= PARAMS_REL_TOL * FFN_PARAMS_NOTE else "fails",
+        rule=all_met(
+            within(linears, params, FFN_PARAMS_NOTE, rel_tol=PARAMS_REL_TOL, bound_text=f"{FFN_PARAMS_NOTE / 1e6:g} M")
+        ),
+        note=f"2·d·d_ff = {2 * d * d_ff:,} weights + {d_ff + d:,} biases",
         details={
             "numbers": _numbers(
                 weights=(2 * d * d_ff, "parameters", "weights 2 · d_model · d_ff"),
@@ -116,18 +118,18 @@ def _claim_ffn_params(seed: int) -> ClaimResult:
     SECTION,
     notes=("ffn_vs_mha_params",),
 )
-def _claim_ffn_vs_mha_params(seed: int) -> ClaimResult:
+def _claim_ffn_vs_mha_params(seed: int) -> Outcome:
     d, d_ff, h = FFN_D, FFN_D_FF, FFN_HEADS
     ffn_params = parameter_count(_seeded_ffn(seed, d, d_ff))
     attention = models.build(models.ROLES.attention, LayerConfig(d=d, heads=h), seed=seed)
     mha_params = parameter_count(attention)
     ratio = ffn_params / mha_params
-    return _result(
-        "ffn_vs_mha_params",
+    return Outcome(
         measured=_num(ratio, 4),
-        expected=f"FFN / multi-head attention parameters, d = {d}, d_ff = {d_ff}, h = {h}: ≥ {COMPARABLE_MIN:g} "
-        f"(comparable or more); (2·d·d_ff + d_ff + d) / (4·d² + 4·d) ≈ 2",
-        verdict="holds" if ratio >= COMPARABLE_MIN else "fails",
+        rule=all_met(
+            at_least(f"FFN / multi-head attention parameters, d = {d}, d_ff = {d_ff}, h = {h}", ratio, COMPARABLE_MIN)
+        ),
+        note="comparable or more; (2·d·d_ff + d_ff + d) / (4·d² + 4·d) ≈ 2",
         details={
             "numbers": _numbers(
                 ffn=(ffn_params, "parameters", "FFN"),
@@ -143,19 +145,17 @@ def _claim_ffn_vs_mha_params(seed: int) -> ClaimResult:
     SECTION,
     notes=("ffn_conv1x1",),
 )
-def _claim_ffn_conv1x1(seed: int) -> ClaimResult:
+def _claim_ffn_conv1x1(seed: int) -> Outcome:
     b, n, d, d_ff = SMALL["batch"], SMALL["n"], SMALL["d"], SMALL["d_ff"]
     net = _seeded_ffn(seed, d, d_ff)
     x = torch.randn(b, n, d, generator=_generator(seed, 112))
     conv = conv1x1_ffn(net)
     with torch.inference_mode():
         error = float((conv(x.transpose(1, 2)).transpose(1, 2) - net(x)).abs().max())
-    return _result(
-        "ffn_conv1x1",
+    convs = f"max |Conv1d(k=1) → ReLU → Conv1d(k=1) − FFN| with the same weights, b = {b}, n = {n}, d = {d}"
+    return Outcome(
         measured=_num(error, 3),
-        expected=f"max |Conv1d(k=1) → ReLU → Conv1d(k=1) − FFN| with the same weights, b = {b}, n = {n}, d = {d}, "
-        f"d_ff = {d_ff}, float32: ≤ {SAME_ATOL:g}",
-        verdict="holds" if error <= SAME_ATOL else "fails",
+        rule=all_met(at_most(f"{convs}, d_ff = {d_ff}, float32", error, SAME_ATOL)),
         details={"numbers": _numbers(conv_params=(parameter_count(conv), "parameters", "the two convolutions"))},
     )
 
@@ -167,7 +167,7 @@ def _claim_ffn_conv1x1(seed: int) -> ClaimResult:
     SECTION,
     notes=("ffn_position_wise",),
 )
-def _claim_ffn_position_wise(seed: int) -> ClaimResult:
+def _claim_ffn_position_wise(seed: int) -> Outcome:
     n, d, d_ff = SMALL["n"], SMALL["d"], SMALL["d_ff"]
     net = _seeded_ffn(seed, d, d_ff)
     gen = _generator(seed, 113)
@@ -176,13 +176,13 @@ def _claim_ffn_position_wise(seed: int) -> ClaimResult:
     perm = torch.randperm(n, generator=gen)
     with torch.inference_mode():
         perm_error = float((net(x[perm]) - net(x)[perm]).abs().max())
-    holds = cross == 0.0 and own > 0.0 and perm_error <= SAME_ATOL
-    return _result(
-        "ffn_position_wise",
+    return Outcome(
         measured=cross,
-        expected=f"max |∂FFN(X)_i / ∂X_j| over i ≠ j, n = {n}, d = {d}: exactly 0 (the Jacobian is block-diagonal); "
-        f"FFN(PX) = P·FFN(X) within {SAME_ATOL:g}",
-        verdict="holds" if holds else "fails",
+        rule=all_met(
+            equals(f"max |∂FFN(X)_i / ∂X_j| over i ≠ j, n = {n}, d = {d} (block-diagonal Jacobian)", cross, 0.0),
+            above("max |∂FFN(X)_i / ∂X_i| (the blocks)", own, 0.0),
+            at_most("max |FFN(PX) − P·FFN(X)|", perm_error, SAME_ATOL),
+        ),
         details={
             "numbers": _numbers(
                 own=(own, "1", "max |∂FFN(X)_i / ∂X_i| (the diagonal blocks)"),
@@ -199,7 +199,7 @@ def _claim_ffn_position_wise(seed: int) -> ClaimResult:
     SECTION,
     notes=("ffn_nonlinear", "linear_stack_collapses"),
 )
-def _claim_ffn_nonlinear(seed: int) -> ClaimResult:
+def _claim_ffn_nonlinear(seed: int) -> Outcome:
     n, d, d_ff = SMALL["n"], SMALL["d"], SMALL["d_ff"]
     gen = _generator(seed, 114)
     x1, x2 = (torch.randn(n, d, generator=gen, dtype=torch.float64) for _ in range(2))
@@ -212,14 +212,16 @@ def _claim_ffn_nonlinear(seed: int) -> ClaimResult:
     with torch.inference_mode():
         deep = nn.Sequential(*stack)(x1)
         stack_error = float((deep - (x1 @ w + c)).abs().max() / deep.abs().max())
-    holds = with_relu >= NONLINEAR_MIN and without_relu <= LINEAR_MAX and stack_error <= LINEAR_MAX
-    return _result(
-        "ffn_nonlinear",
+    defect = f"‖FFN(x1+x2) − FFN(x1) − FFN(x2) + FFN(0)‖ / ‖FFN(x1+x2)‖, d = {d}, d_ff = {d_ff}"
+    return Outcome(
         measured=_num(with_relu, 4),
-        expected=f"‖FFN(x1+x2) − FFN(x1) − FFN(x2) + FFN(0)‖ / ‖FFN(x1+x2)‖, d = {d}, d_ff = {d_ff}: ≥ "
-        f"{NONLINEAR_MIN:g} (nonlinear); without the ReLU, and a {STACK_DEPTH}-layer affine stack against its "
-        f"collapsed x·W + c: ≤ {LINEAR_MAX:g} (float64)",
-        verdict="holds" if holds else "fails",
+        rule=all_met(
+            at_least(f"{defect} (nonlinear)", with_relu, NONLINEAR_MIN),
+            at_most("the same without the ReLU, float64", without_relu, LINEAR_MAX),
+            at_most(
+                f"a {STACK_DEPTH}-layer affine stack against its collapsed x·W + c, relative", stack_error, LINEAR_MAX
+            ),
+        ),
         details={
             "numbers": _numbers(
                 without_relu=(without_relu, "1", "additivity defect without the ReLU"),

@@ -14,7 +14,8 @@ import models
 from models import LayerConfig
 from models.encoding import sinusoidal_encoding
 
-from .record import D2L_SELF_ATTENTION, PAPER, ClaimResult, _generator, _num, _numbers, _result, claim
+from .record import D2L_SELF_ATTENTION, PAPER, _generator, _num, _numbers, claim
+from .verdict import Outcome, Rule, all_met, at_least, at_most, equals, is_true
 
 # ------------------------------------------------------------------------ 5. permutation equivariance
 EQUIVARIANCE_SIZE = {"batch": 2, "n": 64, "d": 64, "heads": 4}
@@ -30,6 +31,46 @@ def permutation_error(layer: nn.Module, x: torch.Tensor, perm: torch.Tensor, pe:
         return float((layer(x[:, perm] + pe) - layer(x + pe)[:, perm]).abs().max())
 
 
+def permuted_input(gen: torch.Generator, size: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x (batch, n, d) ~ N(0, 1), a random permutation of the n positions), drawn from `gen`."""
+    x = torch.randn(size["batch"], size["n"], size["d"], generator=gen)
+    return x, torch.randperm(size["n"], generator=gen)
+
+
+def _equivariance_outcome(
+    seed: int, x: torch.Tensor, perm: torch.Tensor, constant: torch.Tensor | None, keys: tuple[str, str], note: str
+) -> Outcome:
+    """The two equivariance claims: both attention layers (EQUIVARIANCE_SIZE) are permutation-equivariant with
+    `constant` added at every position (None: nothing), their largest error at rounding, and not with
+    sinusoidal encodings added, their smallest error at least BROKEN_MIN. The errors go to `details` under
+    `keys` (without, with the sinusoids; the second is also a cited number)."""
+    s = EQUIVARIANCE_SIZE
+    sinusoid = sinusoidal_encoding(s["n"], s["d"])
+    errors, errors_pe = {}, {}
+    for name in (models.ROLES.attention, models.ROLES.attention_explicit):
+        layer = models.build(name, LayerConfig(d=s["d"], heads=s["heads"]), seed=seed)
+        errors[name] = _num(permutation_error(layer, x, perm, constant))
+        errors_pe[name] = _num(permutation_error(layer, x, perm, sinusoid))
+    added = "" if constant is None else " + c"
+    broken = "smallest max |f(Px) − P f(x)| with sinusoidal encodings"
+    return Outcome(
+        measured=max(errors.values()),
+        rule=all_met(
+            at_most(
+                f"max |f(Px{added}) − P f(x{added})| ({', '.join(errors)})", max(errors.values()), EQUIVARIANT_ATOL
+            ),
+            at_least(broken, min(errors_pe.values()), BROKEN_MIN),
+        ),
+        note=note,
+        details={
+            **s,
+            keys[0]: errors,
+            keys[1]: errors_pe,
+            "numbers": _numbers(**{keys[1]: (min(errors_pe.values()), "1", broken)}),
+        },
+    )
+
+
 @claim(
     "permutation_equivariance",
     "Self-attention without positional information is permutation-equivariant: permuting the input "
@@ -37,33 +78,9 @@ def permutation_error(layer: nn.Module, x: torch.Tensor, perm: torch.Tensor, pe:
     f"{PAPER}, §3.5; {D2L_SELF_ATTENTION}",
     notes=("permutation_equivariance",),
 )
-def _claim_permutation_equivariance(seed: int) -> ClaimResult:
-    s = EQUIVARIANCE_SIZE
-    gen = _generator(seed, 5)
-    x = torch.randn(s["batch"], s["n"], s["d"], generator=gen)
-    perm = torch.randperm(s["n"], generator=gen)
-    pe = sinusoidal_encoding(s["n"], s["d"])
-    errors, errors_pe = {}, {}
-    names = (models.ROLES.attention, models.ROLES.attention_explicit)
-    for name in names:
-        layer = models.build(name, LayerConfig(d=s["d"], heads=s["heads"]), seed=seed)
-        errors[name] = _num(permutation_error(layer, x, perm))
-        errors_pe[name] = _num(permutation_error(layer, x, perm, pe))
-    worst, least_broken = max(errors.values()), min(errors_pe.values())
-    ok = worst <= EQUIVARIANT_ATOL and least_broken >= BROKEN_MIN
-    return _result(
-        "permutation_equivariance",
-        measured=worst,
-        expected=f"max |f(Px) − P f(x)| ({', '.join(names)}): ≤ {EQUIVARIANT_ATOL} (float32 rounding); "
-        f"with encodings added ≥ {BROKEN_MIN}",
-        verdict="holds" if ok else "fails",
-        details={
-            **s,
-            "error_no_pe": errors,
-            "error_with_pe": errors_pe,
-            "numbers": _numbers(error_with_pe=(least_broken, "1", "smallest max |f(Px) − P f(x)| with encodings")),
-        },
-    )
+def _claim_permutation_equivariance(seed: int) -> Outcome:
+    x, perm = permuted_input(_generator(seed, 5), EQUIVARIANCE_SIZE)
+    return _equivariance_outcome(seed, x, perm, None, ("error_no_pe", "error_with_pe"), "float32 rounding")
 
 
 # ------------------------------------------------------------------------ 11. causal mask
@@ -89,7 +106,7 @@ def future_weight_max(weights: torch.Tensor) -> float:
     f"{PAPER}, §3.2.3",
     notes=("causal_mask",),
 )
-def _claim_causal_mask(seed: int) -> ClaimResult:
+def _claim_causal_mask(seed: int) -> Outcome:
     s = CAUSAL_SIZE
     gen = _generator(seed, 11)
     q, k, v = (torch.randn(s["batch"], s["heads"], s["n"], s["d_head"], generator=gen) for _ in range(3))
@@ -107,13 +124,16 @@ def _claim_causal_mask(seed: int) -> ClaimResult:
             out2 = F.scaled_dot_product_attention(q, k2, v2, is_causal=True)
             changes.append(float((out2[:, :, : i + 1] - out[:, :, : i + 1]).abs().max()))
     fused = max(changes)
-    ok = explicit <= FUTURE_WEIGHT_MAX and fused <= FUTURE_WEIGHT_MAX
-    return _result(
-        "causal_mask",
+    return Outcome(
         measured=explicit,
-        expected=f"largest weight on a future position after the softmax: {FUTURE_WEIGHT_MAX} exactly; "
-        f"fused SDPA(is_causal) outputs unchanged when future keys and values change",
-        verdict="holds" if ok else "fails",
+        rule=all_met(
+            at_most("largest weight on a future position after the softmax", explicit, FUTURE_WEIGHT_MAX),
+            at_most(
+                "largest change of the fused SDPA(is_causal) outputs when future keys and values change",
+                fused,
+                FUTURE_WEIGHT_MAX,
+            ),
+        ),
         details={
             **s,
             "sdpa_change_per_prefix": changes,
@@ -150,12 +170,11 @@ def causal_dependencies(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     f"{PAPER}, §3.2.3 and §3.1 (outputs shifted right)",
     notes=("causal_mask_scope",),
 )
-def _claim_causal_mask_scope(seed: int) -> ClaimResult:
+def _claim_causal_mask_scope(seed: int) -> Outcome:
     """Dependencies by the Jacobian. The mask alone: output i depends on inputs 0..i, itself included, and on
     nothing after i. With the decoder input shifted right by one (position i holds word i−1, position 0 a
-    start token), output i depends on words 0..i−1 only. Verdict: no future dependency, self-dependency at
-    every position, and strictly-earlier words after the shift: partly (the mask does half; the shift the
-    rest); a future dependency: fails; no self-dependency with the mask alone: holds."""
+    start token), output i depends on words 0..i−1 only: "partly" (the mask does half, the shift the rest);
+    "holds" would need no self-dependency with the mask alone."""
     s = SCOPE_SIZE
     gen = _generator(seed, 41)
     layer = models.build(models.ROLES.attention_explicit, LayerConfig(d=s["d"], heads=s["heads"]), seed=seed)
@@ -169,18 +188,14 @@ def _claim_causal_mask_scope(seed: int) -> ClaimResult:
     shifted_deps = causal_dependencies(layer, torch.cat([start, words[:-1]]))  # [i, p]: on position p
     on_words = shifted_deps[:, 1:]  # [i, j]: output i on word j (at position j + 1)
     shifted_ok = not bool(on_words.triu(0).any()) and bool(on_words.tril(-1)[1:].any())
-    if future:
-        verdict = "fails"
-    elif self_deps == 0:
-        verdict = "holds"
-    else:
-        verdict = "partly" if shifted_ok else "fails"
-    return _result(
-        "causal_mask_scope",
+    return Outcome(
         measured=self_deps,
-        expected=f"positions i (of {s['n']}) whose masked output depends on input i itself: 0 for 'only 1..i−1'; "
-        f"the mask alone gives {s['n']} (and 0 dependencies on j > i); after a right shift, words < i only",
-        verdict=verdict,
+        rule=Rule(
+            holds=(equals(f"positions i (of {s['n']}) whose masked output depends on input i itself", self_deps, 0),),
+            partly=(is_true("after a right shift, output i depends on words < i only", shifted_ok),),
+            needs=(equals("pairs (i, j > i) with output i depending on input j", future, 0),),
+        ),
+        note=f"the mask alone gives {s['n']} positions that see themselves",
         details={
             **s,
             "dependencies": deps.int().tolist(),
@@ -208,14 +223,12 @@ INVARIANT_ATOL = EQUIVARIANT_ATOL  # max |f(Px) − f(x)| for the output to be "
     f"{PAPER}, §3.5; {D2L_SELF_ATTENTION}",
     notes=("permutation_invariance_wording",),
 )
-def _claim_permutation_invariance(seed: int) -> ClaimResult:
+def _claim_permutation_invariance(seed: int) -> Outcome:
     """max |f(Px) − f(x)| is of order 1: the output rows move with the input, so 'invariant' fails. The true
     statement, equivariance (|f(Px) − P f(x)| at rounding, the claim permutation_equivariance), and the
     invariance of the mean over positions are reported beside it."""
     s = EQUIVARIANCE_SIZE
-    gen = _generator(seed, 42)
-    x = torch.randn(s["batch"], s["n"], s["d"], generator=gen)
-    perm = torch.randperm(s["n"], generator=gen)
+    x, perm = permuted_input(_generator(seed, 42), s)
     names = (models.ROLES.attention, models.ROLES.attention_explicit)
     invariance, equivariance, pooled = {}, {}, {}
     for name in names:
@@ -226,12 +239,10 @@ def _claim_permutation_invariance(seed: int) -> ClaimResult:
         equivariance[name] = _num(float((y_perm - y[:, perm]).abs().max()))
         pooled[name] = _num(float((y_perm.mean(1) - y.mean(1)).abs().max()))
     least = min(invariance.values())
-    return _result(
-        "permutation_invariance",
+    return Outcome(
         measured=least,
-        expected=f"smallest max |f(Px) − f(x)| over {', '.join(names)}: ≤ {INVARIANT_ATOL} if invariant "
-        f"(≥ {BROKEN_MIN}: it is not)",
-        verdict="holds" if least <= INVARIANT_ATOL else "fails",
+        rule=all_met(at_most(f"smallest max |f(Px) − f(x)| over {', '.join(names)}", least, INVARIANT_ATOL)),
+        note="the outputs move with the inputs: equivariant, see permutation_equivariance",
         details={
             **s,
             "invariance_error": invariance,
@@ -256,34 +267,13 @@ CONSTANT_PE_SCALE = 1.0  # the constant vector c ~ N(0, I), the size of a token 
     f"{PAPER}, §3.5",
     notes=("constant_pe_ineffective",),
 )
-def _claim_constant_pe_ineffective(seed: int) -> ClaimResult:
+def _claim_constant_pe_ineffective(seed: int) -> Outcome:
     s = EQUIVARIANCE_SIZE
     gen = _generator(seed, 43)
-    x = torch.randn(s["batch"], s["n"], s["d"], generator=gen)
-    perm = torch.randperm(s["n"], generator=gen)
+    x, perm = permuted_input(gen, s)
     constant = (torch.randn(1, s["d"], generator=gen) * CONSTANT_PE_SCALE).expand(s["n"], s["d"])
-    sinusoid = sinusoidal_encoding(s["n"], s["d"])
-    names = (models.ROLES.attention, models.ROLES.attention_explicit)
-    errors, errors_pe = {}, {}
-    for name in names:
-        layer = models.build(name, LayerConfig(d=s["d"], heads=s["heads"]), seed=seed)
-        errors[name] = _num(permutation_error(layer, x, perm, constant))
-        errors_pe[name] = _num(permutation_error(layer, x, perm, sinusoid))
-    worst, least_broken = max(errors.values()), min(errors_pe.values())
-    ok = worst <= EQUIVARIANT_ATOL and least_broken >= BROKEN_MIN
-    return _result(
-        "constant_pe_ineffective",
-        measured=worst,
-        expected=f"max |f(Px + c) − P f(x + c)| for one vector c at every position ({', '.join(names)}): "
-        f"≤ {EQUIVARIANT_ATOL}; with sinusoidal encodings ≥ {BROKEN_MIN}",
-        verdict="holds" if ok else "fails",
-        details={
-            **s,
-            "error_constant": errors,
-            "error_sinusoidal": errors_pe,
-            "numbers": _numbers(error_sinusoidal=(least_broken, "1", "smallest max |f(Px) − P f(x)| with sinusoids")),
-        },
-    )
+    keys = ("error_constant", "error_sinusoidal")
+    return _equivariance_outcome(seed, x, perm, constant, keys, "c: one vector at every position")
 
 
 # ------------------------------------------------------------------------ recurrence and convolution see order
@@ -297,23 +287,20 @@ ORDER_SIZE = {"batch": 2, "n": 64, "d": 32, "heads": 4, "k": 3}
     f"{PAPER}, §4; {D2L_SELF_ATTENTION}",
     notes=("rnn_cnn_order_sensitive",),
 )
-def _claim_rnn_cnn_order_sensitive(seed: int) -> ClaimResult:
+def _claim_rnn_cnn_order_sensitive(seed: int) -> Outcome:
     s = ORDER_SIZE
-    gen = _generator(seed, 44)
-    x = torch.randn(s["batch"], s["n"], s["d"], generator=gen)
-    perm = torch.randperm(s["n"], generator=gen)
+    x, perm = permuted_input(_generator(seed, 44), s)
     cfg = LayerConfig(d=s["d"], heads=s["heads"], k=s["k"])
     ordered = (*models.recurrent(), models.ROLES.convolution)
     errors = {name: _num(permutation_error(models.build(name, cfg, seed=seed), x, perm)) for name in ordered}
     attention = _num(permutation_error(models.build(models.ROLES.attention, cfg, seed=seed), x, perm))
     least = min(errors.values())
-    ok = least >= BROKEN_MIN and attention <= EQUIVARIANT_ATOL
-    return _result(
-        "rnn_cnn_order_sensitive",
+    return Outcome(
         measured=least,
-        expected=f"smallest max |f(Px) − P f(x)| over {', '.join(ordered)}: ≥ {BROKEN_MIN} (order-sensitive); "
-        f"{models.ROLES.attention}: ≤ {EQUIVARIANT_ATOL}",
-        verdict="holds" if ok else "fails",
+        rule=all_met(
+            at_least(f"smallest max |f(Px) − P f(x)| over {', '.join(ordered)}", least, BROKEN_MIN),
+            at_most(f"that of {models.ROLES.attention}", attention, EQUIVARIANT_ATOL),
+        ),
         details={
             **s,
             "error": errors,

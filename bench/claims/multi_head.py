@@ -8,18 +8,8 @@ import torch
 import models
 from models import LayerConfig
 
-from .record import (
-    PAPER,
-    TIME_THREADS,
-    ClaimResult,
-    _generator,
-    _num,
-    _numbers,
-    _result,
-    claim,
-    counted_flops,
-    interleaved_times_s,
-)
+from .record import PAPER, TIME_THREADS, _generator, _num, _numbers, claim, counted_flops, interleaved_times_s
+from .verdict import Outcome, all_met, at_most, equals
 
 # ------------------------------------------------------------------------ 3. multi-head cost
 MULTIHEAD_HEADS = (1, 2, 4, 8, 16)
@@ -42,11 +32,11 @@ def _param_count(layer: torch.nn.Module) -> int:
     f"{PAPER}, §3.2.2",
     notes=("multihead_cost",),
 )
-def _claim_multihead_cost(seed: int) -> ClaimResult:
-    """Verdict on exact counts: the parameters and the counted FLOPs (matrix products) of both attention
-    layers are equal for every h at every (n, d) of MULTIHEAD_COUNT_SIZES: holds; else fails. The work the
-    count leaves out, the h·n² elements of the scores' softmax, grows with h and is reported; so are the
-    median times at the timed size (interleaved, as TIME_POLICY), which the verdict does not use."""
+def _claim_multihead_cost(seed: int) -> Outcome:
+    """The verdict rests on exact counts: the parameters and the counted FLOPs (matrix products) of both
+    attention layers at every (n, d) of MULTIHEAD_COUNT_SIZES. The work the count leaves out, the h·n²
+    elements of the scores' softmax, grows with h and is reported; so are the median times at the timed size
+    (interleaved, as TIME_POLICY), which the verdict does not use."""
     explicit, fused = models.ROLES.attention_explicit, models.ROLES.attention
     gen = _generator(seed, 3)
     b = MULTIHEAD_SIZE["batch"]
@@ -66,7 +56,11 @@ def _claim_multihead_cost(seed: int) -> ClaimResult:
         max(r["flops"] + r[f"flops_{fused}"]) / min(r["flops"] + r[f"flops_{fused}"]) for r in counts.values()
     )
     param_ratio = max(max(r["params"]) / min(r["params"]) for r in counts.values())
-    verdict = "holds" if flop_ratio <= MULTIHEAD_COUNT_RATIO and param_ratio <= MULTIHEAD_COUNT_RATIO else "fails"
+    over = f"over h in {list(MULTIHEAD_HEADS)}, both layers, (n, d) in {[list(s) for s in MULTIHEAD_COUNT_SIZES]}"
+    same = all_met(
+        at_most(f"largest / smallest counted FLOPs {over}", flop_ratio, MULTIHEAD_COUNT_RATIO),
+        at_most("largest / smallest parameter count, likewise", param_ratio, MULTIHEAD_COUNT_RATIO),
+    )
 
     # Times at the figure's size: supporting numbers only (see TIME_SIMILAR_RATIO).
     n, d = MULTIHEAD_SIZE["n"], MULTIHEAD_SIZE["d"]
@@ -83,13 +77,11 @@ def _claim_multihead_cost(seed: int) -> ClaimResult:
     ratio_fused = max(times_fused) / min(times_fused)
     timed = counts.get((n, d)) or next(iter(counts.values()))
     softmax_elements = [b * h * n * n for h in MULTIHEAD_HEADS]
-    return _result(
-        "multihead_cost",
+    return Outcome(
         measured=_num(max(flop_ratio, param_ratio), 6),
-        expected=f"largest / smallest counted FLOPs and parameters over h in {list(MULTIHEAD_HEADS)}, both layers, "
-        f"(n, d) in {[list(s) for s in MULTIHEAD_COUNT_SIZES]}: {MULTIHEAD_COUNT_RATIO} exactly "
-        f"(times and the h·n² softmax work reported, not judged)",
-        verdict=verdict,
+        measured_is="the larger of the two ratios below",
+        rule=same,
+        note="times and the h·n² softmax work reported, not judged",
         details={
             "heads": list(MULTIHEAD_HEADS),
             **MULTIHEAD_SIZE,
@@ -121,6 +113,13 @@ def _claim_multihead_cost(seed: int) -> ClaimResult:
 # ------------------------------------------------------------------------ head and concatenation widths
 BASE_D, BASE_HEADS = 512, 8  # the paper's base model: d_model = 512, h = 8
 BASE_SHAPE = (2, 10)  # (batch, sequence length) of the probe
+DIMS_LABELS = {  # what multihead_dims reads off the layer
+    "per_head": "one head's Q, K, V (batch, n, d_k = d_v)",
+    "heads": "heads",
+    "concat": "concatenated heads (W_O's input)",
+    "w_o": "W_O",
+    "out": "output",
+}
 
 
 @claim(
@@ -130,7 +129,7 @@ BASE_SHAPE = (2, 10)  # (batch, sequence length) of the probe
     f"{PAPER}, §3.2.2",
     notes=("head_dim", "multihead_concat_dim"),
 )
-def _claim_multihead_dims(seed: int) -> ClaimResult:
+def _claim_multihead_dims(seed: int) -> Outcome:
     """Shapes read off the real layer: its per-head split of the Q projection, the input of its output
     projection (the concatenated heads, captured by a forward hook), W_O's shape and the output's."""
     b, n = BASE_SHAPE
@@ -156,18 +155,15 @@ def _claim_multihead_dims(seed: int) -> ClaimResult:
         "out": (b, n, BASE_D),
     }
     got = {"per_head": per_head, "heads": heads[1], "concat": seen["concat"], "w_o": w_o, "out": out}
-    wrong = [k for k in expect if got[k] != expect[k]]
-    return _result(
-        "multihead_dims",
+    checks = {k: equals(DIMS_LABELS[k], got[k], expect[k]) for k in expect}
+    return Outcome(
         measured=per_head[-1],
-        expected=f"d_k = d_v = {BASE_D}/{BASE_HEADS} = {BASE_D // BASE_HEADS}; concatenated heads "
-        f"{BASE_HEADS * (BASE_D // BASE_HEADS)} wide; W_O {BASE_D}×{BASE_D}; output (b, n, {BASE_D})",
-        verdict="fails" if wrong else "holds",
+        rule=all_met(*checks.values()),
         details={
             "d": BASE_D,
             "heads": BASE_HEADS,
             "shapes": {k: list(v) if isinstance(v, tuple) else v for k, v in got.items()},
-            "wrong": wrong,
+            "wrong": [k for k, check in checks.items() if not check.met],
             "numbers": _numbers(
                 concat_width=(seen["concat"][-1], "1", "width of the concatenated heads (W_O's input)"),
                 w_o_rows=(w_o[0], "1", "W_O rows (d_model)"),
@@ -187,7 +183,7 @@ PARAMS_HEADS = (1, 2, 4, 8, 16)
     f"{PAPER}, §3.2.2",
     notes=("multihead_params",),
 )
-def _claim_multihead_params(seed: int) -> ClaimResult:
+def _claim_multihead_params(seed: int) -> Outcome:
     """Not merely similar: W_Q, W_K, W_V, W_O are d×d whatever h is, so the count is 4·d² + 4·d for every h."""
     counts = {
         name: [_param_count(models.build(name, LayerConfig(d=BASE_D, heads=h), seed=seed)) for h in PARAMS_HEADS]
@@ -196,12 +192,12 @@ def _claim_multihead_params(seed: int) -> ClaimResult:
     every = [c for row in counts.values() for c in row]
     formula = 4 * BASE_D**2 + 4 * BASE_D
     spread = max(every) - min(every)
-    return _result(
-        "multihead_params",
+    return Outcome(
         measured=spread,
-        expected=f"largest − smallest parameter count over h in {list(PARAMS_HEADS)} at d = {BASE_D}: 0, "
-        f"each 4·d² + 4·d = {formula:,}",
-        verdict="holds" if spread == 0 and every[0] == formula else "fails",
+        rule=all_met(
+            equals(f"largest − smallest parameter count over h in {list(PARAMS_HEADS)} at d = {BASE_D}", spread, 0),
+            equals(f"the count at h = {PARAMS_HEADS[0]}, 4·d² + 4·d", every[0], formula),
+        ),
         details={
             "d": BASE_D,
             "heads": list(PARAMS_HEADS),
@@ -223,7 +219,7 @@ FUSED_SPLIT_ATOL = 1e-5  # float32: one 512-wide matmul against eight 64-wide on
     f"{PAPER}, §3.2.2",
     notes=("multihead_fused_projection",),
 )
-def _claim_multihead_fused_projection(seed: int) -> ClaimResult:
+def _claim_multihead_fused_projection(seed: int) -> Outcome:
     """The layer's own projections and split (one d×d Linear, then view into heads) against head i computed
     alone from rows 64i..64(i+1) of the same weight and bias; all three of Q, K, V."""
     b, n = BASE_SHAPE
@@ -243,11 +239,10 @@ def _claim_multihead_fused_projection(seed: int) -> ClaimResult:
             )
             errors[name] = _num(float((split - separate).abs().max()))
     worst = max(errors.values())
-    return _result(
-        "multihead_fused_projection",
+    split = f"one {BASE_D}×{BASE_D} projection split into {BASE_HEADS} heads − {BASE_HEADS} separate {BASE_D}×{d_head}"
+    return Outcome(
         measured=worst,
-        expected=f"max |one {BASE_D}×{BASE_D} projection split into {BASE_HEADS} heads − {BASE_HEADS} separate "
-        f"{BASE_D}×{d_head} projections| over Q, K, V: ≤ {FUSED_SPLIT_ATOL} (float32 rounding)",
-        verdict="holds" if worst <= FUSED_SPLIT_ATOL else "fails",
+        rule=all_met(at_most(f"max |{split} projections| over Q, K, V", worst, FUSED_SPLIT_ATOL)),
+        note="float32 rounding",
         details={"d": BASE_D, "heads": BASE_HEADS, "batch": b, "n": n, "error": errors, "numbers": {}},
     )

@@ -13,17 +13,8 @@ from torch import nn
 
 from models.encoding import PE_BASE, pe_frequencies, sinusoidal_encoding
 
-from .record import (
-    D2L_SELF_ATTENTION,
-    D_MODEL,
-    PAPER,
-    ClaimResult,
-    _generator,
-    _num,
-    _numbers,
-    _result,
-    claim,
-)
+from .record import D2L_SELF_ATTENTION, D_MODEL, PAPER, _generator, _num, _numbers, claim
+from .verdict import Check, Outcome, Rule, above, all_met, at_least, at_most, below, equals, is_true, some_met, within
 
 # ------------------------------------------------------------------------ 6. relative positions are rotations
 ROTATION_POSITIONS = 2048
@@ -63,20 +54,19 @@ def rotation_error(pe: torch.Tensor, k: int, base: float = PE_BASE) -> float:
     f"{PAPER}, §3.5; {D2L_SELF_ATTENTION} (relative positional information)",
     notes=("pe_rotation",),
 )
-def _claim_pe_rotation(seed: int) -> ClaimResult:
+def _claim_pe_rotation(seed: int) -> Outcome:
     errors = {}
     for dtype in (torch.float32, torch.float64):
         table = sinusoidal_encoding(ROTATION_POSITIONS, D_MODEL, dtype)
         errors[str(dtype).removeprefix("torch.")] = [_num(rotation_error(table, k)) for k in ROTATION_OFFSETS]
     worst32, worst64 = max(errors["float32"]), max(errors["float64"])
-    ok = worst32 <= ROTATION_ATOL_FLOAT32 and worst64 <= ROTATION_ATOL_FLOAT64
-    return _result(
-        "pe_rotation",
+    rotated = f"max |PE(pos+k) − M_k PE(pos)| over pos < {ROTATION_POSITIONS}, k in {list(ROTATION_OFFSETS)}"
+    return Outcome(
         measured=worst32,
-        expected=f"max |PE(pos+k) − M_k PE(pos)| over pos < {ROTATION_POSITIONS}, k in {list(ROTATION_OFFSETS)}, "
-        f"d = {D_MODEL}, float32 table: ≤ {ROTATION_ATOL_FLOAT32} "
-        f"(float64 table: ≤ {ROTATION_ATOL_FLOAT64})",
-        verdict="holds" if ok else "fails",
+        rule=all_met(
+            at_most(f"{rotated}, d = {D_MODEL}, float32 table", worst32, ROTATION_ATOL_FLOAT32),
+            at_most("float64 table", worst64, ROTATION_ATOL_FLOAT64),
+        ),
         details={
             "k": list(ROTATION_OFFSETS),
             "positions": ROTATION_POSITIONS,
@@ -120,6 +110,17 @@ def min_pairwise_distance(points: torch.Tensor, chunk: int = _DISTANCE_CHUNK) ->
     return float((points[i].double() - points[j].double()).norm()), i, j
 
 
+def distinct_check(label: str, distance: float, rounding: float) -> Check:
+    """Encodings are told apart when their smallest distance is at least DISTINCT_MARGIN × the largest float32
+    rounding error among them (`rounding`)."""
+    return at_least(
+        label,
+        distance,
+        DISTINCT_MARGIN * rounding,
+        f"{DISTINCT_MARGIN:g} × the largest float32 rounding error among them",
+    )
+
+
 def float32_encoding_error(positions: torch.Tensor, d: int) -> torch.Tensor:
     """‖PE_float32(pos) − PE_exact(pos)‖ per position; exact = float64 of the true integer position."""
     exact = sinusoidal_encoding(positions.double(), d, torch.float64)
@@ -132,7 +133,7 @@ def float32_encoding_error(positions: torch.Tensor, d: int) -> torch.Tensor:
     f"{PAPER}, §3.5; {D2L_SELF_ATTENTION} (absolute positional information)",
     notes=("pe_distinct",),
 )
-def _claim_pe_distinct(seed: int) -> ClaimResult:
+def _claim_pe_distinct(seed: int) -> Outcome:
     table64 = sinusoidal_encoding(DISTINCT_POSITIONS, D_MODEL, torch.float64)
     dmin, i, j = min_pairwise_distance(table64)
     rounding = float(float32_encoding_error(torch.arange(DISTINCT_POSITIONS, dtype=torch.float64), D_MODEL).max())
@@ -146,13 +147,10 @@ def _claim_pe_distinct(seed: int) -> ClaimResult:
     p = torch.tensor([identical_from - 1, identical_from, identical_from + 1], dtype=torch.float64)
     pe = sinusoidal_encoding(p, D_MODEL, torch.float32)
     identical_confirmed = bool(torch.equal(pe[1], pe[2]) and not torch.equal(pe[0], pe[1]))
-    ok = dmin >= DISTINCT_MARGIN * rounding
-    return _result(
-        "pe_distinct",
+    closest = f"smallest distance between two of the first {DISTINCT_POSITIONS:,} encodings (d = {D_MODEL})"
+    return Outcome(
         measured=_num(dmin, 4),
-        expected=f"smallest distance between two of the first {DISTINCT_POSITIONS:,} encodings (d = {D_MODEL}): "
-        f"≥ {DISTINCT_MARGIN:g} × the largest float32 rounding error among them",
-        verdict="holds" if ok else "fails",
+        rule=all_met(distinct_check(closest, dmin, rounding)),
         details={
             "positions": DISTINCT_POSITIONS,
             "d": D_MODEL,
@@ -215,22 +213,19 @@ def geometric_fit(wavelengths: torch.Tensor) -> tuple[float, float, float]:
     f"{PAPER}, §3.5",
     notes=("pe_wavelengths",),
 )
-def _claim_pe_wavelengths(seed: int) -> ClaimResult:
+def _claim_pe_wavelengths(seed: int) -> Outcome:
     lam = wavelengths_from_phase(sinusoidal_encoding(WAVELENGTH_POSITIONS, D_MODEL, torch.float32))
     lam0, ratio, residual = geometric_fit(lam)
     end = lam0 * ratio ** (D_MODEL // 2)  # the progression continued to i = d/2, where 10000^(2i/d) = 10000
     span = end / lam0
-    ok = (
-        abs(lam0 / (2 * math.pi) - 1) <= WAVELENGTH_REL_TOL
-        and abs(end / (PE_BASE * 2 * math.pi) - 1) <= WAVELENGTH_REL_TOL
-        and residual <= GEOMETRIC_TOL
-    )
-    return _result(
-        "pe_wavelengths",
+    return Outcome(
         measured=_num(span, 5),
-        expected=f"fitted λ(d/2) / λ(0) = {PE_BASE:g} (each within {WAVELENGTH_REL_TOL:.0%} of 2π and 10000·2π), "
-        f"log λ linear in i (residual ≤ {GEOMETRIC_TOL})",
-        verdict="holds" if ok else "fails",
+        measured_is=f"fitted λ(d/2) / λ(0), {PE_BASE:g} if the ends below are",
+        rule=all_met(
+            within("fitted λ(0) / 2π", lam0 / (2 * math.pi), 1, rel_tol=WAVELENGTH_REL_TOL),
+            within("fitted λ(d/2) / (10000·2π)", end / (PE_BASE * 2 * math.pi), 1, rel_tol=WAVELENGTH_REL_TOL),
+            at_most("largest |log λ_i − fitted line in i|", residual, GEOMETRIC_TOL),
+        ),
         details={
             "i": list(range(len(lam))),
             "wavelength": [_num(v) for v in lam],
@@ -269,16 +264,14 @@ def encoding_variances(pe: torch.Tensor) -> tuple[torch.Tensor, float, float]:
     f"study notes (not in the paper); cf. {PAPER}, §3.4 and §3.5",
     notes=("pe_variance_one_third",),
 )
-def _claim_pe_variance(seed: int) -> ClaimResult:
+def _claim_pe_variance(seed: int) -> Outcome:
     pe = sinusoidal_encoding(PE_VARIANCE_POSITIONS, D_MODEL, torch.float64)
     per_dim, overall, second_moment = encoding_variances(pe)
     near = float(((per_dim - 1 / 3).abs() <= ONE_THIRD_REL_TOL / 3).double().mean())
-    return _result(
-        "pe_variance_one_third",
+    entries = f"variance of all entries, pos < {PE_VARIANCE_POSITIONS:,}, d = {D_MODEL}"
+    return Outcome(
         measured=_num(overall, 4),
-        expected=f"variance of all entries, pos < {PE_VARIANCE_POSITIONS:,}, d = {D_MODEL}: within "
-        f"{ONE_THIRD_REL_TOL:.0%} of 1/3",
-        verdict="holds" if abs(overall * 3 - 1) <= ONE_THIRD_REL_TOL else "fails",
+        rule=all_met(within(entries, overall, 1 / 3, rel_tol=ONE_THIRD_REL_TOL, bound_text="1/3")),
         details={
             "dim": list(range(D_MODEL)),
             "variance_per_dim": [_num(v, 4) for v in per_dim],
@@ -339,17 +332,17 @@ def _error_text(fn: Callable[[], object]) -> str:
     f"{D2L_SELF_ATTENTION} (positional encoding code)",
     notes=("pe_formula_code",),
 )
-def _claim_pe_formula_code(seed: int) -> ClaimResult:
+def _claim_pe_formula_code(seed: int) -> Outcome:
     P = d2l_positional_table(D_MODEL)
     error = float((P[0].double() - formula_table(FORMULA_POSITIONS, D_MODEL)).abs().max())
     odd = _error_text(lambda: d2l_positional_table(FORMULA_ODD_D))
     longer = _error_text(lambda: d2l_positional_forward(P, torch.zeros(1, FORMULA_POSITIONS + 1, D_MODEL)))
-    return _result(
-        "pe_formula_code",
+    return Outcome(
         measured=_num(error, 3),
-        expected=f"max |P − formula (float64)| over pos < {FORMULA_POSITIONS}, d = {D_MODEL}: ≤ {FORMULA_ATOL:g} "
-        "(float32 rounding of the angle)",
-        verdict="holds" if error <= FORMULA_ATOL else "fails",
+        rule=all_met(
+            at_most(f"max |P − formula (float64)| over pos < {FORMULA_POSITIONS}, d = {D_MODEL}", error, FORMULA_ATOL)
+        ),
+        note="float32 rounding of the angle",
         details={
             "d": D_MODEL,
             "max_len": FORMULA_POSITIONS,
@@ -393,7 +386,7 @@ INDEX_ATOL = 1e-12  # float64 table against the formula column by column
     f"{PAPER}, §3.5",
     notes=("pe_index_range",),
 )
-def _claim_pe_index_range(seed: int) -> ClaimResult:
+def _claim_pe_index_range(seed: int) -> Outcome:
     counts, beyond = column_coverage(D_MODEL, range(D_MODEL // 2))
     once = int((counts == 1).sum())
     table = sinusoidal_encoding(INDEX_TABLE_POSITIONS, D_MODEL, torch.float64)
@@ -403,13 +396,13 @@ def _claim_pe_index_range(seed: int) -> ClaimResult:
     column_error = float(
         torch.maximum((table[:, 0::2] - angles.sin()).abs().max(), (table[:, 1::2] - angles.cos()).abs().max())
     )
-    ok = once == D_MODEL and beyond == 0 and column_error <= INDEX_ATOL
-    return _result(
-        "pe_index_range",
+    return Outcome(
         measured=once,
-        expected=f"columns addressed exactly once by 2i, 2i+1 for i = 0 .. {D_MODEL // 2 - 1}: all {D_MODEL} "
-        f"(none beyond; the table's columns 2i, 2i+1 are sin, cos(pos·10000^(−2i/d)) within {INDEX_ATOL:g})",
-        verdict="holds" if ok else "fails",
+        rule=all_met(
+            equals(f"columns addressed exactly once by 2i, 2i+1 for i = 0 .. {D_MODEL // 2 - 1}", once, D_MODEL),
+            equals("addresses beyond the last column", beyond, 0),
+            at_most("largest |table columns 2i, 2i+1 − sin, cos(pos·10000^(−2i/d))|", column_error, INDEX_ATOL),
+        ),
         details={
             "d": D_MODEL,
             "numbers": _numbers(
@@ -426,14 +419,13 @@ def _claim_pe_index_range(seed: int) -> ClaimResult:
     "study notes (not in the paper); cf. " + f"{PAPER}, §3.5",
     notes=("pe_index_range_full",),
 )
-def _claim_pe_index_range_full(seed: int) -> ClaimResult:
+def _claim_pe_index_range_full(seed: int) -> Outcome:
     counts, beyond = column_coverage(D_MODEL, range(D_MODEL))
     addressing = sum(1 for i in range(D_MODEL) if 2 * i + 1 < D_MODEL) / D_MODEL
-    return _result(
-        "pe_index_range_full",
+    exist = f"fraction of i = 0 .. {D_MODEL - 1} whose columns 2i, 2i+1 exist in a d = {D_MODEL} encoding"
+    return Outcome(
         measured=addressing,
-        expected=f"fraction of i = 0 .. {D_MODEL - 1} whose columns 2i, 2i+1 exist in a d = {D_MODEL} encoding: 1",
-        verdict="holds" if addressing == 1 else "fails",
+        rule=all_met(equals(exist, addressing, 1)),
         details={
             "d": D_MODEL,
             "numbers": _numbers(
@@ -456,17 +448,16 @@ NORM_ATOL = 1e-4  # ‖PE(pos)‖ against √(d/2): float32 rounding of 512 squa
     f"{PAPER}, §3.5",
     notes=("pe_bounded",),
 )
-def _claim_pe_bounded(seed: int) -> ClaimResult:
+def _claim_pe_bounded(seed: int) -> Outcome:
     table = sinusoidal_encoding(BOUNDED_POSITIONS, D_MODEL, torch.float32)
     largest = float(table.abs().max())
     norm_error = float((table.double().norm(dim=-1) - math.sqrt(D_MODEL / 2)).abs().max())
-    ok = largest <= 1.0 and norm_error <= NORM_ATOL
-    return _result(
-        "pe_bounded",
+    return Outcome(
         measured=largest,
-        expected=f"max |PE| over pos < {BOUNDED_POSITIONS:,}, d = {D_MODEL}, float32: ≤ 1 "
-        f"(and ‖PE(pos)‖ = √(d/2) = {math.sqrt(D_MODEL / 2):g} within {NORM_ATOL:g})",
-        verdict="holds" if ok else "fails",
+        rule=all_met(
+            at_most(f"max |PE| over pos < {BOUNDED_POSITIONS:,}, d = {D_MODEL}, float32", largest, 1.0),
+            at_most(f"largest |‖PE(pos)‖ − √(d/2)| (√(d/2) = {math.sqrt(D_MODEL / 2):g})", norm_error, NORM_ATOL),
+        ),
         details={
             "d": D_MODEL,
             "positions": BOUNDED_POSITIONS,
@@ -506,7 +497,7 @@ def pair_rotation_error(k: int, d: int, positions: int, transpose: bool = False)
     f"{D2L_SELF_ATTENTION} (relative positional information)",
     notes=("pe_rotation_matrix",),
 )
-def _claim_pe_rotation_matrix(seed: int) -> ClaimResult:
+def _claim_pe_rotation_matrix(seed: int) -> Outcome:
     errors = [pair_rotation_error(k, D_MODEL, ROTATION_MATRIX_POSITIONS) for k in ROTATION_MATRIX_OFFSETS]
     wrong = [pair_rotation_error(k, D_MODEL, ROTATION_MATRIX_POSITIONS, True) for k in ROTATION_MATRIX_OFFSETS]
     blocks = torch.cat([offset_rotation_blocks(k, D_MODEL) for k in ROTATION_MATRIX_OFFSETS])
@@ -514,15 +505,15 @@ def _claim_pe_rotation_matrix(seed: int) -> ClaimResult:
     det = float((torch.linalg.det(blocks) - 1).abs().max())
     distinct = len(torch.unique(offset_rotation_blocks(1, D_MODEL)[:, 0, 1]))  # sin ω_i: one angle per pair
     worst = max(errors)
-    ok = worst <= ROTATION_ATOL_FLOAT64 and orthogonal <= ORTHOGONAL_ATOL and det <= ORTHOGONAL_ATOL
-    ok = ok and min(wrong) >= WRONG_SIGN_MIN
-    return _result(
-        "pe_rotation_matrix",
+    over = f"pos < {ROTATION_MATRIX_POSITIONS}, k in {list(ROTATION_MATRIX_OFFSETS)}, every pair of d = {D_MODEL}"
+    return Outcome(
         measured=_num(worst, 3),
-        expected=f"max error of the note's matrix over pos < {ROTATION_MATRIX_POSITIONS}, k in "
-        f"{list(ROTATION_MATRIX_OFFSETS)}, every pair of d = {D_MODEL}, float64: ≤ {ROTATION_ATOL_FLOAT64:g} "
-        f"(orthogonal, det 1 within {ORTHOGONAL_ATOL:g}; the other sign convention off by ≥ {WRONG_SIGN_MIN})",
-        verdict="holds" if ok else "fails",
+        rule=all_met(
+            at_most(f"max error of the note's matrix over {over}, float64", worst, ROTATION_ATOL_FLOAT64),
+            at_most("largest |RᵀR − I|", orthogonal, ORTHOGONAL_ATOL),
+            at_most("largest |det R − 1|", det, ORTHOGONAL_ATOL),
+            at_least("smallest error of its transpose (the other sign convention)", min(wrong), WRONG_SIGN_MIN),
+        ),
         details={
             "k": list(ROTATION_MATRIX_OFFSETS),
             "error": [_num(v, 3) for v in errors],
@@ -570,7 +561,7 @@ def squared_step(k: torch.Tensor, d: int) -> torch.Tensor:
     "study notes (not in the paper); cf. " + f"{PAPER}, §3.5",
     notes=("pe_relative_from_difference",),
 )
-def _claim_pe_relative_from_difference(seed: int) -> ClaimResult:
+def _claim_pe_relative_from_difference(seed: int) -> Outcome:
     gen = _generator(seed, 40)
 
     def pairs(a_range: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -592,15 +583,18 @@ def _claim_pe_relative_from_difference(seed: int) -> ClaimResult:
     diff32 = (sinusoidal_encoding(a + k, D_MODEL) - sinusoidal_encoding(a, D_MODEL)).double()
     rmse_float32 = readout_scores(diff32 @ coef[:-1] + coef[-1], k)[1]
     r2_shifted, rmse_shifted = scores["shifted"]
-    in_range = scores["same_range"][1] < READOUT_RMSE_MAX
-    beyond = rmse_shifted < READOUT_RMSE_MAX
-    return _result(
-        "pe_relative_from_difference",
+    readout = f"RMS error (positions) of a least-squares linear readout of k < {READOUT_MAX_K} from PE(A+k) − PE(A)"
+    return Outcome(
         measured=_num(rmse_shifted, 4),
-        expected=f"RMS error (positions) of a least-squares linear readout of k < {READOUT_MAX_K} from PE(A+k) − PE(A), "
-        f"d = {D_MODEL}, fitted on A in {list(READOUT_FIT_A)}: < {READOUT_RMSE_MAX} on held-out A in "
-        f"{list(READOUT_SHIFTED_A)} (holds), only on held-out A in the fitted range (partly)",
-        verdict="holds" if in_range and beyond else "partly" if in_range or beyond else "fails",
+        rule=some_met(
+            below(
+                f"{readout}, d = {D_MODEL}, fitted on A in {list(READOUT_FIT_A)}, on held-out A in "
+                f"{list(READOUT_SHIFTED_A)}",
+                rmse_shifted,
+                READOUT_RMSE_MAX,
+            ),
+            below("on held-out A in the fitted range", scores["same_range"][1], READOUT_RMSE_MAX),
+        ),
         details={
             "d": D_MODEL,
             "pairs": READOUT_PAIRS,
@@ -645,21 +639,20 @@ def pe_wavelengths_exact(d: int, base: float = PE_BASE) -> torch.Tensor:
     "study notes (not in the paper); cf. " + f"{PAPER}, §3.5",
     notes=("pe_max_wavelength",),
 )
-def _claim_pe_max_wavelength(seed: int) -> ClaimResult:
+def _claim_pe_max_wavelength(seed: int) -> Outcome:
     ratios, places = {}, {}
     for d in MAX_WAVELENGTH_DS:
         lam = pe_wavelengths_exact(d)
         places[d] = int(lam.argmax()) == d // 2 - 1
         ratios[d] = float(lam.max()) / (PE_BASE * 2 * math.pi)
     ratio = ratios[D_MODEL]
-    value_ok = abs(ratio - 1) <= WAVELENGTH_REL_TOL
-    verdict = "holds" if places[D_MODEL] and value_ok else "partly" if places[D_MODEL] or value_ok else "fails"
-    return _result(
-        "pe_max_wavelength",
+    return Outcome(
         measured=_num(ratio, 5),
-        expected=f"largest wavelength / (10000·2π) at d = {D_MODEL}: 1 within {WAVELENGTH_REL_TOL:.0%} "
-        f"(and it sits at i = d/2 − 1); exactly 10000^(−2/d) = {PE_BASE ** (-2 / D_MODEL):.5f}",
-        verdict=verdict,
+        rule=some_met(
+            within(f"largest wavelength / (10000·2π) at d = {D_MODEL}", ratio, 1, rel_tol=WAVELENGTH_REL_TOL),
+            is_true("it sits at i = d/2 − 1", places[D_MODEL]),
+        ),
+        note=f"exactly 10000^(−2/d) = {PE_BASE ** (-2 / D_MODEL):.5f}",
         details={
             "d": list(MAX_WAVELENGTH_DS),
             "max_over_10000_2pi": [_num(ratios[d], 5) for d in MAX_WAVELENGTH_DS],
@@ -697,7 +690,7 @@ def column_mean_steps(pe: torch.Tensor) -> torch.Tensor:
     f"{D2L_SELF_ATTENTION} (absolute positional information); {PAPER}, §3.5",
     notes=("pe_frequency_decreasing", "pe_dmodel4_example"),
 )
-def _claim_pe_frequency_decreasing(seed: int) -> ClaimResult:
+def _claim_pe_frequency_decreasing(seed: int) -> Outcome:
     omega = pe_frequencies(D_MODEL)  # float32, as models use them
     table = sinusoidal_encoding(FREQUENCY_POSITIONS + 1, D_MODEL, torch.float64)
     steps = pair_step_sizes(table)
@@ -710,14 +703,17 @@ def _claim_pe_frequency_decreasing(seed: int) -> ClaimResult:
     d4_error = float((d4 - written).abs().max())
     d4_steps = column_mean_steps(d4)
     fast, slow = float(d4_steps[:2].mean()), float(d4_steps[2:].mean())
-    ok = not_smaller == 0 and omega_ok and d4_error <= D4_ATOL and fast > slow
-    return _result(
-        "pe_frequency_decreasing",
+    steps_up = (
+        f"pairs whose step per position (pos < {FREQUENCY_POSITIONS}, d = {D_MODEL}) is not smaller than the last"
+    )
+    return Outcome(
         measured=not_smaller,
-        expected=f"pairs whose step per position (pos < {FREQUENCY_POSITIONS}, d = {D_MODEL}) is not smaller "
-        f"than the previous pair's: 0 (ω_i strictly decreasing; d = 4 columns equal sin pos, cos pos, "
-        f"sin(pos/100), cos(pos/100) within {D4_ATOL:g})",
-        verdict="holds" if ok else "fails",
+        rule=all_met(
+            equals(steps_up, not_smaller, 0),
+            is_true("ω_i strictly decreasing", omega_ok),
+            at_most("d = 4: largest |PE − (sin pos, cos pos, sin(pos/100), cos(pos/100))|", d4_error, D4_ATOL),
+            above("d = 4: mean |ΔPE| per position, columns 0–1", fast, slow, "that of columns 2–3"),
+        ),
         details={
             "pair": list(range(D_MODEL // 2)),
             "step": [_num(v, 4) for v in steps],
@@ -770,22 +766,27 @@ def pattern_bits(patterns: tuple[str, ...], bits: int) -> list[int | None]:
     f"{D2L_SELF_ATTENTION} (absolute positional information)",
     notes=("pe_binary_periods", "pe_binary_analogy_exact"),
 )
-def _claim_pe_binary_analogy(seed: int) -> ClaimResult:
+def _claim_pe_binary_analogy(seed: int) -> Outcome:
     periods = bit_periods(BINARY_BITS)
-    binary_ok = periods == [2 ** (b + 1) for b in range(BINARY_BITS)]
     found = pattern_bits(NOTE_PATTERNS, BINARY_BITS)
     lam = pe_wavelengths_exact(D_MODEL)
     ratios = lam[1:] / lam[:-1]
     ratio = float(ratios.mean())
     increasing = bool((ratios > 1).all())
-    exact = abs(ratio / BINARY_RATIO - 1) <= RATIO_REL_TOL and found == list(range(len(NOTE_PATTERNS)))
-    verdict = "holds" if binary_ok and increasing and exact else "partly" if binary_ok and increasing else "fails"
-    return _result(
-        "pe_binary_analogy",
+    return Outcome(
         measured=_num(ratio, 5),
-        expected=f"ratio of consecutive PE periods (d = {D_MODEL}) for an exact binary correspondence: "
-        f"{BINARY_RATIO:g} within {RATIO_REL_TOL:.0%} (binary: bit b has period 2^(b+1))",
-        verdict=verdict,
+        rule=Rule(
+            holds=(
+                within(
+                    f"mean ratio of consecutive PE periods (d = {D_MODEL})", ratio, BINARY_RATIO, rel_tol=RATIO_REL_TOL
+                ),
+                equals("bits of the note's patterns", found, list(range(len(NOTE_PATTERNS)))),
+            ),
+            needs=(
+                equals(f"periods of bits 0 .. {BINARY_BITS - 1}", periods, [2 ** (b + 1) for b in range(BINARY_BITS)]),
+                is_true("PE periods increasing along the pairs", increasing),
+            ),
+        ),
         details={
             "bit_periods": periods,
             "note_patterns": list(NOTE_PATTERNS),
@@ -843,7 +844,7 @@ def far_window(start: int, d: int, window: int = EXTRAPOLATION_WINDOW) -> tuple[
     f"the ones encountered during training')",
     notes=("extrapolation",),
 )
-def _claim_extrapolation(seed: int) -> ClaimResult:
+def _claim_extrapolation(seed: int) -> Outcome:
     beyond = EXTRAPOLATION_MAX_LEN + 1
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -855,21 +856,23 @@ def _claim_extrapolation(seed: int) -> ClaimResult:
     rounding = float(float32_encoding_error(torch.arange(EXTRAPOLATION_CHECK_LEN, dtype=torch.float64), D_MODEL).max())
     beyond_table = table[EXTRAPOLATION_MAX_LEN:]
     rotation = max(rotation_error(beyond_table, k) for k in EXTRAPOLATION_OFFSETS)
-    distinct = dmin >= DISTINCT_MARGIN * rounding
-    rotates = rotation <= ROTATION_ATOL_FLOAT32
     scan = {start: far_window(start, D_MODEL) for start in EXTRAPOLATION_SCAN}
     rotation_off_from = next((s for s, v in scan.items() if v[0] > ROTATION_ATOL_FLOAT32), None)
     identical_from = next((s for s, v in scan.items() if v[2] == 0.0), None)
-    ok = learned.startswith("IndexError") and distinct and rotates
-    return _result(
-        "extrapolation",
-        measured=f"learned: {learned.split(':')[0]} at {beyond}; sinusoidal to {EXTRAPOLATION_CHECK_LEN}: "
+    learned_error = learned.split(":")[0]  # learned_lookup's outcome: the exception's type, or 'finite'
+    rotated = f"max |PE(pos+k) − M_k PE(pos)| for pos ≥ {EXTRAPOLATION_MAX_LEN}, k in {list(EXTRAPOLATION_OFFSETS)}"
+    return Outcome(
+        measured=f"learned: {learned_error} at {beyond}; sinusoidal to {EXTRAPOLATION_CHECK_LEN}: "
         f"smallest distance {dmin:.3g}, rotation error {rotation:.2g}",
-        expected=f"nn.Embedding({EXTRAPOLATION_MAX_LEN}, {D_MODEL}) raises IndexError at {beyond}; float32 sinusoidal "
-        f"encodings of pos < {EXTRAPOLATION_CHECK_LEN}: smallest pairwise distance ≥ {DISTINCT_MARGIN:g} × their "
-        f"largest rounding error, and PE(pos+k) = M_k PE(pos) for pos ≥ {EXTRAPOLATION_MAX_LEN}, "
-        f"k in {list(EXTRAPOLATION_OFFSETS)}, within {ROTATION_ATOL_FLOAT32:g}",
-        verdict="holds" if ok else "fails",
+        rule=all_met(
+            equals(
+                f"what nn.Embedding({EXTRAPOLATION_MAX_LEN}, {D_MODEL}) gives at {beyond}", learned_error, "IndexError"
+            ),
+            distinct_check(
+                f"float32 sinusoidal encodings of pos < {EXTRAPOLATION_CHECK_LEN}, smallest distance", dmin, rounding
+            ),
+            at_most(rotated, rotation, ROTATION_ATOL_FLOAT32),
+        ),
         details={
             "max_len": EXTRAPOLATION_MAX_LEN,
             "checked_len": EXTRAPOLATION_CHECK_LEN,

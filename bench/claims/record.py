@@ -1,8 +1,13 @@
 """What every claim shares: the result record, the registry of statements (what each claim checks and
-where it is said), the verdict vocabulary, and the small helpers every family uses (seeded generators,
-interleaved timing, FLOP counting, the supporting numbers the report cites).
+where it is said), and the small helpers every family uses (seeded generators, interleaved timing, FLOP
+counting, the supporting numbers the report cites).
 
-A claim returns a `ClaimResult`:
+A claim is a function `measure(seed) -> Outcome` (bench.claims.verdict: its checks, each bound stated once,
+and the rule that makes them a verdict) declared with `@claim(claim_id, text, source, notes=...)`; the
+decorator turns the `Outcome` into the `ClaimResult` (statement and source from the registry, note lines
+from the catalogue), so a claim names its id once.
+
+A claim's `ClaimResult`:
   - `measured`: the one number (or, where the outcome is an exception, the short text) the verdict rests
     on; `expected` says what that number is and which value or bound the claim predicts.
   - `verdict`: "holds", "fails" or "partly" (the claim holds under some of the measured conditions only).
@@ -20,7 +25,7 @@ import time
 import tomllib
 from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass, field
-from functools import cache
+from functools import cache, wraps
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +34,8 @@ import torch
 from bench.flops import count_flops
 from bench.threads import pinned_threads
 from bench.timing import TimingPolicy, interleaved
+
+from .verdict import Outcome
 
 VERDICTS = ("holds", "fails", "partly")
 COLUMNS = (  # bench/interface.md
@@ -101,6 +108,7 @@ class Statement:
     notes: tuple[str, ...] | None = None  # catalog.toml statements it measures; None: not in the notes
 
 
+# ------------------------------------------------------------------------ the registry
 # Every claim measured here, by claim_id: its statement, its source, and the catalogue statements (the study
 # notes') it measures, written once, where the claim is (the `claim` decorator in each family's module).
 STATEMENTS: dict[str, Statement] = {}
@@ -108,16 +116,35 @@ MEASURES: list[Callable[[int], ClaimResult]] = []  # the claims' functions, in t
 
 
 def claim(claim_id: str, text: str, source: str, notes: tuple[str, ...] | None):
-    """Declare the function below as claim `claim_id`: what it checks (`text`, in English), where the paper
-    or d2l says it (`source`), and which statements of catalog.toml it measures (`notes`; None: the study
-    notes do not make this claim)."""
+    """Declare the function below, `measure(seed) -> Outcome`, as claim `claim_id`: what it checks (`text`, in
+    English), where the paper or d2l says it (`source`), and which statements of catalog.toml it measures
+    (`notes`; None: the study notes do not make this claim). The declared function returns the ClaimResult;
+    the measuring function itself stays reachable as its `__wrapped__`."""
 
-    def declare(measure: Callable[[int], ClaimResult]) -> Callable[[int], ClaimResult]:
+    def declare(measure: Callable[[int], Outcome]) -> Callable[[int], ClaimResult]:
         if claim_id in STATEMENTS:
             raise ValueError(f"claim {claim_id!r} declared twice")
         STATEMENTS[claim_id] = Statement(text, source, notes)
-        MEASURES.append(measure)
-        return measure
+
+        @wraps(measure)
+        def result(seed: int) -> ClaimResult:
+            outcome = measure(seed)
+            seed_ref, quote = note_refs(claim_id)
+            return ClaimResult(
+                claim_id,
+                text,
+                outcome.measured,
+                outcome.expected,
+                outcome.verdict,
+                source,
+                seed_ref,
+                quote,
+                outcome.unit,
+                outcome.details,
+            )
+
+        MEASURES.append(result)
+        return result
 
     return declare
 
@@ -143,14 +170,6 @@ def note_refs(claim_id: str) -> tuple[str, str]:
     return "; ".join(dict.fromkeys(refs)), entries[covered[0]]["quote"]
 
 
-def _result(claim_id: str, measured, expected: str, verdict: str, details: dict, unit: str = "1") -> ClaimResult:
-    """The ClaimResult of `claim_id`, its statement and source from STATEMENTS, its note lines from the
-    catalogue."""
-    said = STATEMENTS[claim_id]
-    seed_ref, quote = note_refs(claim_id)
-    return ClaimResult(claim_id, said.text, measured, expected, verdict, said.source, seed_ref, quote, unit, details)
-
-
 def _num(value: float | int | torch.Tensor, digits: int = 6) -> float:
     """A plain float with `digits` significant digits, for JSON and the CSV."""
     value = float(value)
@@ -172,23 +191,29 @@ def _generator(seed: int, offset: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1000 + offset)
 
 
+def _grad_mode(autograd: bool):
+    return torch.enable_grad() if autograd else torch.inference_mode()
+
+
 def interleaved_times_s(
     fns: dict[Hashable, Callable[[], object]],
     policy: TimingPolicy = TIME_POLICY,
     clock: Callable[[], float] = time.perf_counter,
+    autograd: bool = False,
 ) -> dict[Hashable, float]:
     """Median seconds per call of each callable, by bench.timing.interleaved (see TIME_POLICY above) on
-    TIME_THREADS threads, in inference mode. `clock` is the seam for tests."""
-    with pinned_threads(TIME_THREADS), torch.inference_mode():
+    TIME_THREADS threads, in inference mode (with autograd on where `autograd`). `clock` is the seam for tests."""
+    with pinned_threads(TIME_THREADS), _grad_mode(autograd):
         timings = interleaved(fns, policy, clock=clock)
     return {name: t.median_s for name, t in timings.items()}
 
 
-def counted_flops(fn: Callable[[], object]) -> int:
-    """FLOPs of one call of `fn` by bench.flops.count_flops (2 per multiply-accumulate of matrix products).
-    An operator that ran without a formula would make the count a lower bound: that is an error here,
-    since every claim that counts compares counts with each other or with a formula."""
-    with torch.inference_mode():
+def counted_flops(fn: Callable[[], object], autograd: bool = False) -> int:
+    """FLOPs of one call of `fn` by bench.flops.count_flops (2 per multiply-accumulate of matrix products),
+    in inference mode (with autograd on where `autograd`: a backward pass's kernels count too). An operator
+    that ran without a formula would make the count a lower bound: that is an error here, since every claim
+    that counts compares counts with each other or with a formula."""
+    with _grad_mode(autograd):
         count = count_flops(fn)
     if count.uncounted_ops:
         raise RuntimeError(f"FLOP count is a lower bound: no formula for {', '.join(count.uncounted_ops)}")

@@ -18,15 +18,14 @@ from .record import (
     D_KS,
     PAPER,
     TIME_THREADS,
-    ClaimResult,
     _generator,
     _num,
     _numbers,
-    _result,
     claim,
     counted_flops,
     interleaved_times_s,
 )
+from .verdict import Outcome, Rule, all_met, at_least, at_most, below, equals, is_true
 
 D2L_ATTENTION_SCORING = "d2l.ai §11.3 Attention Scoring Functions"
 
@@ -62,17 +61,15 @@ def _sampled_dot_variances(d_k: int, samples: int, gen: torch.Generator) -> tupl
     f"{PAPER}, §3.2.1 and footnote 4",
     notes=("dot_product_variance",),
 )
-def _claim_dot_product_variance(seed: int) -> ClaimResult:
+def _claim_dot_product_variance(seed: int) -> Outcome:
     gen = _generator(seed, 1)
     raw, scaled = zip(*(_sampled_dot_variances(d_k, VARIANCE_SAMPLES, gen) for d_k in D_KS))
     deviations = [abs(s - 1) for s in scaled]  # = |var(q·k)/d_k − 1|
     worst = max(deviations)
-    return _result(
-        "dot_product_variance",
+    return Outcome(
         measured=_num(worst, 4),
-        expected=f"largest |var(q·k/√d_k) − 1| over d_k in {list(D_KS)}: ≤ {VARIANCE_REL_TOL} "
-        f"({VARIANCE_SAMPLES:,} samples each)",
-        verdict="holds" if worst <= VARIANCE_REL_TOL else "fails",
+        rule=all_met(at_most(f"largest |var(q·k/√d_k) − 1| over d_k in {list(D_KS)}", worst, VARIANCE_REL_TOL)),
+        note=f"{VARIANCE_SAMPLES:,} samples each",
         details={
             "d_k": list(D_KS),
             "var_unscaled": [_num(v) for v in raw],
@@ -105,12 +102,11 @@ def softmax_jacobian_norm(logits: torch.Tensor) -> torch.Tensor:
     f"{PAPER}, §3.2.1",
     notes=("softmax_saturation",),
 )
-def _claim_softmax_saturation(seed: int) -> ClaimResult:
+def _claim_softmax_saturation(seed: int) -> Outcome:
     """The gradient is measured as the norm of the softmax's Jacobian with respect to its input (the
     logits), per query: its mean over queries is what reaches the weights in training, its median is the
-    typical query's. Verdict: saturation (unscaled mean max weight ≥ SATURATED_MAX_WEIGHT at the largest d_k,
-    scaled flat) and mean gradient ratio ≤ SMALL_GRAD_RATIO: holds; saturation and only the median ratio
-    ≤ SMALL_GRAD_RATIO: partly (the typical query's gradient vanishes, the average one does not); else fails."""
+    typical query's. Hence the rule's tiers: the mean ratio small is "holds"; only the median small is
+    "partly" (the typical query's gradient vanishes, the average one does not); either needs saturation."""
     gen = _generator(seed, 2)
     names = ("max_weight", "grad_norm_mean", "grad_norm_median")
     rows = {f"{m}_{v}": [] for m in names for v in ("scaled", "unscaled")}
@@ -127,20 +123,18 @@ def _claim_softmax_saturation(seed: int) -> ClaimResult:
     median_ratio = rows["grad_norm_median_unscaled"][-1] / rows["grad_norm_median_scaled"][-1]
     top_unscaled = rows["max_weight_unscaled"][-1]
     scaled_drift = max(rows["max_weight_scaled"]) / min(rows["max_weight_scaled"])
-    saturates = top_unscaled >= SATURATED_MAX_WEIGHT and scaled_drift <= SCALED_FLAT_RATIO
-    if saturates and mean_ratio <= SMALL_GRAD_RATIO:
-        verdict = "holds"
-    elif saturates and median_ratio <= SMALL_GRAD_RATIO:
-        verdict = "partly"
-    else:
-        verdict = "fails"
-    return _result(
-        "softmax_saturation",
+    ratio = f"softmax-Jacobian norm over queries, unscaled / scaled, at d_k = {D_KS[-1]} ({SATURATION_KEYS} keys)"
+    saturates = (
+        at_least(f"unscaled mean max weight at d_k = {D_KS[-1]}", top_unscaled, SATURATED_MAX_WEIGHT),
+        at_most("scaled mean max weight, largest / smallest over d_k", scaled_drift, SCALED_FLAT_RATIO),
+    )
+    return Outcome(
         measured=_num(mean_ratio, 4),
-        expected=f"mean softmax-Jacobian norm over queries, unscaled / scaled, at d_k = {D_KS[-1]} "
-        f"({SATURATION_KEYS} keys): ≤ {SMALL_GRAD_RATIO}; with unscaled mean max weight ≥ "
-        f"{SATURATED_MAX_WEIGHT} and scaled max weight flat over d_k (ratio ≤ {SCALED_FLAT_RATIO})",
-        verdict=verdict,
+        rule=Rule(
+            holds=(at_most(f"mean {ratio}", mean_ratio, SMALL_GRAD_RATIO),),
+            partly=(at_most(f"median {ratio}", median_ratio, SMALL_GRAD_RATIO),),
+            needs=saturates,
+        ),
         details={
             "d_k": list(D_KS),
             "keys": SATURATION_KEYS,
@@ -177,7 +171,7 @@ def dot_product_attention(q, k, v):
     f"{PAPER}, §3.2.1; additive attention: Bahdanau et al. 2015; d2l.ai §11.3 Attention Scoring Functions",
     notes=("dot_vs_additive",),
 )
-def _claim_dot_vs_additive(seed: int) -> ClaimResult:
+def _claim_dot_vs_additive(seed: int) -> Outcome:
     gen = _generator(seed, 4)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -192,12 +186,10 @@ def _claim_dot_vs_additive(seed: int) -> ClaimResult:
             rows[f"time_median_s_{name}"].append(_num(times[name]))
     ratios = [_num(a / t) for a, t in zip(rows["time_median_s_additive"], rows["time_median_s_dot"])]
     flop_ratios = [_num(a / t) for a, t in zip(rows["flops_additive"], rows["flops_dot"])]
-    return _result(
-        "dot_vs_additive",
+    slowest = f"smallest additive / dot-product time over n in {list(ADDITIVE_NS)} (d = {ADDITIVE_D})"
+    return Outcome(
         measured=_num(min(ratios), 3),
-        expected=f"smallest additive / dot-product time over n in {list(ADDITIVE_NS)} (d = {ADDITIVE_D}): "
-        f"≥ {DOT_FASTER_RATIO}",
-        verdict="holds" if min(ratios) >= DOT_FASTER_RATIO else "fails",
+        rule=all_met(at_least(slowest, min(ratios), DOT_FASTER_RATIO)),
         details={
             "n": list(ADDITIVE_NS),
             "d": ADDITIVE_D,
@@ -236,7 +228,7 @@ def softmax_underflow_gap(dtype: torch.dtype) -> int | None:
     f"{PAPER}, §3.2.1; {D2L_ATTENTION_SCORING}",
     notes=("softmax_distribution",),
 )
-def _claim_softmax_distribution(seed: int) -> ClaimResult:
+def _claim_softmax_distribution(seed: int) -> Outcome:
     """Row sums and range on random float32 scores decide the verdict; the gaps at which a weight becomes
     exactly 0.0 (float32, float16) are reported: 'strictly positive' holds in exact arithmetic only."""
     s = DISTRIBUTION_SIZE
@@ -246,12 +238,10 @@ def _claim_softmax_distribution(seed: int) -> ClaimResult:
     in_range = bool(((p >= 0) & (p <= 1)).all())
     positive = bool((p > 0).all())
     gap32, gap16 = softmax_underflow_gap(torch.float32), softmax_underflow_gap(torch.float16)
-    return _result(
-        "softmax_distribution",
+    sums = f"max |row sum − 1| of softmax over random float32 scores (std {DISTRIBUTION_LOGIT_STD})"
+    return Outcome(
         measured=_num(sum_error, 4),
-        expected=f"max |row sum − 1| of softmax over random float32 scores (std {DISTRIBUTION_LOGIT_STD}): "
-        f"≤ {ROW_SUM_ATOL}, every weight in [0, 1]",
-        verdict="holds" if sum_error <= ROW_SUM_ATOL and in_range else "fails",
+        rule=all_met(at_most(sums, sum_error, ROW_SUM_ATOL), is_true("every weight in [0, 1]", in_range)),
         details={
             **s,
             "all_positive": positive,
@@ -278,7 +268,7 @@ LAYER_SHAPE_HEADS = 4
     f"{PAPER}, §3.2.1; {D2L_SELF_ATTENTION}",
     notes=("attention_shapes",),
 )
-def _claim_attention_shapes(seed: int) -> ClaimResult:
+def _claim_attention_shapes(seed: int) -> Outcome:
     c = SHAPE_CASE
     gen = _generator(seed, 22)
     q = torch.randn(c["n"], c["d_k"], generator=gen)
@@ -293,12 +283,16 @@ def _claim_attention_shapes(seed: int) -> ClaimResult:
             got[name] = tuple(layer(x).shape)
         want[name] = LAYER_SHAPE
     wrong = [key for key in want if got[key] != want[key]]
-    return _result(
-        "attention_shapes",
+    return Outcome(
         measured=len(wrong),
-        expected=f"shapes differing from QKᵀ {want['scores']}, output {want['output']} (n = {c['n']}, m = {c['m']}, "
-        f"d_k = {c['d_k']}, d_v = {c['d_v']}) and layer output {LAYER_SHAPE}: 0",
-        verdict="fails" if wrong else "holds",
+        rule=all_met(
+            equals(
+                f"shapes differing from QKᵀ {want['scores']}, output {want['output']} (n = {c['n']}, m = {c['m']}, "
+                f"d_k = {c['d_k']}, d_v = {c['d_v']}) and layer output {LAYER_SHAPE}",
+                len(wrong),
+                0,
+            )
+        ),
         details={**c, "shapes": {key: list(v) for key, v in got.items()}, "wrong": wrong, "numbers": {}},
         unit="shapes",
     )
@@ -316,7 +310,7 @@ WEIGHTED_SUM_ATOL = 1e-5  # |fused output − Σ_j A_ij V_j| at float32 rounding
     f"{PAPER}, §3.2; {D2L_ATTENTION_SCORING}",
     notes=("attention_convex_combination",),
 )
-def _claim_attention_convex_combination(seed: int) -> ClaimResult:
+def _claim_attention_convex_combination(seed: int) -> Outcome:
     """The fused kernel's output (what the `attention` layer runs) against Σ_j A_ij V_j with A the explicit
     softmax weights; and every output coordinate inside [min_j V_jc, max_j V_jc], as a convex combination
     must be."""
@@ -331,13 +325,13 @@ def _claim_attention_convex_combination(seed: int) -> ClaimResult:
     above = (fused - v.max(dim=1, keepdim=True).values).clamp(min=0)
     below = (v.min(dim=1, keepdim=True).values - fused).clamp(min=0)
     outside = float(torch.maximum(above, below).max())
-    ok = outside <= HULL_ATOL and sum_error <= WEIGHTED_SUM_ATOL
-    return _result(
-        "attention_convex_combination",
+    hull = f"largest distance of an output coordinate outside [min_j V_jc, max_j V_jc] (n = {c['n']}, d = {c['d']})"
+    return Outcome(
         measured=_num(outside, 4),
-        expected=f"largest distance of an output coordinate outside [min_j V_jc, max_j V_jc] (n = {c['n']}, "
-        f"d = {c['d']}): ≤ {HULL_ATOL}; output = Σ_j A_ij V_j within {WEIGHTED_SUM_ATOL}",
-        verdict="holds" if ok else "fails",
+        rule=all_met(
+            at_most(hull, outside, HULL_ATOL),
+            at_most("max |fused output − Σ_j A_ij V_j|", sum_error, WEIGHTED_SUM_ATOL),
+        ),
         details={
             **c,
             "numbers": _numbers(
@@ -380,27 +374,26 @@ def _linearity_inputs(seed: int, offset: int):
     f"{PAPER}, §3.2; {D2L_SELF_ATTENTION}",
     notes=("attention_linearity",),
 )
-def _claim_attention_linearity(seed: int) -> ClaimResult:
+def _claim_attention_linearity(seed: int) -> Outcome:
     """The layer without its biases (which would make even a linear map affine) as a function of its input
     X: additivity and homogeneity errors of order 1 mean it is not linear (the softmax of X W_q (X W_k)ᵀ
-    sharpens as X grows). Verdict: both ≥ NONLINEAR_MIN: fails; both ≤ LINEAR_ATOL: holds; else partly."""
+    sharpens as X grows): both errors at rounding is "holds", the smaller one below NONLINEAR_MIN "partly"."""
     layer, x1, x2 = _linearity_inputs(seed, 24)
     for proj in (layer.q_proj, layer.k_proj, layer.v_proj, layer.out_proj):
         proj.bias.data.zero_()
     additivity, homogeneity = _linearity_errors(layer, x1, x2)
     smallest = min(additivity, homogeneity)
-    if smallest >= NONLINEAR_MIN:
-        verdict = "fails"
-    elif max(additivity, homogeneity) <= LINEAR_ATOL:
-        verdict = "holds"
-    else:
-        verdict = "partly"
-    return _result(
-        "attention_linearity",
+    errors = "relative additivity and homogeneity errors of the attention layer (biases 0) in its input X"
+    return Outcome(
         measured=_num(smallest, 4),
-        expected=f"smaller of the relative additivity and homogeneity errors of the attention layer (biases 0) in "
-        f"its input X: ≤ {LINEAR_ATOL} if linear; ≥ {NONLINEAR_MIN} means not linear",
-        verdict=verdict,
+        measured_is=f"the smaller of the {errors}",
+        rule=Rule(
+            holds=(
+                at_most("additivity error", additivity, LINEAR_ATOL),
+                at_most("homogeneity", homogeneity, LINEAR_ATOL),
+            ),
+            partly=(below("the smaller of the two (from there on: not linear)", smallest, NONLINEAR_MIN),),
+        ),
         details={
             **LINEARITY_SIZE,
             "numbers": _numbers(
@@ -418,7 +411,7 @@ def _claim_attention_linearity(seed: int) -> ClaimResult:
     f"{PAPER}, §3.2",
     notes=("attention_linearity",),
 )
-def _claim_attention_linear_in_values(seed: int) -> ClaimResult:
+def _claim_attention_linear_in_values(seed: int) -> Outcome:
     """The weights A of the layer's queries and keys on X held fixed; V ↦ A V for two value matrices."""
     layer, x1, x2 = _linearity_inputs(seed, 25)
     with torch.inference_mode():
@@ -427,11 +420,10 @@ def _claim_attention_linear_in_values(seed: int) -> ClaimResult:
         v1, v2 = layer._split(layer.v_proj(x1)), layer._split(layer.v_proj(x2))
     additivity, homogeneity = _linearity_errors(lambda v: weights @ v, v1, v2)
     worst = max(additivity, homogeneity)
-    return _result(
-        "attention_linear_in_values",
+    errors = "larger of the relative additivity and homogeneity errors of V ↦ AV, A fixed"
+    return Outcome(
         measured=_num(worst, 4),
-        expected=f"larger of the relative additivity and homogeneity errors of V ↦ AV, A fixed: ≤ {LINEAR_ATOL}",
-        verdict="holds" if worst <= LINEAR_ATOL else "fails",
+        rule=all_met(at_most(errors, worst, LINEAR_ATOL)),
         details={
             **LINEARITY_SIZE,
             "numbers": _numbers(

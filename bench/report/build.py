@@ -37,36 +37,47 @@ from .scaling import (
     sequential_time_section,
     two_term_section,
 )
-from .summary import summary_latex, summary_markdown, summary_rows
+from .summary import beyond_table1, summary_latex, summary_markdown, summary_rows
 from .training import training_section
 
 
-def machine_key(meta: dict) -> tuple[str, str]:
-    """(id, words) of the machine a run was measured on, as sources and cite keys name it: the machine's
-    identity (bench.machine.machine_identity), prefixed "reference." / "reference: " for a committed
-    reference run, so a reference never shares keys with the reader's own run of the same machine."""
-    mid, label = machine.machine_identity(meta)
+def machine_key(meta: dict, node=None) -> tuple[str, str]:
+    """(id, words) of the machine a run, or a row of it, was measured on, as sources and cite keys name it: the
+    machine's identity (bench.machine.machine_identity) from the run's meta.json, or for a row of a cluster
+    sweep naming its `node`, from that node's facts in meta.json `nodes`; prefixed "reference." /
+    "reference: " for a committed reference run, so a reference never shares keys with the reader's own run
+    of the same machine."""
+    mid, label = machine.machine_identity(machine.node_facts(meta, node) or meta)
     if meta.get("reference"):
         return f"{REFERENCE}.{mid}", f"{REFERENCE}: {label}"
     return mid, label
 
 
-def _device_words(meta: dict, device: str, key: str) -> str:
-    names = [d.get("name") for d in meta.get("devices", []) if str(d.get("device", "")).split(":")[0] == device]
+def _device_words(meta: dict, device: str, key: str, node=None) -> str:
+    facts = machine.node_facts(meta, node) or meta
+    names = [d.get("name") for d in facts.get("devices", []) if str(d.get("device", "")).split(":")[0] == device]
     return f"{key} ({names[0]})" if device != "cpu" and names else key
+
+
+def row_nodes(points: pd.DataFrame) -> list:
+    """Each row's Ray node (`node`, a cluster sweep's rows), None for a row measured in its run's process."""
+    if "node" not in points:
+        return [None] * len(points)
+    return [node if isinstance(node, str) and node else None for node in points["node"]]
 
 
 def assign_sources(points: pd.DataFrame, runs: dict[str, dict]) -> tuple[pd.Series, dict[str, str]]:
     """Each point's source: its machine, device, dtype and mode as a stable id ("intel-xeon-2c-vm.cpu",
     "intel-xeon-2c-vm.cuda-bfloat16", "intel-xeon-2c-vm.cpu-train"), the prefix of its cite keys; and each
     source in words ("Intel Xeon, 2 cores (vm) · cpu"). Train points are a source of their own, so no fit,
-    plot or table pools them with inference points."""
+    plot or table pools them with inference points; the rows of a cluster sweep take the machine of their
+    node, so no fit pools two machines' points."""
     sources, labels = [], {}
-    for run_id, device, key in zip(points["run_id"], points["device"], source_keys(points)):
-        mid, words = machine_key(runs[run_id])
+    for run_id, node, device, key in zip(points["run_id"], row_nodes(points), points["device"], source_keys(points)):
+        mid, words = machine_key(runs[run_id], node)
         source = f"{mid}.{key}"
         sources.append(source)
-        labels[source] = f"{words} · {_device_words(runs[run_id], str(device), key)}"
+        labels[source] = f"{words} · {_device_words(runs[run_id], str(device), key, node)}"
     return pd.Series(sources, index=points.index, dtype=object), labels
 
 
@@ -97,9 +108,34 @@ def provenance_section(ctx: ReportContext) -> str:
             f"{meta.get('started_utc')}, finished {meta.get('finished_utc')}; command `{meta.get('command')}`; "
             f"machine {meta.get('machine') or meta.get('cpu_model')}, {meta.get('cpu_cores')} cores, "
             f"{meta.get('threads')} threads; devices {devices}; Python {meta.get('python')}, torch {meta.get('torch')}; "
-            f"commit {commit}" + (f"; points {counts}" if counts else "") + "."
+            f"commit {commit}" + (f"; points {counts}" if counts else "") + "." + _nodes_text(meta)
         )
     return "\n".join(lines) + "\n"
+
+
+def _nodes_text(meta: dict) -> str:
+    """The nodes of a cluster sweep (meta.json `nodes`, bench.cluster): host, node id, machine, commit, peak."""
+    nodes = meta.get("nodes")
+    if not isinstance(nodes, dict) or not nodes:
+        return ""
+    parts = []
+    for node, facts in sorted(nodes.items(), key=lambda kv: (str(kv[1].get("host")), kv[0])):
+        peaks = ", ".join(
+            f"{key} {format_value(float(peak.get('flops_per_s', 0)) / 1e9)} GFLOP/s"
+            for key, peak in sorted((facts.get("matmul_peak") or {}).items())
+        )
+        commit = (facts.get("git_commit") or "unknown")[:12]
+        parts.append(
+            f"{facts.get('host')} (node {node[:8]}: {machine.machine_identity(facts)[1]}; commit {commit}, torch "
+            f"{facts.get('torch')}" + (f"; matmul peak {peaks}" if peaks else "") + ")"
+        )
+    ray = meta.get("ray") or {}
+    deaths = len(meta.get("worker_deaths") or [])
+    return (
+        f" Measured on Ray ({ray.get('address')}), {len(nodes)} node(s): {'; '.join(parts)}"
+        + (f"; {deaths} worker death(s), their chunks measured again elsewhere" if deaths else "")
+        + "."
+    )
 
 
 POINT_COLUMNS_SHOWN = ["source", "layer", "batch", "n", "d", "k", "heads", "window"]
@@ -288,7 +324,10 @@ def build_report(
     sources, labels = assign_sources(points, runs) if len(points) else (pd.Series(dtype=object), {})
     points["source"] = sources
     points, hidden = newest_of_each(points, runs, "source")
-    machines = {src: machine_key(runs[r])[0] for src, r in zip(points["source"], points["run_id"])}
+    machines = {
+        src: machine_key(runs[r], node)[0]
+        for src, r, node in zip(points["source"], points["run_id"], row_nodes(points))
+    }
     side = {}
     for name, table in (("paths", paths), ("claims", claims)):
         if table is not None:
@@ -348,6 +387,7 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
             "layers needed for position 0 to reach position n−1. Details, intervals and the reason of every "
             "verdict in the sections below.\n",
             summary_markdown(table),
+            beyond_table1(ctx, texts),
             "## How it was measured, and what went wrong\n",
             "How the fits are judged: " + fits.method_text() + "\n",
             problems_section(ctx),

@@ -111,6 +111,16 @@ class ReportContext:
         words = machine_identity(meta)[1] if meta else "unknown machine"
         return f"{words}, reference run" if meta.get("reference") else words
 
+    def number_machine(self, key: str, run_id: str) -> str:
+        """The machine a cited number was measured on: its run's, or, in a cluster sweep (whose rows each name
+        their node's machine), the machine of the source the key begins with."""
+        meta = self.runs.get(run_id, {})
+        source = next((s for s in self.labels if key.startswith(f"{s}.")), None) if meta.get("nodes") else None
+        if source is None:
+            return self.machine_of(run_id)
+        words = self.labels[source].split(" · ")[0].removeprefix(f"{REFERENCE}: ")
+        return f"{words}, reference run" if meta.get("reference") else words
+
     def cite(
         self,
         key: str,
@@ -139,7 +149,7 @@ class ReportContext:
             value,
             unit,
             run_id,
-            self.machine_of(run_id),
+            self.number_machine(key, run_id),
             None if interval is None else (float(interval[0]), float(interval[1])),
             note,
             text,

@@ -4,7 +4,10 @@ then a compact verdict table, both read from the fits and the paths study; every
 The headline counts, per metric, the layers whose primary n-exponent (scaling.cite_fits) is consistent with
 Table 1, inconclusive or inconsistent; for the paths study, the points where the measured layers to cross
 equal the closed form, and the layers whose sequential depth grows with n as Table 1's sequential column
-says (its exponent in n within SEQUENTIAL_TOLERANCE of 0 for O(1), of 1 for O(n)).
+says: the slope of the measured depth on log-log axes, between the smallest and the largest n of the study,
+within SEQUENTIAL_TOLERANCE of the slope the layer's cell has over the same n, and nearer to it than to any
+other cell's (0 for O(1), 1 for O(n); for O(log n), which is no power of n, log(log n_hi / log n_lo) /
+log(n_hi / n_lo), 0.21 from 64 to 256: models.config.growth_local_exponent).
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ import math
 import pandas as pd
 
 import models
+from models.config import SEQUENTIAL_GROWTH, growth_local_exponent
 
 from .. import fits
 from .context import ReportContext
 
 METRICS = {"flops": "FLOPs", "time": "time", "memory": "memory"}
-SEQUENTIAL_TOLERANCE = 0.1  # |measured depth exponent in n - Table 1's| at most this for "as Table 1 says"
+SEQUENTIAL_TOLERANCE = 0.1  # |measured depth slope - the cell's slope| at most this for "as Table 1 says"
 
 
 def _layers(ctx: ReportContext, source: str) -> list[str]:
@@ -79,12 +83,26 @@ def cite_crossing(ctx: ReportContext, source: str, row, show_unit: bool = True) 
     return ctx.cite(key, int(row.layers_to_cross), "layers", row.run_id, show_unit=show_unit)
 
 
-def _depth_exponent(rows: pd.DataFrame) -> float | None:
+def _depth_exponent(rows: pd.DataFrame) -> tuple[float, float, float] | None:
+    """(slope of the measured depth on log-log axes, smallest n, largest n), None without two lengths."""
     rows = rows.sort_values("n")
     lo, hi = rows.iloc[0], rows.iloc[-1]
     if hi.n == lo.n or not lo.seq_depth or pd.isna(lo.seq_depth) or pd.isna(hi.seq_depth):
         return None
-    return math.log(hi.seq_depth / lo.seq_depth) / math.log(hi.n / lo.n)
+    return math.log(hi.seq_depth / lo.seq_depth) / math.log(hi.n / lo.n), float(lo.n), float(hi.n)
+
+
+def depth_follows_table1(rows: pd.DataFrame, layer: str) -> bool | None:
+    """Whether one layer's measured sequential depth grows with n as its Table 1 cell says (module
+    docstring); None where the rows give no slope."""
+    measured = _depth_exponent(rows)
+    if measured is None:
+        return None
+    exponent, n_low, n_high = measured
+    cells = {cell: growth_local_exponent(cell, n_low, n_high) for cell in SEQUENTIAL_GROWTH}
+    nearest = min(cells, key=lambda cell: abs(exponent - cells[cell]))
+    own = models.LAYERS[layer].table1.sequential_text
+    return nearest == own and abs(exponent - cells[own]) <= SEQUENTIAL_TOLERANCE
 
 
 def _paths_phrase(ctx: ReportContext, source: str) -> str:
@@ -99,11 +117,11 @@ def _paths_phrase(ctx: ReportContext, source: str) -> str:
     for layer, group in rows.groupby("layer"):
         if layer not in models.LAYERS:
             continue
-        exponent = _depth_exponent(smallest_k(group))
-        if exponent is None:
+        follows = depth_follows_table1(smallest_k(group), layer)
+        if follows is None:
             continue
         layers += 1
-        as_table += abs(exponent - models.LAYERS[layer].table1.sequential_exponent) <= SEQUENTIAL_TOLERANCE
+        as_table += follows
     key = f"{machine}.headline.paths"
     return (
         f"layers to cross equal the closed form at "

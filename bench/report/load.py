@@ -9,7 +9,6 @@ points per machine and device, never two averaged or pooled); the others are nam
 from __future__ import annotations
 
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import pandas as pd
@@ -49,46 +48,6 @@ def is_reference(run_dir: Path) -> bool:
     return REFERENCE in run_dir.resolve().parts[:-1]
 
 
-SPEC_COLUMNS = ("layer", "device", "dtype", "batch", "n", "d", "k", "heads", "window", "dilation", "mode", "node")
-
-
-def _point_words(row: pd.Series) -> str:
-    """A point in words: "attention on cpu float32, batch=1 n=64 d=32 heads=4"."""
-
-    def text(value) -> str:
-        return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
-
-    sizes = " ".join(f"{c}={text(row[c])}" for c in SPEC_COLUMNS[3:] if c in row and pd.notna(row[c]))
-    return f"{row.get('layer')} on {row.get('device')} {row.get('dtype')}, {sizes}"
-
-
-def check_unique_points(points: pd.DataFrame, path: Path) -> None:
-    """A run stores each point once. Two rows of one point (the same point_id, or, for a row without one,
-    the same layer, sizes, device and dtype as another row) mean a damaged points.csv: a RunFailed naming
-    the point and its lines, never two measurements of one point counted twice."""
-    if points.empty:
-        return
-    ids = points["point_id"] if "point_id" in points.columns else pd.Series(None, index=points.index, dtype=object)
-    named = [pd.notna(pid) and str(pid).strip() != "" for pid in ids]
-    spec = [c for c in SPEC_COLUMNS if c in points.columns]
-    keys = [tuple(None if pd.isna(v) else v for v in row) for row in points[spec].itertuples(index=False, name=None)]
-    by_id, by_spec = defaultdict(list), defaultdict(list)
-    for row, (pid, key, has_id) in enumerate(zip(ids, keys, named)):
-        if has_id:
-            by_id[str(pid)].append(row)
-        by_spec[key].append(row)
-    twice = [rows for rows in by_id.values() if len(rows) > 1]
-    twice += [rows for rows in by_spec.values() if len(rows) > 1 and not all(named[r] for r in rows)]
-    if twice:
-        rows = twice[0]
-        first = points.iloc[rows[0]]
-        what = f"point {first['point_id']}" if named[rows[0]] else "a point without point_id"
-        raise RunFailed(
-            f"{path}: damaged, {what} ({_point_words(first)}) is stored more than once "
-            f"(lines {', '.join(str(r + 2) for r in rows)})"
-        )
-
-
 REPORT_META_KEYS = ("run_id", "status")  # what the report reads of every run's meta.json
 
 
@@ -99,8 +58,6 @@ def _read_run(run_dir: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
         path = run_dir / f"{name}.csv"
         if path.exists():
             df = storage.read_points(run_dir) if name == "points" else storage.read_csv(path)
-            if name == "points":
-                check_unique_points(df, path)
             df.insert(0, "run_id", meta.get("run_id") or run_dir.name)
             tables[name] = df
     return meta, tables

@@ -32,6 +32,7 @@ def numbers_document(numbers: dict[str, Number], runs: dict[str, dict]) -> dict:
                     "devices",
                 )
             }
+            | ({"machines": meta["machines"]} if meta.get("machines") else {})  # a cluster sweep's (bench.cluster)
             for rid, meta in runs.items()
         },
         "numbers": {key: numbers[key].as_dict() for key in sorted(numbers)},

@@ -84,8 +84,8 @@ def _label(row, names: list[str] | None = None) -> str:
 def _table(ctx: ReportContext, rows: pd.DataFrame) -> str:
     lines = [
         "| layer | k | r | n | layers to cross (measured) | closed form | path hops | sequential depth "
-        "(ops) | depth measured on | forward depth (ops) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "(ops) | depth measured on | forward depth (ops) | reference depth (ops) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for _, row in rows.iterrows():
         k, r = _int(row.k), _int(row.window)
@@ -93,9 +93,18 @@ def _table(ctx: ReportContext, rows: pd.DataFrame) -> str:
             f"| {row.layer} | {'' if k is None else k} | {'' if r is None else r} | {int(row.n)} | "
             f"{_cite(ctx, row, 'layers_to_cross', 'layers')} | {_cite(ctx, row, 'layers_to_cross_formula', 'layers')} | "
             f"{_cite(ctx, row, 'path_hops', 'steps')} | {_cite(ctx, row, 'seq_depth', 'ops')} | "
-            f"{row.get('seq_depth_of', '')} | {_cite(ctx, row, 'seq_depth_forward', 'ops')} |"
+            f"{row.get('seq_depth_of', '')} | {_cite(ctx, row, 'seq_depth_forward', 'ops')} | "
+            f"{_reference_depth(ctx, row)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _reference_depth(ctx: ReportContext, row) -> str:
+    """The depth of the layer's step-by-step reference, "" for a layer without one (or a paths.csv from before
+    the column)."""
+    if "seq_depth_reference" not in row.index or pd.isna(row["seq_depth_reference"]):
+        return ""
+    return _cite(ctx, row, "seq_depth_reference", "ops")
 
 
 def _ends(rows: pd.DataFrame, layer: str) -> list[tuple[object, pd.Series, pd.Series]]:
@@ -139,9 +148,51 @@ def _findings(ctx: ReportContext, rows: pd.DataFrame) -> list[str]:
                 f"- **{layer}**: {_cite(ctx, lo, 'layers_to_cross', 'layers')} at n = {int(lo.n)} and "
                 f"{_cite(ctx, hi, 'layers_to_cross', 'layers')} at n = {int(hi.n)}; on its way to position n−1 "
                 f"information from position 0 passes {_cite(ctx, lo, 'path_hops', 'steps')} and "
-                f"{_cite(ctx, hi, 'path_hops', 'steps')} (dependent steps)."
+                f"{_cite(ctx, hi, 'path_hops', 'steps')} (dependent steps: {_hops_of(lo)})."
             )
     return items
+
+
+def _hops_of(row) -> str:
+    """What a row's path hops counted, in words (paths.csv's `path_hops_of`)."""
+    what = row.get("path_hops_of", "")
+    return what if isinstance(what, str) and what else "layers crossed"
+
+
+def _ratio(ctx: ReportContext, lo, hi, layer: str, column: str) -> str:
+    """×(hi/lo) of a depth column, cited, for ×(n_hi/n_lo) in n, cited."""
+    ratio = hi[column] / lo[column] if lo[column] else math.nan
+    return (
+        f"×{ctx.cite(f'{_prefix(hi)}.{layer}.{column}.ratio_n{int(hi.n)}_n{int(lo.n)}', round(ratio, 2), '1', hi.run_id)} "
+        f"for ×{ctx.cite(f'{_prefix(hi)}.{layer}.n_ratio_n{int(hi.n)}_n{int(lo.n)}', round(hi.n / lo.n, 2), '1', hi.run_id)} "
+        "in n"
+    )
+
+
+def _scan_depth_text(ctx: ReportContext, rows: pd.DataFrame) -> str:
+    """The parallel scans: the forward's depth (its levels) beside its step-by-step reference's (n steps)."""
+    parts = []
+    for layer in models.scans():
+        levels = models.LAYERS[layer].scan_levels
+        for _, lo, hi in _ends(rows, layer):
+            text = (
+                f"{layer}'s forward goes from {_cite(ctx, lo, 'seq_depth', 'ops')} at n = {int(lo.n)} to "
+                f"{_cite(ctx, hi, 'seq_depth', 'ops')} at n = {int(hi.n)} ({_ratio(ctx, lo, hi, layer, 'seq_depth')}; "
+                f"⌈log₂ n⌉ = {levels(int(lo.n))} → {levels(int(hi.n))} levels)"
+            )
+            if "seq_depth_reference" in hi.index and not pd.isna(hi.seq_depth_reference):
+                text += (
+                    f", while its step-by-step reference, the same recurrence as a loop over time, goes from "
+                    f"{_cite(ctx, lo, 'seq_depth_reference', 'ops')} to {_cite(ctx, hi, 'seq_depth_reference', 'ops')} "
+                    f"({_ratio(ctx, lo, hi, layer, 'seq_depth_reference')})"
+                )
+            parts.append(text)
+    if not parts:
+        return ""
+    return (
+        "A recurrence that is linear in its state is associative, so a parallel scan computes it in ⌈log₂ n⌉ "
+        "levels of shifted multiply-adds, and the probe sees them in its forward: " + "; ".join(parts) + ". "
+    )
 
 
 def _depth_text(ctx: ReportContext, rows: pd.DataFrame) -> str:
@@ -155,14 +206,11 @@ def _depth_text(ctx: ReportContext, rows: pd.DataFrame) -> str:
     parts = []
     for layer in models.recurrent():
         for _, lo, hi in _ends(rows, layer):
-            ratio = hi.seq_depth / lo.seq_depth if lo.seq_depth else math.nan
             parts.append(
                 f"{layer}'s reference goes from {_cite(ctx, lo, 'seq_depth', 'ops')} at n = {int(lo.n)} to "
                 f"{_cite(ctx, hi, 'seq_depth', 'ops')} at n = {int(hi.n)} "
-                f"(×{ctx.cite(f'{_prefix(hi)}.{layer}.seq_depth.ratio_n{int(hi.n)}_n{int(lo.n)}', round(ratio, 2), '1', hi.run_id)} "
-                f"for ×{ctx.cite(f'{_prefix(hi)}.{layer}.n_ratio_n{int(hi.n)}_n{int(lo.n)}', round(hi.n / lo.n, 2), '1', hi.run_id)} "
-                f"in n), while its forward pass measures {_cite(ctx, lo, 'seq_depth_forward', 'ops')} and "
-                f"{_cite(ctx, hi, 'seq_depth_forward', 'ops')}"
+                f"({_ratio(ctx, lo, hi, layer, 'seq_depth')}), while its forward pass measures "
+                f"{_cite(ctx, lo, 'seq_depth_forward', 'ops')} and {_cite(ctx, hi, 'seq_depth_forward', 'ops')}"
             )
     text += "; ".join(parts) + ". " if parts else ""
     text += (
@@ -170,8 +218,9 @@ def _depth_text(ctx: ReportContext, rows: pd.DataFrame) -> str:
         "whose depth does not see n, but nn.RNN and nn.GRU as a loop of per-step operators that the probe "
         "does see.) "
     )
+    text += _scan_depth_text(ctx, rows)
     consts = []
-    for layer in [name for name in models.LAYERS if name not in models.recurrent()]:
+    for layer in [name for name in models.LAYERS if name not in models.stepwise()]:
         for _, lo, hi in _ends(rows, layer)[:1]:  # the depth of one layer does not depend on k or r
             consts.append(
                 f"{layer} {_cite(ctx, lo, 'seq_depth', 'ops')} at n = {int(lo.n)}, "

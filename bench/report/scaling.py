@@ -1,5 +1,5 @@
 """Report sections on how measured quantities scale: compute (FLOPs), time, memory; the crossover of
-attention with the LSTM and the convolution; the fraction of the device's matmul peak."""
+attention with the LSTM, the convolution and linear attention; the fraction of the device's matmul peak."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from matplotlib.lines import Line2D
 import models
 
 from .. import fits
+from ..machine import machine_identity, node_facts
 from ..spec import device_keys
 from . import style
 from .context import ReportContext
@@ -452,17 +453,31 @@ def crossover_figure(ctx: ReportContext, data: pd.DataFrame, attention: str):
     return fig
 
 
+def _crossover_rule(other: str) -> str:
+    """The published rule of thumb for where attention is the cheaper of the two, "-" where none is stated."""
+    if other in models.recurrent():
+        return "n < d (paper)"
+    if other == models.ROLES.attention_linear:
+        return "n < d/heads (Katharopoulos et al. 2020)"
+    return "-"
+
+
 def crossover_section(ctx: ReportContext) -> str:
-    """Where attention's time and FLOPs overtake the recurrent layer's and the convolution's, for each d
-    (the layers by role: models.ROLES)."""
+    """Where attention's time and FLOPs overtake the recurrent layer's, the convolution's and linear
+    attention's, for each d (the layers by role: models.ROLES); a layer with heads is compared at attention's."""
     ok = ctx.points[ctx.points["status"] == "ok"]
     attention = models.ROLES.attention
+    others = [models.ROLES.recurrent, models.ROLES.convolution, models.ROLES.attention_linear]
     rows, lines = [], []
     for (source, d, batch, heads), att in ok[ok["layer"] == attention].groupby(["source", "d", "batch", "heads"]):
         group = ok[(ok["source"] == source) & (ok["d"] == d) & (ok["batch"] == batch)]
         att = att.set_index("n")
-        for other in (models.ROLES.recurrent, models.ROLES.convolution):
-            oth = group[(group["layer"] == other) & ((group["k"] == CROSSOVER_K) | group["k"].isna())].set_index("n")
+        for other in others:
+            with_heads = other in models.LAYERS and "heads" in models.LAYERS[other].uses
+            oth = group[(group["layer"] == other) & ((group["k"] == CROSSOVER_K) | group["k"].isna())]
+            if with_heads:
+                oth = oth[oth["heads"] == heads]
+            oth = oth.set_index("n")
             common = sorted(set(att.index) & set(oth.index))
             if len(common) < 3:
                 continue
@@ -472,6 +487,8 @@ def crossover_section(ctx: ReportContext) -> str:
             cfg = models.LayerConfig(d=int(d), k=CROSSOVER_K, heads=int(heads))
             predicted = fits.closed_form_crossover_n(attention, other, int(batch), cfg)
             base = f"{source}.crossover.{attention}_vs_{other}.d{int(d)}.batch{int(batch)}"
+            if with_heads:  # compared at the same heads: the heads are part of what the number means
+                base += f".heads{int(heads)}"
 
             def fmt(value, what):
                 if value is None:
@@ -488,7 +505,7 @@ def crossover_section(ctx: ReportContext) -> str:
                 closed = ctx.cite(base + ".predicted_n", predicted, "positions", run_id)
             lines.append(
                 f"| {source} | {int(d)} | {int(batch)} | {other} | {fmt(measured, 'time')} | {fmt(counted, 'flops')} | "
-                f"{'n < d (paper)' if other in models.recurrent() else '-'} | {closed} |"
+                f"{_crossover_rule(other)} | {closed} |"
             )
             for value, kind in ((measured, "time, measured"), (counted, "FLOPs, counted")):
                 if value is not None:
@@ -507,13 +524,18 @@ def crossover_section(ctx: ReportContext) -> str:
                     }
                 )
     if not lines:
-        return f"_No n-sweep with {attention} beside {models.ROLES.recurrent} or {models.ROLES.convolution} at the same d._\n"
+        return f"_No n-sweep with {attention} beside {', '.join(others)} at the same d._\n"
     text = (
         f"Sequence length n* where {attention} becomes costlier than the other layer (log-log interpolation "
         "between measured points). The paper's rule of thumb: self-attention is cheaper than a recurrent "
         "layer when n < d (it compares only n²·d with n·d²). The closed-form n* is the smallest n at which the "
         f"FLOP formulas of the two layers (models/; {attention}'s includes its four projections, which Table 1 "
-        f"leaves out) cross, solved at each point's d, batch and heads (k = {CROSSOVER_K}).\n\n"
+        f"leaves out) cross, solved at each point's d, batch and heads (k = {CROSSOVER_K}). Against "
+        f"{models.ROLES.attention_linear} (Katharopoulos et al. 2020: the same projections, and φ(K)ᵀV formed "
+        "once, so its other term grows as n·d² where attention's grows as n²·d) the closed form falls at about "
+        "the head size d/heads, where n²·d overtakes n·d·(d/heads): in FLOPs linear attention is the cheaper "
+        "one from short lengths on, while n* by time says where the fused softmax kernel stops being the "
+        "faster one on this device.\n\n"
         "| source | d | batch | against | n* by time | n* by counted FLOPs | paper | n* by closed form |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(lines) + "\n"
     )
@@ -528,18 +550,39 @@ def crossover_section(ctx: ReportContext) -> str:
     return text
 
 
-def _stored_peaks(runs: dict[str, dict]) -> dict[tuple[str, str], dict]:
-    return {
-        (run_id, device): peak
-        for run_id, meta in runs.items()
-        for device, peak in (meta.get("matmul_peak") or {}).items()
-    }
+def _stored_peaks(runs: dict[str, dict]) -> dict[tuple[str, str, str], dict]:
+    """The matmul peaks stored with the runs, by (run id, machine, device key): machine "" for the run's own
+    process (meta.json `matmul_peak`); in a cluster sweep (bench.cluster) each machine that took part, the
+    best of its nodes' peaks (meta.json `nodes`): one machine's ceiling."""
+    out: dict[tuple[str, str, str], dict] = {}
+    for run_id, meta in runs.items():
+        for key, peak in (meta.get("matmul_peak") or {}).items():
+            out[(run_id, "", key)] = peak
+        for facts in (meta.get("nodes") or {}).values():
+            mid = machine_identity(facts)[0]
+            for key, peak in (facts.get("matmul_peak") or {}).items():
+                kept = out.get((run_id, mid, key))
+                if kept is None or peak["flops_per_s"] > kept["flops_per_s"]:
+                    out[(run_id, mid, key)] = peak
+    return out
+
+
+def _peak_machines(points: pd.DataFrame, runs: dict[str, dict]) -> list[str]:
+    """Each row's machine as `_stored_peaks` keys it: its node's in a cluster sweep, "" for the run's own."""
+    nodes = points["node"] if "node" in points else [None] * len(points)
+    out = []
+    for run_id, node in zip(points["run_id"], nodes):
+        facts = node_facts(runs.get(run_id, {}), node)
+        out.append(machine_identity(facts)[0] if facts else "")
+    return out
 
 
 def point_peaks(points: pd.DataFrame, runs: dict[str, dict]) -> pd.Series:
-    """Each point's device matmul peak (FLOP/s) from its run's meta.json; NaN where none is stored."""
+    """Each point's device matmul peak (FLOP/s) from its run's meta.json, of the machine it ran on (its node's,
+    in a cluster sweep); NaN where none is stored."""
     peaks = _stored_peaks(runs)
-    values = [peaks.get((r, k), {}).get("flops_per_s", math.nan) for r, k in zip(points["run_id"], device_keys(points))]
+    keys = zip(points["run_id"], _peak_machines(points, runs), device_keys(points))
+    values = [peaks.get(key, {}).get("flops_per_s", math.nan) for key in keys]
     return pd.Series(values, index=points.index, dtype=float)
 
 
@@ -589,12 +632,14 @@ def peak_section(ctx: ReportContext) -> str:
         return "_No matmul peak stored with the runs._\n"
     ok["peak"] = point_peaks(ok, ctx.runs)
     ok["peak_key"] = device_keys(ok)
+    ok["peak_machine"] = _peak_machines(ok, ctx.runs)
     ok = ok[ok["peak"].notna()]
     ok["achieved"] = ok["flops_counted"] / ok["time_median_s"]
     ok["fraction"] = ok["achieved"] / ok["peak"]
     lines = []
-    for (run_id, key), peak in sorted(peaks.items()):
-        source = ok.loc[(ok["run_id"] == run_id) & (ok["peak_key"] == key), "source"]
+    for (run_id, mid, key), peak in sorted(peaks.items()):
+        mine = (ok["run_id"] == run_id) & (ok["peak_key"] == key) & (ok["peak_machine"] == mid)
+        source = ok.loc[mine, "source"]
         if source.empty:
             continue
         source = source.iloc[0]
@@ -682,10 +727,11 @@ def rss_table(ctx: ReportContext) -> str:
 
 def sequential_time_section(ctx: ReportContext) -> str:
     """Parallelism seen in time: at the smallest batch and d with an n-sweep, the recurrent layers' n
-    dependent steps against attention's and convolution's one parallel pass. On a GPU, attention and
-    convolution stay nearly flat until the device fills while the recurrence grows ~linearly in n."""
+    dependent steps against a parallel scan's log₂ n levels and attention's and convolution's one parallel
+    pass. On a GPU, attention and convolution stay nearly flat until the device fills while the recurrence
+    grows ~linearly in n."""
     ok = ctx.points[ctx.points["status"] == "ok"]
-    wanted = [*models.recurrent(), models.ROLES.convolution, models.ROLES.attention]
+    wanted = [*models.recurrent(), *models.scans(), models.ROLES.convolution, models.ROLES.attention]
     parts, frames = [], []
     for source, part in ok.groupby("source"):
         part = part[part["layer"].isin(wanted) & ((part["k"] == 3) | part["k"].isna())]
@@ -719,7 +765,8 @@ def sequential_time_section(ctx: ReportContext) -> str:
     )
     return (
         "### Sequential operations seen in time\n\nA recurrent layer must take its n steps one after "
-        "another; attention and convolution process all positions at once. Where the device has "
+        "another; a linear recurrence computed by a parallel scan takes log₂ n levels; attention and "
+        "convolution process all positions at once. Where the device has "
         "parallel capacity to spare (a GPU at small batch and width), attention's and convolution's time "
         "stays nearly flat in n until the device fills, while the recurrence's grows about linearly; "
         "a CPU with few cores is already full, so there every layer's time grows with its work.\n\n"
@@ -729,7 +776,8 @@ def sequential_time_section(ctx: ReportContext) -> str:
             fig,
             "time_sequential",
             "Time against n at the smallest batch and width swept: the "
-            "recurrent layers' sequential steps against attention's and convolution's parallel pass; "
+            "recurrent layers' sequential steps against a parallel scan's levels and attention's and "
+            "convolution's parallel pass; "
             f"{GUIDE_NOTE['time']}; {IQR_NOTE}.",
         )
     )

@@ -1,6 +1,9 @@
-"""The textbook table with measured values beside the predicted ones (report.md and table.tex)."""
+"""The textbook table with measured values beside the predicted ones (report.md and table.tex), and what the
+rows beyond the paper's table change."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pandas as pd
 
@@ -21,9 +24,17 @@ def _exp(texts: dict, source: str, layer: str, metric: str, variable: str) -> st
     return f"{value.split(' [')[0]} {fits.VERDICT_MARK[verdict]}"
 
 
-def _paths_cells(ctx: ReportContext, source: str, layer: str) -> tuple[str, str]:
+def _paths_span(ctx: ReportContext, source: str, layer: str) -> tuple[int, int] | None:
+    """(smallest n, largest n) of the layer's rows in the paths study of the source's machine."""
+    rows = layer_paths(ctx, source, layer)
+    return None if rows.empty else (int(rows["n"].iloc[0]), int(rows["n"].iloc[-1]))
+
+
+def _paths_cells(
+    ctx: ReportContext, source: str, layer: str, header_span: tuple[int, int] | None = None
+) -> tuple[str, str]:
     """Measured sequential depth and layers to cross at the two ends of the paths study of the source's
-    machine."""
+    machine; the lengths are named in the cell unless they are `header_span` (the table header's)."""
     rows = layer_paths(ctx, source, layer)
     if rows.empty:
         return "–", "–"
@@ -33,18 +44,34 @@ def _paths_cells(ctx: ReportContext, source: str, layer: str) -> tuple[str, str]
         f"{ctx.cite(f'{key}.seq_depth.n{int(lo.n)}', int(lo.seq_depth), 'ops', run_id)} → "
         f"{ctx.cite(f'{key}.seq_depth.n{int(hi.n)}', int(hi.seq_depth), 'ops', run_id)}"
     )
-    return depth, f"{cite_crossing(ctx, source, lo)} → {cite_crossing(ctx, source, hi)}"
+    cross = f"{cite_crossing(ctx, source, lo)} → {cite_crossing(ctx, source, hi)}"
+    if (int(lo.n), int(hi.n)) != header_span:
+        lengths = f" (n={int(lo.n)}→{int(hi.n)})"
+        depth, cross = depth + lengths, cross + lengths
+    return depth, cross
+
+
+def _common_span(ctx: ReportContext) -> tuple[int, int] | None:
+    """The (smallest, largest) n of the paths study that most layers share: the table's header names it and
+    a cell names its own where it differs (a scan's depth is followed to longer sequences)."""
+    spans = Counter(
+        span
+        for source in ctx.sources()
+        for layer in models.LAYERS
+        if (span := _paths_span(ctx, source, layer)) is not None
+    )
+    return spans.most_common(1)[0][0] if spans else None
 
 
 def summary_rows(ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict) -> pd.DataFrame:
     rows = []
-    ns = sorted(ctx.paths["n"].unique()) if ctx.paths is not None else []
-    span = f", n={int(ns[0])}→{int(ns[-1])}" if ns else ""
+    common = _common_span(ctx)
+    span = f", n={common[0]}→{common[1]}" if common else ""
     for source in ctx.sources():
         present = set(ctx.points.loc[ctx.points["source"] == source, "layer"])
         for layer in [l for l in models.LAYERS if l in present]:
             row = models.LAYERS[layer].table1  # the layer's own Table 1 row
-            depth, cross = _paths_cells(ctx, source, layer)
+            depth, cross = _paths_cells(ctx, source, layer, common)
             rows.append(
                 {
                     "source": source,
@@ -70,10 +97,49 @@ def summary_markdown(table: pd.DataFrame) -> str:
     return table.to_markdown(index=False) + "\n"
 
 
+def beyond_table1(ctx: ReportContext, texts: dict) -> str:
+    """The rows the paper's table does not have (layers published after it, whose Table1Row names its own
+    source and a note): what each changes against the table, and what was measured of it here."""
+    items = []
+    for layer, cls in models.LAYERS.items():
+        row = cls.table1
+        if not row.note:
+            continue
+        measured = []
+        for source in ctx.sources():
+            if not (ctx.points.loc[ctx.points["source"] == source, "layer"] == layer).any():
+                continue
+            fitted = [
+                f"{what} ∝ n^{_exp(texts, source, layer, metric, 'n')}"
+                for metric, what in (("flops", "FLOPs"), ("time", "time"))
+                if texts.get((source, layer, metric, "n"), ("–",))[0] != "–"
+            ]
+            depth, _ = _paths_cells(ctx, source, layer)  # its lengths named
+            if depth != "–":
+                fitted.append(f"sequential depth {depth}")
+            where = f" on {ctx.source_tag(source)}" if len(ctx.sources()) > 1 else ""
+            measured.append(", ".join(fitted or ["no n-sweep fitted yet"]) + where)
+        if not measured:
+            continue
+        items.append(
+            f"- **{layer}** ({row.source}): compute {row.compute_text}, sequential operations "
+            f"{row.sequential_text}, maximum path length {row.path_text}. {row.note[0].upper()}{row.note[1:]} "
+            f"Measured here: {'; '.join(measured)}."
+        )
+    if not items:
+        return ""
+    return (
+        "Rows beyond Table 1: layers published after it, measured in every column as the others are.\n\n"
+        + "\n".join(items)
+        + "\n"
+    )
+
+
 def _latex_cell(text: str) -> str:
     text = str(text)
     if text.startswith("O("):  # a Table 1 formula: math mode
-        return "$" + text.replace("·", r" \cdot ").replace("²", "^2").replace("log_k", r"\log_k") + "$"
+        text = text.replace("·", r" \cdot ").replace("²", "^2").replace("log_k", r"\log_k")
+        return "$" + text.replace("log n", r"\log n") + "$"
     return (
         text.replace("_", r"\_")
         .replace("%", r"\%")

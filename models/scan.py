@@ -1,0 +1,135 @@
+"""A diagonal linear recurrence computed by a parallel scan, the layer of S4D/S5, the LRU and Mamba with its
+input-dependence left out:
+
+    h_t = a ⊙ h_{t−1} + B x_t,   y_t = C h_t,   h_{−1} = 0
+
+state size d, B and C d×d projections (with biases), a ∈ (0, 1)^d a learned per-channel decay (sigmoid of a
+parameter). Being linear in h, the recurrence is associative: (a^s, u) pairs compose, so every h_t follows
+from a parallel scan (Blelloch 1990; Martin & Cundy 2018 for linear recurrences; Smith et al. 2023, S5) in
+⌈log₂ n⌉ levels instead of n steps. `parallel_scan` is the work-efficient (Blelloch) form, written with
+torch operators: an up-sweep that pairs neighbouring segments level by level (a pair's total is its right
+segment's plus the left one's decayed across the right one, a^s ⊙ left + right, s = 2^level), then a down-sweep
+that hands every segment the prefix ending before it. Each level is one shifted multiply-add over the whole
+tensor, n/2 + n/4 + ... of them in all: O(n·d) work, where the simpler Hillis–Steele scan would do
+O(n·d·log n).
+
+Cost: FLOPs = 2 · 2·b·n·d² (B and C; 2 per multiply-accumulate of every matrix product). The scan's
+multiply-adds are element-wise (a diagonal a), not matrix products, so they are not in the count
+(bench/interface.md, Conventions) but in the element-wise estimate: O(n·d). Sequential operations O(log n)
+(the levels of the scan), maximum path length O(log n): the levels information from x_0 passes on its way
+to y_{n−1}; one layer already links them (causal: y_t depends on x_0..x_t).
+
+`reference()` is the same layer as the textbook loop over time steps, h_t from h_{t−1}: n dependent steps, the
+O(n) that a nonlinear recurrence (models/recurrent.py) cannot avoid and this one can.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any
+
+DECAY_RANGE = (0.5, 0.99)  # the initial per-channel decays a, drawn uniformly: memories of 2 to 100 steps
+
+
+def scan_levels(n: int) -> int:
+    """The levels of the scan over n positions, ⌈log₂ n⌉ (0 for n = 1): the height of its tree."""
+    return (n - 1).bit_length()
+
+
+def parallel_scan(u: torch.Tensor, decay: torch.Tensor, levels: int | None = None) -> torch.Tensor:
+    """Every h_t = decay ⊙ h_{t−1} + u_t (h_{−1} = 0) at once, by a work-efficient parallel scan.
+
+    u: (B, n, d); decay: (d,). `levels`: the height of the scan's tree, ⌈log₂ n⌉ by default (the whole
+    sequence); a lower tree scans blocks of 2^levels positions apart, each from a zero state (what the paths
+    study measures: the fewest levels after which y_{n−1} depends on x_0). Returns (B, n, d)."""
+    b, n, d = u.shape
+    height = scan_levels(n) if levels is None else levels
+    block = 1 << height
+    padded = -(-n // block) * block  # n rounded up to whole blocks
+    # Zeros after position n−1 change no h_t before them (the recurrence is causal).
+    h = F.pad(u, (0, 0, 0, padded - n)).reshape(-1, block, d)  # (R, block, d), R = B·blocks
+    evens = []
+    decay_s = decay  # a^s, s = 2^level: the decay across one segment of the level
+    for _ in range(height):  # up-sweep: each level halves the segments
+        even, odd = h.unflatten(1, (-1, 2)).unbind(2)  # (R, m/2, d) each: left and right segments of a pair
+        evens.append((even, decay_s))
+        h = torch.addcmul(odd, decay_s, even)  # the pair's total: right + a^s ⊙ left
+        decay_s = decay_s * decay_s
+    # h now holds each block's total, the prefix ending at its last position. Down-sweep: at every level
+    # h holds the prefixes ending at the right segments; a left segment's is the prefix before its pair,
+    # decayed across it, plus its own total.
+    for even, decay_s in reversed(evens):
+        before = F.pad(h[:, :-1], (0, 0, 1, 0))  # (R, m/2, d): the prefix ending before each pair, 0 first
+        h = torch.stack((torch.addcmul(even, decay_s, before), h), dim=2).flatten(1, 2)  # (R, m, d)
+    return h.reshape(b, padded, d)[:, :n]  # (B, n, d)
+
+
+class Scan(nn.Module):
+    """Diagonal linear recurrence h_t = a ⊙ h_{t−1} + B x_t, y_t = C h_t (a per-channel decay in (0, 1)),
+    computed by a parallel scan in ⌈log₂ n⌉ levels; `reference()` is the same layer as a loop over the n time
+    steps."""
+
+    uses: tuple[str, ...] = ()
+    table1 = Table1Row(
+        lambda n, d, k, r: n * d**2 + n * d,
+        "O(n·d² + n·d)",
+        "O(log n)",
+        "O(log n)",
+        source="Blelloch 1990; Martin & Cundy 2018; Smith et al. 2023",
+        note=(
+            "a recurrence that is linear in its state is associative, so a parallel scan computes it in "
+            "⌈log₂ n⌉ levels: Table 1's O(n) sequential operations and path length of a recurrence become "
+            "O(log n), at the same O(n·d²) work (the projections; the scan itself is O(n·d) element-wise). "
+            "Its step-by-step reference still takes n steps."
+        ),
+    )
+    path = CONSTANT_PATH  # causal, left to right: x_0 reaches every later output within one layer
+    check = staticmethod(accept_any)
+    scan_levels = staticmethod(scan_levels)
+
+    def __init__(self, cfg: LayerConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.in_proj = nn.Linear(cfg.d, cfg.d)  # B
+        self.out_proj = nn.Linear(cfg.d, cfg.d)  # C
+        low, high = DECAY_RANGE
+        self.decay_logit = nn.Parameter(torch.logit(torch.empty(cfg.d).uniform_(low, high)))  # (d,)
+
+    @property
+    def decay(self) -> torch.Tensor:
+        return torch.sigmoid(self.decay_logit)  # (d,), in (0, 1)
+
+    def forward(self, x: torch.Tensor, levels: int | None = None) -> torch.Tensor:
+        """`levels`: the scan's tree height (parallel_scan); the default scans the whole sequence."""
+        h = parallel_scan(self.in_proj(x), self.decay, levels)  # (B, n, d)
+        return self.out_proj(h)  # (B, n, d)
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        """The same layer as an explicit loop over time steps (same weights as `forward`)."""
+        a = self.decay  # (d,)
+        batch, n, d = x.shape
+        h = x.new_zeros(batch, d)
+        outputs = []
+        for t in range(n):
+            h = a * h + (x[:, t] @ self.in_proj.weight.T + self.in_proj.bias)  # (B, d)
+            outputs.append(h @ self.out_proj.weight.T + self.out_proj.bias)  # y_t = C h_t
+        return torch.stack(outputs, dim=1)  # (B, n, d)
+
+    @staticmethod
+    def flops(batch: int, n: int, cfg: LayerConfig) -> int:
+        # B x_t and C h_t at every position: two d×d products; the scan is element-wise (not counted).
+        return 2 * 2 * batch * n * cfg.d * cfg.d
+
+    @staticmethod
+    def activation_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
+        # B x and its copy padded to the next power of two P, the up-sweep's totals (P/2 + P/4 + ... < P),
+        # the down-sweep's pair of tensors at its last level (2P) and the output: O(n·d) (the allocator's
+        # peak on the CPU is 0.9-1 of this).
+        padded = 1 << scan_levels(n)
+        return batch * cfg.d * (2 * n + 4 * padded) * elem_bytes
+
+
+__all__ = ["Scan", "parallel_scan", "scan_levels"]

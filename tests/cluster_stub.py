@@ -1,0 +1,12 @@
+"""Run by every Ray worker of tests/test_cluster.py's sweeps (Ray's worker_process_setup_hook,
+`cluster_stub.fake_peak`, with tests/ on the worker's path): the node's matmul peak replaced by a stand-in, as
+tests/test_one_writer.py does in its processes. The runs test the folder, the placement and the faults, not the
+peak (1-2 s a node at the start and again at the end of a run, on 2 busy cores)."""
+
+FAKE_PEAK = {"flops_per_s": 1e11, "size": 512, "time_median_s": 2.7e-3, "time_iqr_s": 0.0, "time_ci_s": [2.7e-3] * 2}
+
+
+def fake_peak() -> None:
+    import bench.cluster  # noqa: PLC0415
+
+    bench.cluster._peak = lambda device, dtype: dict(FAKE_PEAK, dtype=dtype)
