@@ -15,6 +15,7 @@ same weights and tests prove them equal.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -206,9 +207,13 @@ class AttentionLocal(_SelfAttention):
         return Blocks(queries=w, count=count, keys=w + window - 1, offset=window // 2)
 
     @classmethod
-    def chunk(cls, g: Blocks, elem_bytes: int) -> tuple[int, int]:
+    def chunk(cls, g: Blocks, elem_bytes: int, device_type: str = "cpu") -> tuple[int, int]:
         """(heads, blocks of each head) whose scores are formed at a time: whole heads where a head's scores
-        fit in CHUNK_BYTES, else runs of one head's blocks (at least one block)."""
+        fit in CHUNK_BYTES, else runs of one head's blocks (at least one block). On a GPU all at once: its
+        kernels stream the scores anyway, and every chunk would cost a few kernel launches (not measured here:
+        no GPU)."""
+        if device_type != "cpu":
+            return sys.maxsize, g.count
         per_chunk = max(1, cls.CHUNK_BYTES // (g.queries * g.keys * elem_bytes))
         return (per_chunk // g.count, g.count) if per_chunk >= g.count else (1, per_chunk)
 
@@ -279,7 +284,7 @@ class AttentionLocal(_SelfAttention):
         masked = self._masked(n, g, q.device)  # (count, w, s)
         # The blocks in chunks whose scores stay in the cache: whole heads where a head's blocks fit in
         # CHUNK_BYTES, else runs of one head's blocks. The same products, fewer trips to memory.
-        heads_per, blocks_per = self.chunk(g, q.element_size())
+        heads_per, blocks_per = self.chunk(g, q.element_size(), q.device.type)
         queries, keys, values = (t.unflatten(0, (b * h, g.count)) for t in (queries, keys, values))
         mixed = []
         for head in range(0, b * h, heads_per):
@@ -325,6 +330,7 @@ class AttentionLocal(_SelfAttention):
         # Live at the peak, the concatenation of the chunks' outputs: Q, K, V (3·n·d), the padded queries, the
         # padded copies of K and V, the chunks' mixed values and their concatenation (5·n_padded·d), and the
         # scores of one chunk and their softmax: O(n·d), no r·n·d gathered, no scores of the whole sequence.
+        # That is the CPU's: a GPU forms every block's scores at once (`chunk`), 2 per computed pair and head.
         g = cls.blocks(n, cfg.window)
         heads, blocks = cls.chunk(g, elem_bytes)
         chunk_pairs = min(heads, batch * cfg.heads) * blocks * g.queries * g.keys

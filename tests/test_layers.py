@@ -2,6 +2,7 @@
 
 import math
 import re
+import sys
 
 import pytest
 import torch
@@ -141,6 +142,17 @@ def test_local_attention_in_chunks_of_blocks_is_the_same_computation(blocks_per_
     (grad_whole,) = torch.autograd.grad((whole * upstream).sum(), x)
     (grad_chunked,) = torch.autograd.grad((chunked * upstream).sum(), x)
     assert (grad_chunked - grad_whole).abs().max().item() < 1e-5
+
+
+def test_local_attention_chunks_by_hand(monkeypatch):
+    """n = 300, r = 33: 10 blocks of 32 queries a head, spans of 64 keys, 32·64·4 = 8 kB of scores a block."""
+    cls = models.LAYERS["attention_local"]
+    g = cls.blocks(300, 33)
+    assert cls.chunk(g, 4) == (4 * 2**20 // 8192 // 10, 10)  # 512 blocks fit: 51 whole heads a chunk
+    monkeypatch.setattr(cls, "CHUNK_BYTES", 3 * 8192)
+    assert cls.chunk(g, 4) == (1, 3)  # runs of 3 blocks of one head
+    assert cls.chunk(g, 2) == (1, 6)  # bfloat16: twice the blocks
+    assert cls.chunk(g, 4, "cuda") == (sys.maxsize, 10)  # a GPU forms all the scores at once
 
 
 def test_local_attention_keeps_the_masks_of_a_few_lengths_and_uses_the_right_one():
