@@ -18,8 +18,8 @@ from ..spec import device_keys
 from . import style
 from .context import ReportContext
 
-METRIC_LABEL = {"time": "time per forward pass (s)", "flops": "FLOPs (counted)", "memory": "peak allocated bytes"}
-AXIS_LABEL = {"time": "time per forward pass", "flops": "FLOPs per forward pass (counted)", "memory": "peak allocated"}
+METRIC_LABEL = {"time": "time per call (s)", "flops": "FLOPs (counted)", "memory": "peak allocated bytes"}
+AXIS_LABEL = {"time": "time per call", "flops": "FLOPs per call (counted)", "memory": "peak allocated"}
 AXIS_UNIT = {"time": "s", "flops": "FLOP", "memory": "B"}  # the y ticks carry the unit: "300 µs", "1 GB"
 CROSSOVER_K = 3  # the kernel size of the convolution attention is compared with
 IQR_NOTE = "error bars: median ± IQR/2 (points.csv stores each point's IQR, not its quartiles)"

@@ -104,8 +104,13 @@ def _saved_figure(ctx: ReportContext, source: str) -> str:
     if data.empty:
         return ""
     growth = []
-    for layer in [name for name in SAVED_LAYERS if name in set(data["layer"])]:
+    layers = [name for name in SAVED_LAYERS if name in set(data["layer"])]
+    # over the lengths every layer shown was measured at, so the factors compare
+    common = set.intersection(*(set(data.loc[data["layer"] == layer, "n"]) for layer in layers))
+    for layer in layers:
         sweep = data[data["layer"] == layer].sort_values("n")
+        if len(common) >= 2:
+            sweep = sweep[sweep["n"].isin(common)]
         lo, hi = sweep.iloc[0], sweep.iloc[-1]
         key = f"{source}.training.{layer}.saved_growth_n{int(lo.n)}_to_n{int(hi.n)}_d{int(hi.d)}_b{int(hi.batch)}"
         factor = ctx.cite(key, round(float(hi.mem_saved_bytes / lo.mem_saved_bytes), 2), "x", hi.run_id)
@@ -119,6 +124,7 @@ def _saved_figure(ctx: ReportContext, source: str) -> str:
         exponent=_predicted_from_formula("memory", "n"),
     )
     fig.suptitle("What the forward pass keeps for the backward", fontsize=11)
+    fig.axes[0].set_ylabel("allocated at the end of the forward")
     figure = ctx.figure(
         fig,
         f"training_saved_{source}",
