@@ -33,5 +33,5 @@ def test_every_layer_has_its_claim_and_the_hand_ratio(claim_results, name):
 def test_the_fused_attention_is_the_exception_and_why(claim_results):
     """Its backward recomputes the n×n scores: toward 5/2 of the forward as n grows past d."""
     assert claim_results[f"backward_twice_forward_{models.ROLES.attention}"].verdict == "fails"
-    assert hand_ratio(models.ROLES.attention) == pytest.approx(2.4444, abs=1e-4)
+    assert hand_ratio(models.ROLES.attention) == pytest.approx(2.4, abs=1e-4)  # 3072 / 1280 at n = 8d
     assert claim_results[f"backward_twice_forward_{models.ROLES.attention_explicit}"].verdict == "holds"

@@ -229,7 +229,7 @@ def test_killed_run_resumes_with_every_point_exactly_once(tmp_path):
         "--n",
         "8,16,24",
         "--d",
-        "4,8,12",
+        "4,8",
         "--heads",
         "2",
         "--device",
@@ -242,14 +242,14 @@ def test_killed_run_resumes_with_every_point_exactly_once(tmp_path):
     timings = out / "timings.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # kill it in its second pass: some passes of each point stored
-        if timings.exists() and timings.read_text().count("\n") >= 60:
+        if timings.exists() and timings.read_text().count("\n") >= 40:
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     passes_before = timings.read_text()
     passes_before = passes_before[: passes_before.rfind("\n") + 1]  # a line cut off by the kill is measured again
-    assert 60 <= passes_before.count("\n") < 135
+    assert 40 <= passes_before.count("\n") < 90
     assert json.loads((out / "meta.json").read_text())["status"] == "running"  # killed: no chance to say so
     resumed = subprocess.run(
         [sys.executable, "-m", "bench", "run", "--resume", str(out), "--no-progress"],
@@ -261,7 +261,7 @@ def test_killed_run_resumes_with_every_point_exactly_once(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     df = pd.read_csv(out / "points.csv")
     plan = [PointSpec(**s) for s in json.loads((out / "plan.json").read_text())["specs"]]
-    assert len(plan) == 45
+    assert len(plan) == 30
     assert sorted(df["point_id"]) == sorted(s.point_id for s in plan)  # each point exactly once
     assert json.loads((out / "meta.json").read_text())["status"] == "finished"
     # nothing lost, nothing measured twice: the passes stored before the kill are kept as they were, and
@@ -269,7 +269,7 @@ def test_killed_run_resumes_with_every_point_exactly_once(tmp_path):
     assert timings.read_text().startswith(passes_before)
     records = storage.read_timing_records(out)
     keys = [(r["point_id"], r["attempt"], r["pass"]) for r in records]
-    assert len(keys) == len(set(keys)) and len([k for k in keys if k[1] == 0]) == 45 * 3
+    assert len(keys) == len(set(keys)) and len([k for k in keys if k[1] == 0]) == 30 * 3
 
 
 @pytest.mark.slow

@@ -144,14 +144,14 @@ def test_two_resumes_at_once_one_proceeds_the_other_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_six_runs_into_one_folder_one_run_five_refusals(tmp_path):
+def test_four_runs_into_one_folder_one_run_three_refusals(tmp_path):
     out = tmp_path / "same"
     children = [
-        _bench("run", "--layers", "conv", "--n", "8,16", "--d", "4", "--out", str(out), *FAST) for _ in range(6)
+        _bench("run", "--layers", "conv", "--n", "8,16", "--d", "4", "--out", str(out), *FAST) for _ in range(4)
     ]
     codes = [child.wait(timeout=300) for child in children]
     errors = [child.stderr.read() for child in children]
-    assert sorted(codes) == [0, 2, 2, 2, 2, 2], errors
+    assert sorted(codes) == [0, 2, 2, 2], errors
     for code, err in zip(codes, errors):
         if code == 2:
             assert str(out) in err and ("another process is writing" in err or "not empty" in err), err

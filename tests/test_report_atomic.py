@@ -389,7 +389,7 @@ def test_report_sigkilled_at_random_moments_leaves_one_report_whole(tmp_path):
     rng = Random(20261121)
     seen, kills_started = [], time.monotonic()
     state = 1  # out holds report b
-    for kill in range(6):
+    for kill in range(4):
         report = _report_process(inputs[1 - state], out)
         started = time.monotonic()
         if kill % 2 == 0:  # a moment in the publication: as the staged manifest appears, or just after

@@ -25,9 +25,9 @@ from .verdict import Outcome, all_met, within
 KAPLAN = "Kaplan et al. 2020, Scaling Laws for Neural Language Models, §2.1 (backward ≈ 2 × forward)"
 BACKWARD_OVER_FORWARD = 2  # the rule: a product's backward is two products of its size
 ABOUT_REL_TOL = 0.1  # "about twice": the counted ratio within 10 % of 2
-# One size for every layer: n = 16·d, where attention's n²·d terms carry most of its FLOPs (so the fused
+# One size for every layer: n = 8·d, where attention's n²·d terms carry most of its FLOPs (so the fused
 # kernel's recomputation shows), a window of 32 for the restricted attention, batch 2.
-SIZE = {"batch": 2, "n": 512, "d": 32, "heads": 4, "k": 3, "window": 32}
+SIZE = {"batch": 2, "n": 256, "d": 32, "heads": 4, "k": 3, "window": 32}
 
 
 def train_point(name: str):
