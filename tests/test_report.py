@@ -225,3 +225,22 @@ def test_report_of_hand_made_runs_shows_verdicts_reasons_and_flags(tmp_path, new
     numbers = json.loads((out / "numbers.json").read_text())["numbers"]
     missing = [k for k, v in numbers.items() if v["text"] not in md]
     assert not missing, missing[:5]
+
+
+def test_two_batches_at_the_same_sizes_are_two_sweeps_with_their_own_keys(tmp_path):
+    """The full preset sweeps n at batch 1 and 8 at the same d: two fits per layer, never one key cited twice."""
+    from bench.report.build import build_report
+
+    run = _write_run(tmp_path / "results", "r1", new_format=True)
+    points = pd.read_csv(run / "points.csv")
+    again = points.assign(batch=8, point_id=points["point_id"] + "b8")
+    again[["time_median_s", "time_ci_low_s", "time_ci_high_s"]] *= 6  # batch 8: a different time, same exponents
+    pd.concat([points, again]).to_csv(run / "points.csv", index=False)
+    out = tmp_path / "reports"
+    build_report([run], out)
+    fits = pd.read_csv(out / "fits.csv")
+    sweeps = fits[(fits["layer"] == "lstm") & (fits["metric"] == "time") & (fits["variable"] == "n")]
+    assert sorted(sweeps["batch"]) == [1, 8]
+    numbers = json.loads((out / "numbers.json").read_text())["numbers"]
+    keys = [k for k in numbers if ".lstm.time.exponent_n.d32" in k]
+    assert any(k.endswith(".b1") for k in keys) and any(k.endswith(".b8") for k in keys), keys

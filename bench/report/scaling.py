@@ -187,6 +187,12 @@ def _texts_key(row, metric: str) -> tuple:
     return (row.source, row.layer, metric, row.variable, row.fixed, row.batch)
 
 
+def _sweep_tag(row) -> str:
+    """A fit row's sweep in a cite key: its fixed sizes and its batch ("d64.heads4.b4"); two sweeps at the same
+    sizes and different batches (the full preset's batch 1 and 8) are two keys."""
+    return f"{row.fixed.replace(', ', '.').replace('=', '')}.b{int(row.batch)}"
+
+
 def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, tuple]:
     """Register every fitted exponent; the key without suffix is the widest sweep of that variable that has
     a fit (the primary one). Returns {(source, layer, metric, variable): (text, verdict)} for the primary
@@ -208,7 +214,7 @@ def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, tuple]:
                 )
                 interval = None if math.isnan(row.ci_low) else (round(row.ci_low, 3), round(row.ci_high, 3))
                 base = _fit_key(source, layer, metric, variable)
-                tag = row.fixed.replace(", ", ".").replace("=", "")
+                tag = _sweep_tag(row)
                 text = ctx.cite(f"{base}.{tag}", round(row.exponent, 3), "1", row.run_id, interval=interval, note=note)
                 if i == 0:
                     ctx.cite(base, round(row.exponent, 3), "1", row.run_id, interval=interval, note=note)
@@ -259,7 +265,7 @@ def fits_markdown(ctx: ReportContext, fit_rows: pd.DataFrame, metric: str, texts
     ]
     for row in rows.sort_values(["source", "variable", "layer", "fixed", "batch"]).itertuples():
         text, verdict, primary = texts[_texts_key(row, metric)]
-        tag = row.fixed.replace(", ", ".").replace("=", "")
+        tag = _sweep_tag(row)
         predicted = "–"
         if not math.isnan(row.predicted) and not math.isnan(row.exponent):
             predicted = ctx.cite(
