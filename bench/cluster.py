@@ -270,7 +270,7 @@ class _Chunk:
 
     def __post_init__(self):
         spec = self.specs[0]
-        mode = "" if spec.mode == "inference" else f" {spec.mode}"
+        mode = f" {spec.mode}" if spec.trains else ""
         self.name = self.name or f"{spec.layer} ({spec.device} {spec.dtype}{mode})"
 
 

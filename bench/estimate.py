@@ -116,7 +116,7 @@ def call_time_s(spec: PointSpec, rate: float) -> float:
     on a device whose matmul runs at `rate` FLOP/s."""
     cfg = spec.config()
     kind = _kind(spec.device)
-    train = spec.mode == "train"
+    train = spec.trains
     flops = models.analytic_flops(spec.layer, spec.batch, spec.n, cfg, spec.mode, spec.device)
     activations = models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg)
     compute_s = flops / (MATMUL_EFFICIENCY * rate)
@@ -174,7 +174,7 @@ def point_memory_bytes(spec: PointSpec) -> int:
     what counting its FLOPs holds (flop_count_bytes), whichever is larger."""
     cfg = spec.config()
     elem = _elem_bytes(spec.dtype)
-    copies = TRAIN_HELD_COPIES if spec.mode == "train" else 1
+    copies = TRAIN_HELD_COPIES if spec.trains else 1
     weights = _parameters(models.LAYERS[spec.layer], cfg) * elem * copies
     inputs = spec.batch * spec.n * spec.d * elem * copies
     forward = models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg) * copies

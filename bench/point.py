@@ -64,7 +64,7 @@ def one_call(
 ) -> tuple[Callable[[], object], Callable[[], object]]:
     """(call, forward): what one timed call of the point runs (module docstring), and its forward pass alone.
     In train mode `x` is made to require grad and the upstream gradient is drawn from `seed`."""
-    if spec.mode == "inference":
+    if not spec.trains:
         forward = lambda: layer(x)  # noqa: E731
         return forward, forward
     layer.train()
@@ -83,7 +83,7 @@ def one_call(
 
 def grad_mode(spec: PointSpec) -> AbstractContextManager:
     """The autograd mode a call of the point runs under."""
-    return torch.inference_mode() if spec.mode == "inference" else torch.enable_grad()
+    return torch.enable_grad() if spec.trains else torch.inference_mode()
 
 
 def _free(device: str, collect: bool) -> None:
@@ -126,7 +126,7 @@ def measure_pass(
                     flops_uncounted_ops=";".join(counted.uncounted_ops),
                     flops_elementwise=counted.elementwise,
                     mem_peak_bytes=memory.peak_bytes,
-                    mem_saved_bytes=saved_bytes(forward, spec) if spec.mode == "train" else None,
+                    mem_saved_bytes=saved_bytes(forward, spec) if spec.trains else None,
                     mem_rss_peak_bytes=memory.rss_peak_bytes,
                     mem_rss_base_bytes=memory.rss_base_bytes,
                     mem_method=memory.method,
@@ -160,7 +160,7 @@ def base_row(spec: PointSpec, threads: int) -> dict:
         flops_analytic=models.analytic_flops(spec.layer, spec.batch, spec.n, cfg, spec.mode, spec.device),
         # the layers' estimate is of an inference forward pass's activations
         mem_analytic_bytes=(
-            models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg) if spec.mode == "inference" else None
+            None if spec.trains else models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg)
         ),
     )
 

@@ -14,7 +14,7 @@ from .errors import BadInput
 # forward and one backward pass, the input requiring grad as inside a network, every parameter's gradient
 # computed, driven by a fixed random upstream gradient.
 MODES = ("inference", "train")
-DEFAULT_MODE = MODES[0]
+DEFAULT_MODE, TRAIN_MODE = MODES
 
 
 @dataclass(frozen=True, order=True)
@@ -32,6 +32,11 @@ class PointSpec:
     device: str = "cpu"
     dtype: str = "float32"
     mode: str = DEFAULT_MODE
+
+    @property
+    def trains(self) -> bool:
+        """Whether one call of the point is a training step (forward and backward)."""
+        return self.mode == TRAIN_MODE
 
     @property
     def key(self) -> str:

@@ -17,7 +17,7 @@ import torch
 
 import models
 from bench.point import one_call
-from bench.spec import expand_grid
+from bench.spec import TRAIN_MODE, PointSpec, expand_grid
 
 from .record import _generator, _num, _numbers, claim, counted_flops, interleaved_times_s
 from .verdict import Outcome, all_met, within
@@ -40,14 +40,13 @@ def train_point(name: str):
         heads=[SIZE["heads"]],
         window=[SIZE["window"]],
         batch=[SIZE["batch"]],
-        modes=("train",),
+        modes=(TRAIN_MODE,),
     )[0]
 
 
-def backward_over_forward(name: str, seed: int, offset: int) -> dict:
+def backward_over_forward(spec: PointSpec, seed: int, offset: int) -> dict:
     """Counted FLOPs and median times of the forward and of the backward (the train call less the forward)."""
-    spec = train_point(name)
-    layer = models.build(name, spec.config(), seed=seed)
+    layer = models.build(spec.layer, spec.config(), seed=seed)
     x = torch.randn(spec.batch, spec.n, spec.d, generator=_generator(seed, offset))
     train_call, forward = one_call(spec, layer, x, seed)
     flops_forward = counted_flops(forward, autograd=True)
@@ -69,10 +68,11 @@ def _declare(name: str, offset: int) -> None:
         notes=None,
     )
     def _claim_backward_twice_forward(seed: int) -> Outcome:
-        m = backward_over_forward(name, seed, offset)
+        spec = train_point(name)
+        m = backward_over_forward(spec, seed, offset)
         flops_ratio = m["flops_backward"] / m["flops_forward"]
         time_ratio = m["time_backward_s"] / m["time_forward_s"]
-        point = ", ".join(f"{k} = {v}" for k, v in train_point(name).as_row().items() if k in SIZE and v is not None)
+        point = ", ".join(f"{k} = {v}" for k, v in spec.as_row().items() if k in SIZE and v is not None)
         return Outcome(
             measured=_num(flops_ratio),
             rule=all_met(

@@ -14,12 +14,11 @@ import pandas as pd
 
 import models
 
-from ..spec import DEFAULT_MODE
+from ..spec import DEFAULT_MODE, TRAIN_MODE
 from .context import ReportContext
 from .headline import verdict_cell
 from .scaling import GUIDE_NOTE, _predicted_from_formula, primary_sweeps, sweep_figure
 
-TRAIN = "train"
 # What makes two rows the same point but for their mode.
 SAME_POINT = ["layer", "device", "dtype", "batch", "n", "d", "k", "heads", "window", "dilation"]
 SAVED_LAYERS = (
@@ -35,24 +34,15 @@ RATIOS = {  # column: what its train / inference ratio is called
 }
 
 
-def inference_source(ctx: ReportContext, train_source: str) -> str | None:
-    """The source of the same machine, device and dtype in inference mode (None where none is shown)."""
-    suffix = f"-{TRAIN}"
-    if not train_source.endswith(suffix):
-        return None
-    partner = train_source[: -len(suffix)]
-    return partner if partner in set(ctx.points["source"]) else None
-
-
 def matched(ctx: ReportContext, train_source: str) -> pd.DataFrame:
-    """The ok points of `train_source` measured in inference mode too (same machine and device), one row
-    each with the train columns suffixed `_train` and the inference columns `_inference`."""
+    """The ok points of `train_source` measured in inference mode too on the same machine (and, by the merge's
+    keys, the same device and dtype), one row each with the train columns suffixed `_train` and the inference
+    columns `_inference`."""
     ok = ctx.points[ctx.points["status"] == "ok"]
-    partner = inference_source(ctx, train_source)
-    if partner is None:
-        return pd.DataFrame()
+    machine = ctx.machine_of_source(train_source)
     train = ok[ok["source"] == train_source]
-    inference = ok[(ok["source"] == partner) & (ok["mode"] == DEFAULT_MODE)]
+    same_machine = ok["source"].map(ctx.machine_of_source) == machine
+    inference = ok[same_machine & (ok["mode"] == DEFAULT_MODE)]
     keys = [c for c in SAME_POINT if c in ok]
     both = train.merge(inference, on=keys, suffixes=("_train", "_inference"))
     return both.sort_values(["layer", "n", "d", "batch"]).reset_index(drop=True)
@@ -136,7 +126,8 @@ def _saved_figure(ctx: ReportContext, source: str) -> str:
 
 def training_section(ctx: ReportContext, texts: dict) -> str:
     """The section, or "" where no train points are shown."""
-    sources = [s for s in ctx.sources() if s.endswith(f"-{TRAIN}")]
+    trained = set(ctx.points.loc[ctx.points["mode"] == TRAIN_MODE, "source"])
+    sources = [s for s in ctx.sources() if s in trained]
     if not sources:
         return ""
     parts = [
