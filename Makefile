@@ -41,12 +41,17 @@ lint: install
 	$(PY) -m ruff check bench models tests
 	$(PY) -m ruff format --check bench models tests
 
+# The suite on TEST_WORKERS pytest-xdist workers, a test file to a worker (tests/conftest.py groups them);
+# TEST_WORKERS=0 runs it in this process alone.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
 test: lint
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 # The inner loop: the lint and every test not marked slow (real sweeps, subprocesses, the claims).
 test-fast: lint
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # Debian's chromium for the browser test (tests/test_report_browser.py), installed when missing. Never fails:
 # without apt-get, root (or password-less sudo) or the network it says why, and the browser test skips.
