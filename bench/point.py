@@ -81,9 +81,14 @@ def one_call(
     return train_step, lambda: layer(x)
 
 
+def autograd_mode(trains: bool) -> AbstractContextManager:
+    """The autograd mode of a call: autograd on for a forward and backward pass, inference mode otherwise."""
+    return torch.enable_grad() if trains else torch.inference_mode()
+
+
 def grad_mode(spec: PointSpec) -> AbstractContextManager:
     """The autograd mode a call of the point runs under."""
-    return torch.enable_grad() if spec.trains else torch.inference_mode()
+    return autograd_mode(spec.trains)
 
 
 def _free(device: str, collect: bool) -> None:

@@ -32,6 +32,7 @@ import pandas as pd
 import torch
 
 from bench.flops import count_flops
+from bench.point import autograd_mode
 from bench.threads import pinned_threads
 from bench.timing import TimingPolicy, interleaved
 
@@ -191,10 +192,6 @@ def _generator(seed: int, offset: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1000 + offset)
 
 
-def _grad_mode(autograd: bool):
-    return torch.enable_grad() if autograd else torch.inference_mode()
-
-
 def interleaved_times_s(
     fns: dict[Hashable, Callable[[], object]],
     policy: TimingPolicy = TIME_POLICY,
@@ -203,7 +200,7 @@ def interleaved_times_s(
 ) -> dict[Hashable, float]:
     """Median seconds per call of each callable, by bench.timing.interleaved (see TIME_POLICY above) on
     TIME_THREADS threads, in inference mode (with autograd on where `autograd`). `clock` is the seam for tests."""
-    with pinned_threads(TIME_THREADS), _grad_mode(autograd):
+    with pinned_threads(TIME_THREADS), autograd_mode(autograd):
         timings = interleaved(fns, policy, clock=clock)
     return {name: t.median_s for name, t in timings.items()}
 
@@ -213,7 +210,7 @@ def counted_flops(fn: Callable[[], object], autograd: bool = False) -> int:
     in inference mode (with autograd on where `autograd`: a backward pass's kernels count too). An operator
     that ran without a formula would make the count a lower bound: that is an error here, since every claim
     that counts compares counts with each other or with a formula."""
-    with _grad_mode(autograd):
+    with autograd_mode(autograd):
         count = count_flops(fn)
     if count.uncounted_ops:
         raise RuntimeError(f"FLOP count is a lower bound: no formula for {', '.join(count.uncounted_ops)}")
