@@ -128,6 +128,23 @@ def test_measured_ticks_leave_blank_the_labels_that_would_collide():
     assert not _overlaps(ax)
 
 
+def test_crowded_measured_ticks_keep_the_powers_of_two_over_their_odd_neighbours():
+    values = [512, 1024, 1536, 2048, 3072, 4096, 6144, 8192]
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot(values, values)
+    style.measured_ticks(ax, values, "x")
+    fig.canvas.draw()
+    shown = [t for t in _labels(ax) if t]
+    assert shown == ["512", "1024", "2048", "4096", "8192"], shown
+    assert not _overlaps(ax)
+
+
+def test_thinning_by_hand():
+    positions, widths = [0, 10, 14, 20, 30], [6] * 5  # labels 6 px wide: centres 6 px apart just clear
+    assert style._thin(positions, widths) == [0, 1, 3, 4]  # in axis order: 14 touches 10, then 20 is clear
+    assert style._thin(positions, widths, [False, False, True, False, False]) == [0, 2, 3, 4]  # 14 first
+
+
 @pytest.mark.parametrize(("low", "high"), [(1.2e-4, 0.6), (2.6e-3, 4.7e-3), (3e6, 3e10)])
 def test_log_axis_labels_round_values_with_units_and_no_minor_tick(low, high):
     fig, ax = plt.subplots(figsize=(5, 3.5))

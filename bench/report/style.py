@@ -35,7 +35,8 @@ from matplotlib.transforms import offset_copy  # noqa: E402
 
 import models  # noqa: E402
 
-PALETTES = ("tab10", "Dark2")  # the fixed palettes layers take their colours from, in order
+PALETTE = "tab10"  # the first ten layers' colours, in registration order
+EXTRA_COLORS = "Dark2"  # further layers': of these and black, each the farthest from every colour taken
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "H", "8")
 GUIDE_STYLE = {"linestyle": (0, (4, 3)), "linewidth": 1.0, "alpha": 0.55, "zorder": 1}
 LEGEND_FONTSIZE = 8
@@ -53,9 +54,15 @@ def _layer_names(extra: Iterable[str] = ()) -> list[str]:
 
 
 def _colors(count: int) -> list[tuple]:
-    colors: list[tuple] = []
-    for name in PALETTES:
-        colors += [tuple(c) for c in sns.color_palette(name)]
+    """PALETTE's colours, then, one at a time, the candidate of EXTRA_COLORS (and black) farthest in RGB
+    from every colour already taken (Dark2's own order put the eleventh layer's teal beside tab10's green),
+    then husl's colours where even those run out."""
+    colors = [tuple(c) for c in sns.color_palette(PALETTE)]
+    candidates = [tuple(c) for c in sns.color_palette(EXTRA_COLORS)] + [(0.0, 0.0, 0.0)]
+    while len(colors) < count and candidates:
+        farthest = max(candidates, key=lambda c: min(math.dist(c, t) for t in colors))
+        candidates.remove(farthest)
+        colors.append(farthest)
     if count > len(colors):
         colors += [tuple(c) for c in sns.color_palette("husl", count - len(colors))]
     return colors[:count]
@@ -104,25 +111,31 @@ def _axis(ax, axis: str):
     return ax.xaxis if axis == "x" else ax.yaxis
 
 
-def _thin(positions, widths) -> list[int]:
+def _thin(positions, widths, preferred=None) -> list[int]:
     """The indices of the labels to show, given each label's centre and extent along the axis (pixels):
-    the first and the last always, and between them each label clear of the previous one shown and of
-    the last, so that no two labels touch."""
+    the first and the last always, then the preferred ones (`preferred[i]` true: a power of two among
+    sizes 512, 1536, 2048, ...), then the others, each in axis order and kept where it is clear of every
+    label kept before it, so that no two labels touch and a round size wins over its odd neighbour."""
     count = len(positions)
     if count <= 2:
         return list(range(count))
-    order = np.argsort(positions)
+    preferred = [False] * count if preferred is None else list(preferred)
+    order = [int(i) for i in np.argsort(positions)]
+    inner = order[1:-1]
+    candidates = [order[0], order[-1]] + [i for i in inner if preferred[i]] + [i for i in inner if not preferred[i]]
 
     def clear(i, j):
         return abs(positions[i] - positions[j]) >= (widths[i] + widths[j]) / 2
 
-    first, last = int(order[0]), int(order[-1])
-    kept = [first]
-    for i in map(int, order[1:-1]):
-        if clear(i, kept[-1]) and clear(i, last):
+    kept: list[int] = []
+    for i in candidates:
+        if all(clear(i, j) for j in kept):
             kept.append(i)
-    kept.append(last)
     return sorted(kept)
+
+
+def _power_of_two(value: float) -> bool:
+    return value >= 1 and float(value).is_integer() and int(value) & (int(value) - 1) == 0
 
 
 class MeasuredFormatter(Formatter):
@@ -150,7 +163,7 @@ class MeasuredFormatter(Formatter):
         positions = ax.transData.transform(points)[:, 0 if horizontal else 1]
         # a digit is about 0.6 em wide; a label needs its width plus a digit of space (a line plus some on y)
         widths = [(len(text) + 1) * 0.6 * pixels if horizontal else 1.4 * pixels for text in labels]
-        shown = set(_thin(list(positions), widths))
+        shown = set(_thin(list(positions), widths, [_power_of_two(v) for v in values]))
         return [text if i in shown else "" for i, text in enumerate(labels)]
 
 
