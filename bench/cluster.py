@@ -24,8 +24,10 @@ the better kept, as a run in one process does).
 
 Faults: a worker or node that dies loses the chunk in its hands (nothing of it was stored) and the chunk
 goes to another node, from its first pass. The point whose pass was running is charged with the death; a
-point charged MAX_DEATHS times, or a chunk that died as often with no pass running, is stored as `error`
-with the reasons (its traceback-like record in errors.log), and the rest of its chunk goes on. A killed
+point charged MAX_DEATHS times is stored as `killed`, as a point whose process died as often in one
+process (bench.run), and the larger points of its sweep in the chunk as `skipped`; a chunk that died as often
+with no pass running is stored as `error`; each with the reasons (a traceback-like record in errors.log),
+and the rest of the chunk goes on. A killed
 driver leaves the chunks it stored whole; `run --resume DIR` (with `--ray`, or here) measures the others.
 Points already stored are never sent; passes stored for a point with no row (a driver killed between the
 two appends) are sent with it and measured on from, as a resume in one process does.
@@ -56,8 +58,8 @@ from .spec import PointSpec, device_key
 
 INSTALL_HINT = 'pip install -e ".[ray]"'
 MAX_DEATHS = 2  # deaths of a point's worker while measuring it (or of a chunk's, with no pass running) before
-# it is stored as `error`: the first death may be the node's (a preempted or failed machine), a second on
-# another node is the point's own (its memory, most likely)
+# it is stored as `killed` (`error`): the first death may be the node's (a preempted or failed machine), a
+# second on another node is the point's own (its memory, most likely)
 START_TIMEOUT_S = 300.0  # how long the driver waits for a first worker to start: a busy cluster may hold
 # the CPUs a worker needs until its other jobs end
 POLL_S = 5.0  # how often the driver looks for nodes that joined or died while it waits for results
@@ -637,7 +639,8 @@ class _Phase:
 
     def _charge(self, worker: _Worker, reason: str) -> None:
         """A death: charged to the point whose pass was running (or to the chunk); what died MAX_DEATHS times
-        is stored as `error`, the rest of the chunk goes back to the queue, first, to another node."""
+        is stored (a point as `killed`, its larger siblings in the chunk as `skipped`; a chunk's points as
+        `error`), the rest of the chunk goes back to the queue, first, to another node."""
         chunk, node = worker.chunk, worker.placement.node
         where = f"{(worker.facts or {}).get('host') or worker.placement.address} (node {node[:8]})"
         chunk.avoid.add(node)
@@ -649,18 +652,25 @@ class _Phase:
             what = f"{spec.layer} n={spec.n} d={spec.d} batch={spec.batch}"
             if len(deaths) >= MAX_DEATHS:
                 failed[spec] = deaths
+            status = "killed"
         else:
             chunk.deaths.append(f"on {where}: {reason}")
             what = f"{chunk.name} between passes"
             if len(chunk.deaths) >= MAX_DEATHS:
                 failed = {spec: chunk.deaths for spec in chunk.specs}
+            status = "error"
         for spec, why in failed.items():
             text = f"its Ray worker died {len(why)} times while measuring it: " + "; ".join(why)
             self.run.store_error(spec, text)
-            row = self._base_row(spec, error=text[:500])
+            row = self._base_row(spec, error=text[:500], status=status)
             self.run.store_row(spec, {**row, **node_columns(worker.facts or {"node": node}, spec.device)}, self.state)
             self.bar.update(1)
+            if status == "killed":
+                self.state.ooms.append(spec)
         chunk.specs = [s for s in chunk.specs if s not in failed]
+        skipped = [s for s in chunk.specs if self.run.skip_if_blocked(s, self.state)]  # stores them
+        self.bar.update(len(skipped))
+        chunk.specs = [s for s in chunk.specs if s not in skipped]
         then = f"{_count(len(chunk.specs), 'point')} of {chunk.name} go to another node" if chunk.specs else "stored"
         self.cluster.log(f"{worker.tag} the worker died measuring {what} ({reason}); {then}")
         self.run.meta.setdefault("worker_deaths", []).append(
@@ -679,10 +689,10 @@ class _Phase:
         if chunk.specs:
             self.queue.appendleft(chunk)
 
-    def _base_row(self, spec: PointSpec, error: str) -> dict:
+    def _base_row(self, spec: PointSpec, error: str, status: str = "error") -> dict:
         from .point import base_row  # noqa: PLC0415
 
-        return dict(base_row(spec, None), status="error", error=error)
+        return dict(base_row(spec, None), status=status, error=error)
 
     # ------------------------------------------------------------------------------- peaks
     def _store_peak(self, node: str, key: str, when: str, value: dict) -> None:

@@ -287,13 +287,13 @@ class _FakeRay:
         return cls
 
 
-def test_a_point_whose_worker_dies_twice_is_stored_as_error_and_its_sweep_goes_on(tmp_path, monkeypatch):
+def test_a_point_whose_worker_dies_twice_is_killed_and_its_larger_siblings_skipped(tmp_path, monkeypatch):
     from tqdm import tqdm  # noqa: PLC0415
 
     from bench.run import Run  # noqa: PLC0415
 
     monkeypatch.setattr(bench.run, "matmul_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
-    specs = [PointSpec(layer="lstm", n=n, d=4) for n in (8, 16, 32)]
+    specs = [PointSpec(layer="lstm", n=n, d=4) for n in (8, 16, 32)] + [PointSpec(layer="conv", n=32, d=4, k=3)]
     lines = []
     cluster = C.Cluster(_FakeRay(), "test", False, None, lines.append)
     run = Run.create(specs, bench.run.TimingPolicy(), out=tmp_path / "run", command=["test"], preset=None)
@@ -317,16 +317,19 @@ def test_a_point_whose_worker_dies_twice_is_stored_as_error_and_its_sweep_goes_o
     assert list(phase.queue) == [chunk] and chunk.specs == specs and chunk.avoid == {"a"}  # retried elsewhere
     assert not (run.dir / "points.csv").exists()
     dies("b", specs[1].point_id, "killed for memory")
-    assert chunk.specs == [specs[0], specs[2]] and list(phase.queue) == [chunk]  # the rest of its sweep goes on
-    row = pd.read_csv(run.dir / "points.csv").iloc[0]
-    assert (row["point_id"], row["status"], row["node"], row["host"]) == (specs[1].point_id, "error", "b", "host-b")
+    # as in one process: killed, the larger point of its sweep skipped, the rest of the chunk goes on
+    assert chunk.specs == [specs[0], specs[3]] and list(phase.queue) == [chunk]
+    rows = pd.read_csv(run.dir / "points.csv").set_index("point_id")
+    row = rows.loc[specs[1].point_id]
+    assert (row["status"], row["node"], row["host"]) == ("killed", "b", "host-b")
     assert "died 2 times" in row["error"] and "its node died" in row["error"] and "killed for memory" in row["error"]
     assert "killed for memory" in (run.dir / "errors.log").read_text()
+    assert rows.loc[specs[2].point_id, "status"] == "skipped" and "n=16" in rows.loc[specs[2].point_id, "error"]
     dies("a", None, "lost between passes")  # no pass running: the chunk is charged, twice
     dies("b", None, "lost again")
-    assert not phase.queue and sorted(pd.read_csv(run.dir / "points.csv")["point_id"]) == sorted(
-        s.point_id for s in specs
-    )
+    rows = pd.read_csv(run.dir / "points.csv").set_index("point_id")
+    assert not phase.queue and sorted(rows.index) == sorted(s.point_id for s in specs)
+    assert list(rows.loc[[specs[0].point_id, specs[3].point_id], "status"]) == ["error", "error"]
     deaths = json.loads((run.dir / "meta.json").read_text())["worker_deaths"]
     assert [len(d["given_up"]) for d in deaths] == [0, 1, 0, 2]
     run.lock.release()
