@@ -54,6 +54,7 @@ from typing import Any
 
 from . import machine, storage
 from .errors import BadInput, RunFailed
+from .peak import with_measurement
 from .spec import PointSpec, device_key
 
 INSTALL_HINT = 'pip install -e ".[ray]"'
@@ -698,8 +699,7 @@ class _Phase:
     def _store_peak(self, node: str, key: str, when: str, value: dict) -> None:
         """A node's matmul peak, measured at `when` ("start", "end"); the better of the two is kept."""
         peaks = self.run.meta["nodes"].setdefault(node, {}).setdefault("matmul_peak", {})
-        measured = dict(peaks.get(key, {}).get("measured", {}), **{when: value})
-        peaks[key] = dict(max(measured.values(), key=lambda m: m["flops_per_s"]), measured=measured)
+        peaks[key] = with_measurement(peaks.get(key), when, value)
         storage.write_json(self.run.dir / "meta.json", self.run.meta)
 
     def _end_peaks(self) -> None:

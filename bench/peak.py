@@ -17,6 +17,14 @@ PEAK_POLICY = TimingPolicy(min_rounds=6, max_rounds=20, target_s=0.3, passes=3)
 MAX_CALL_S = 0.25
 
 
+def with_measurement(entry: dict | None, when: str, value: dict) -> dict:
+    """A device's stored peak entry with `value` (a matmul_peak) measured at `when` ("start", "end") added
+    to its `measured`: the peak is the better of them (a ceiling: a slow phase of the machine can only
+    lower it)."""
+    measured = dict((entry or {}).get("measured", {}), **{when: value})
+    return dict(max(measured.values(), key=lambda m: m["flops_per_s"]), measured=measured)
+
+
 def matmul_peak(device: str, dtype: torch.dtype = torch.float32) -> dict:
     """Best achieved FLOP/s of an (m×m)·(m×m) product over a few sizes, 2·m³ FLOPs each (median time),
     the sizes timed interleaved by the sweep's engine (bench.timing.interleaved)."""

@@ -48,7 +48,7 @@ import models
 from . import machine, storage
 from .errors import BadInput, RunFailed
 from .load import Load, LoadMeter, busy_warning, choose_threads, physical_cores, sample_load
-from .peak import matmul_peak
+from .peak import matmul_peak, with_measurement
 from .point import PassFailure, base_row, measure_pass, point_row
 from .spec import PointSpec, device_key, validate
 from .threads import pinned_threads
@@ -352,13 +352,10 @@ class Run:
         peaks = self.meta.setdefault("matmul_peak", {})
         for device, dtype in sorted({(s.device, s.dtype) for s in self.specs}):
             key = device_key(device, dtype)
-            measured = dict(peaks.get(key, {}).get("measured", {}))
-            if when in measured:
+            if when in peaks.get(key, {}).get("measured", {}):
                 continue
             self.log(f"matmul peak of {key}, at the {when} of the run")
-            measured[when] = matmul_peak(device, models.DTYPES[dtype])
-            best = max(measured.values(), key=lambda m: m["flops_per_s"])
-            peaks[key] = dict(best, measured=measured)
+            peaks[key] = with_measurement(peaks.get(key), when, matmul_peak(device, models.DTYPES[dtype]))
         storage.write_json(self.dir / "meta.json", self.meta)
 
     def _passes(self, specs: list[PointSpec], attempt: int, state: _State, progress: bool) -> None:
