@@ -133,17 +133,21 @@ def _layer_list(text: str) -> list[str]:
     return layers
 
 
+def _cuda_where(cluster=None) -> tuple[bool, str]:
+    """(whether a CUDA GPU is there to measure on, where it was looked for): this machine, or with `cluster`
+    (bench.cluster.Cluster) the nodes of the Ray cluster."""
+    if cluster is not None:
+        return cluster.has("cuda"), "on any node of the Ray cluster"
+    return machine.cuda_available(), "on this machine"
+
+
 def resolve_devices(device: str, cluster=None) -> list[str]:
-    """`auto`: the CPU and, if present, the GPU; `cuda` must be present: on this machine, or with `cluster`
-    (bench.cluster.Cluster) on a node of the Ray cluster."""
-    cuda = cluster.has("cuda") if cluster is not None else machine.cuda_available()
+    """`auto`: the CPU and, if present, the GPU; `cuda` must be present (`_cuda_where`)."""
+    cuda, where = _cuda_where(cluster)
     if device == "auto":
         return ["cpu"] + (["cuda"] if cuda else [])
     if device == "cuda" and not cuda:
-        where = (
-            "no node of the Ray cluster has a GPU" if cluster is not None else "no CUDA GPU is present on this machine"
-        )
-        raise BadInput(f"--device cuda: {where}; allowed here: cpu, auto")
+        raise BadInput(f"--device cuda: no CUDA GPU is present {where}; allowed here: cpu, auto")
     return [device]
 
 
@@ -223,9 +227,8 @@ def wide_kernel_warnings(points: Iterable[tuple[str, int, int | None]]) -> list[
 
 def _check_preset_device(name: str, cluster=None) -> None:
     needs = PRESET_DEVICES.get(name)
-    cuda = cluster.has("cuda") if cluster is not None else machine.cuda_available()
+    cuda, where = _cuda_where(cluster)
     if needs is not None and needs[0] == "cuda" and not cuda:
-        where = "on no node of the Ray cluster" if cluster is not None else "on this machine"
         raise BadInput(
             f"--preset {name}: sized for a CUDA GPU, and none is present {where}; on a CPU use --preset {needs[1]}"
         )
