@@ -23,7 +23,7 @@ from . import estimate, machine, storage
 from .errors import BadInput, RunFailed
 from .presets import get_preset, load_presets
 from .spec import DEFAULT_MODE, MODES, PointSpec, expand_grid
-from .timing import MIN_ROUNDS_PER_PASS, TimingPolicy
+from .timing import CLOCK_CHOICES, CPU, MIN_ROUNDS_PER_PASS, TimingPolicy
 
 DESCRIPTION = (
     "Measure the complexity table of sequence layers (Vaswani et al. 2017, Table 1) on this machine: FLOPs, "
@@ -188,6 +188,8 @@ def _policy(args, policy: TimingPolicy) -> TimingPolicy:
         policy = replace(policy, target_s=args.target_time)
     if args.passes is not None:
         policy = replace(policy, passes=args.passes)
+    if args.clock is not None:
+        policy = replace(policy, clock=args.clock)
     return policy
 
 
@@ -337,6 +339,13 @@ def _run(args, argv) -> int:
                 f"--resume finishes the run as planned in {args.resume / 'plan.json'}; "
                 f"{', '.join(ignored)} would be ignored"
             )
+    if args.clock == CPU:
+        if args.threads not in (None, 1):
+            raise BadInput(
+                f"--clock cpu --threads {args.threads}: the CPU clock times a call on one thread (with several, "
+                "threads waiting at a barrier count CPU time too); give --threads 1 or leave --threads out"
+            )
+        args.threads = 1
     cluster = None
     if args.ray is not None:
         from .cluster import Cluster  # noqa: PLC0415 - Ray is optional, imported only here
@@ -404,8 +413,8 @@ def _run_on(args, argv, cluster) -> int:
     if cluster is not None:
         where = f"{len(meta.get('nodes') or {})} Ray node(s) of {len(meta.get('machines') or {})} machine(s)"
     print(
-        f"run {run.dir.name}: {meta['points_stored']} points ({summary}; {meta['points_noisy']} noisy, "
-        f"{meta['points_remeasured']} measured again, {meta['points_unreliable']} unreliable) in "
+        f"run {run.dir.name}: {meta['points_stored']} points ({summary}; {meta['points_cpu_clock']} on the CPU "
+        f"clock, {meta['points_sampled_further']} sampled further, {meta['points_unreliable']} unreliable) in "
         f"{meta['measure_s']:.0f} s on {where} -> {run.dir}"
     )
     return 0
@@ -668,6 +677,13 @@ def build_parser() -> argparse.ArgumentParser:
             1, MAX_PASSES, f"each pass visits every point and times at least {MIN_ROUNDS_PER_PASS} rounds of it"
         ),
         help=f"interleaved passes over the plan, 1 to {MAX_PASSES} (default: the preset's)",
+    )
+    run.add_argument(
+        "--clock",
+        choices=CLOCK_CHOICES,
+        help="the clock each point's time fits use: auto (default: the wall clock where it measures the layer; "
+        "the CPU time of the call's one thread where other programs took cores or the wall clock was unreliable), "
+        "wall, or cpu (the run on one thread; what a busy machine cannot slow down)",
     )
     run.add_argument(
         "--seed",

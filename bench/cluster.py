@@ -19,7 +19,7 @@ generator); once the chunk is done, the driver appends its records and rows to t
 and row naming the node it ran on (`node`, `host`) and each row its device (`device_name`,
 `device_memory_bytes`). meta.json's `nodes` lists every node that took part: its machine (identity as
 bench.machine.machine_identity reads it), devices, software, commit, each chunk's threads and load, and its
-matmul peak per device and dtype (measured on the node before its first chunk and at the end of the run,
+compute peak per device and dtype (measured on the node before its first chunk and at the end of the run,
 the better kept, as a run in one process does).
 
 Faults: a worker or node that dies loses the chunk in its hands (nothing of it was stored) and the chunk
@@ -157,12 +157,16 @@ def node_columns(facts: dict, device: str) -> dict:
 # -------------------------------------------------------------------------------------- on the node
 def node_facts(cpus: float, gpus: float) -> dict:
     """This node as a worker sees it: the machine fields of meta.json (bench.machine.run_meta, without the raw
-    py-cpuinfo dump), its Ray node id, host and IP, its machine's id and label, and the Ray version."""
+    py-cpuinfo dump), its Ray node id, host and IP, its machine's id and label, the Ray version, and the
+    allocator policy its worker pinned (bench.allocator)."""
     import ray  # noqa: PLC0415
     import torch  # noqa: PLC0415
 
+    from . import allocator  # noqa: PLC0415
+
     facts = {k: v for k, v in machine.run_meta(torch.get_num_threads()).items() if k not in ("machine_info", "threads")}
     facts.update(
+        allocator=allocator.pin(),
         node=ray.get_runtime_context().get_node_id(),
         host=facts.get("hostname"),
         ip=ray.util.get_node_ip_address(),
@@ -175,7 +179,7 @@ def node_facts(cpus: float, gpus: float) -> dict:
 
 class NodeWorker:
     """A worker on one node (a Ray actor; the driver places it): its node's facts, chunks measured by the
-    engine in a temporary folder, and the node's matmul peaks."""
+    engine in a temporary folder, and the node's compute peaks."""
 
     def __init__(self, cpus: float, gpus: float, threads: int | None):
         self.cpus, self.gpus, self.threads = cpus, gpus, threads
@@ -234,7 +238,7 @@ class NodeWorker:
             emit(None)
 
     def peaks(self, pairs: list[tuple[str, str]], when: str) -> dict[str, dict]:
-        """The matmul peak of each (device, dtype), at the threads of the last chunk."""
+        """The compute peak of each (device, dtype), at the threads of the last chunk."""
         from .threads import pinned_threads  # noqa: PLC0415
 
         with pinned_threads(self.last_threads or max(1, int(self.cpus))):
@@ -260,7 +264,7 @@ def _peak(device: str, dtype: str) -> dict:
 
     from . import peak  # noqa: PLC0415
 
-    return peak.matmul_peak(device, models.DTYPES[dtype])
+    return peak.compute_peak(device, models.DTYPES[dtype])
 
 
 # ------------------------------------------------------------------------------------- the driver
@@ -489,7 +493,7 @@ class _Phase:
         entry = meta["nodes"].get(node) or {}
         devices = list(entry.get("devices") or [])
         devices += [d for d in facts.get("devices", []) if d not in devices]
-        kept = {k: entry[k] for k in ("matmul_peak", "chunks") if k in entry}
+        kept = {k: entry[k] for k in ("compute_peak", "chunks") if k in entry}
         meta["nodes"][node] = {**{k: v for k, v in facts.items() if k != "worker"}, "devices": devices, **kept}
         meta["machines"][facts["machine_id"]] = facts["machine_label"]
         storage.write_json(self.run.dir / "meta.json", meta)
@@ -543,7 +547,7 @@ class _Phase:
     def _send(self, worker: _Worker, chunk: _Chunk) -> None:
         ids = {s.point_id for s in chunk.specs}
         records = [r for (pid, _, _), r in sorted(self.state.records.items()) if pid in ids]
-        peaks = self.run.meta["nodes"].get(worker.placement.node, {}).get("matmul_peak", {})
+        peaks = self.run.meta["nodes"].get(worker.placement.node, {}).get("compute_peak", {})
         pairs = sorted({(s.device, s.dtype) for s in chunk.specs})
         message = {
             "specs": [s.as_row() for s in chunk.specs],
@@ -697,19 +701,19 @@ class _Phase:
 
     # ------------------------------------------------------------------------------- peaks
     def _store_peak(self, node: str, key: str, when: str, value: dict) -> None:
-        """A node's matmul peak, measured at `when` ("start", "end"); the better of the two is kept."""
-        peaks = self.run.meta["nodes"].setdefault(node, {}).setdefault("matmul_peak", {})
+        """A node's compute peak, measured at `when` ("start", "end"); the better of the two is kept."""
+        peaks = self.run.meta["nodes"].setdefault(node, {}).setdefault("compute_peak", {})
         peaks[key] = with_measurement(peaks.get(key), when, value)
         storage.write_json(self.run.dir / "meta.json", self.run.meta)
 
     def _end_peaks(self) -> None:
-        """Each node's matmul peak again at the end, as a run in one process measures it at its start and end."""
+        """Each node's compute peak again at the end, as a run in one process measures it at its start and end."""
         calls = {}
         for worker in self.workers.values():
             node = worker.placement.node
             if worker.facts is None or node in {w.placement.node for w in calls.values()}:
                 continue
-            peaks = self.run.meta["nodes"].get(node, {}).get("matmul_peak", {})
+            peaks = self.run.meta["nodes"].get(node, {}).get("compute_peak", {})
             pairs = [
                 pair
                 for pair in sorted(self.pairs.get(node, ()))
@@ -722,7 +726,7 @@ class _Phase:
                 for key, value in self.ray.get(ref).items():
                     self._store_peak(worker.placement.node, key, "end", value)
             except self.ray.exceptions.RayError as exc:
-                self.cluster.log(f"{worker.tag} no matmul peak at the end ({death_reason(exc)})")
+                self.cluster.log(f"{worker.tag} no compute peak at the end ({death_reason(exc)})")
 
     def _no_worker_message(self) -> str:
         failures = "; ".join(f"{key[0][:8]}: {', '.join(why)}" for key, why in self.start_failures.items())

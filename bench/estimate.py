@@ -2,7 +2,7 @@
 
 Pure functions of the plan (its PointSpecs and timing policy) and one number per device and dtype, the
 machine's matrix-multiply rate in FLOP/s: measured in a fraction of a second by `quick_matmul_rate`, or read
-from a stored run's `matmul_peak` (`rates_from_meta`), which is how the tests check the model against the
+from a stored run's compute peak (`rates_from_meta`: its square matmul's rate), which is how the tests check the model against the
 reference run without timing anything on a shared machine. An estimate, not a measurement: within a factor
 of 2 of the reference run's duration is what it is held to (tests/test_estimate.py).
 
@@ -20,12 +20,12 @@ sequential operations. Nothing here names a layer: every term comes from models/
 
 A point's time (`point_time_s`) follows the timing policy exactly as bench.timing plans it
 (`TimingPolicy.plan` on that call time: rounds and calls per round, split over the passes): per pass one
-untimed call, WARMUP_ROUNDS untimed rounds and the pass's timed rounds (pytest-benchmark adds one call for the
-result when a round repeats the call), plus VISIT_OVERHEAD_S (the layer is
+untimed call, WARMUP_ROUNDS untimed rounds and the pass's timed rounds, plus VISIT_OVERHEAD_S (the layer is
 built again at every visit); its first pass also calibrates (2 calls) and runs the FLOP and memory probes
 (a call each under a dispatch mode or the profiler, whose per-operator cost a recurrence pays at each of its
-steps: PROBE_STEP_S). A share REMEASURE_FRACTION of the points is measured again at the end of the run, and
-the matmul peak is measured at its start and end (bench.peak, timed by the same policy arithmetic).
+steps: PROBE_STEP_S). The compute peak is measured at the run's start and end (bench.peak, its kernels timed by
+the same policy arithmetic). The extra passes that sample a point until its time is known take at most the
+policy's `extra_budget` of the passes' time: `PlanEstimate.extra_s`, said beside the estimate, not in it.
 
 Memory of a point (`point_memory_bytes`): its weights (the layer built on the meta device, so nothing is
 allocated), its input and `models.analytic_activation_bytes`. Points run one at a time and free what they
@@ -45,6 +45,7 @@ import torch
 import models
 
 from . import peak
+from .peak import stored_peaks
 from .spec import PointSpec, device_key
 from .timing import WARMUP_ROUNDS, TimingPolicy, calibrate, synced, time_rounds
 
@@ -64,7 +65,6 @@ STEP_OVERHEAD_S = {"cpu": 10e-6, "cuda": 5e-6}
 PROBE_STEP_S = {"cpu": 0.5e-3, "cuda": 0.0}
 VISIT_OVERHEAD_S = 5e-3  # building the layer and its input, pytest-benchmark's fixture, the pass's record
 PROBE_OVERHEAD_S = 5e-3  # the FLOP counter's and the profiler's set-up, once per point
-REMEASURE_FRACTION = 0.25  # the reference run measured 29 of its 115 points again (a busy 2-core VM)
 PROBE_CALLS = 2  # the FLOP counter's call and the memory probe's call, on a point's first pass
 # A training call (mode "train") goes over its activations about three times (the forward writes them, the
 # backward reads them and writes gradients of the same size), over a recurrence's steps twice (the backward
@@ -128,31 +128,26 @@ def call_time_s(spec: PointSpec, rate: float) -> float:
 def passes_time_s(call_s: float, policy: TimingPolicy, overhead_s: float = 0.0) -> float:
     """Seconds of one set of `policy.passes` passes over a callable of `call_s` a call, as bench.timing runs
     them: rounds and calls per round from the policy's plan, each pass one untimed call, WARMUP_ROUNDS
-    untimed rounds and its share of the timed rounds (and pytest-benchmark's call for the result when a round
-    repeats the call), plus `overhead_s` a pass."""
+    untimed rounds and its share of the timed rounds, plus `overhead_s` a pass."""
     rounds, iterations = policy.plan(call_s)
     calls_per_pass = 1 + (WARMUP_ROUNDS + policy.rounds_per_pass(rounds)) * iterations
-    calls_per_pass += 1 if iterations > 1 else 0  # pytest-benchmark calls once more for the result after a loop
     return policy.passes * (calls_per_pass * call_s + overhead_s)
 
 
 def point_time_s(spec: PointSpec, policy: TimingPolicy, rate: float) -> float:
-    """Estimated seconds a run spends on `spec`: its passes, its first pass's calibration and probes, and its
-    expected share of the re-measurement."""
+    """Estimated seconds a run spends on `spec`: its passes, and its first pass's calibration and probes."""
     call_s = call_time_s(spec, rate)
     passes_s = passes_time_s(call_s, policy, VISIT_OVERHEAD_S)
     first_s = (CALIBRATION_CALLS + PROBE_CALLS) * call_s + PROBE_OVERHEAD_S
     first_s += sequential_steps(spec) * PROBE_STEP_S[_kind(spec.device)]
-    again_s = REMEASURE_FRACTION * passes_s if policy.remeasure else 0.0
-    return passes_s + first_s + again_s
+    return passes_s + first_s
 
 
 def peak_measurement_s(device: str, rate: float) -> float:
-    """Estimated seconds of one bench.peak.matmul_peak on `device`: its sizes, timed interleaved."""
-    sizes = peak.CUDA_SIZES if device.startswith("cuda") else peak.CPU_SIZES
+    """Estimated seconds of one bench.peak.compute_peak on `device`: its kernels, timed interleaved."""
     total = 0.0
-    for m in sizes:
-        call_s = 2 * m**3 / rate
+    for flops in peak.kernel_flops(_kind(device)):
+        call_s = flops / rate
         total += CALIBRATION_CALLS * call_s + passes_time_s(call_s, peak.PEAK_POLICY)
     return total
 
@@ -194,7 +189,8 @@ class PlanEstimate:
     """The estimate of a whole plan: its points' and the run's seconds, and each device's largest point."""
 
     points: tuple[PointEstimate, ...]
-    peaks_s: float  # the matmul peak at the start and the end of the run
+    peaks_s: float  # the compute peak at the start and the end of the run
+    extra_s: float = 0.0  # at most this much more: the passes that sample points until their time is known
 
     @property
     def time_s(self) -> float:
@@ -211,7 +207,7 @@ class PlanEstimate:
 
 def estimate_plan(specs: Iterable[PointSpec], policy: TimingPolicy, rates: Mapping[str, float]) -> PlanEstimate:
     """The estimate of a run of `specs` under `policy`; `rates`: matmul FLOP/s by `device_key(device, dtype)`
-    (the keys of meta.json's `matmul_peak`), one for every device and dtype of the plan."""
+    (the keys of meta.json's `compute_peak`), one for every device and dtype of the plan."""
     specs = list(specs)
     missing = sorted({device_key(s.device, s.dtype) for s in specs} - set(rates))
     if missing:
@@ -227,12 +223,16 @@ def estimate_plan(specs: Iterable[PointSpec], policy: TimingPolicy, rates: Mappi
     )
     pairs = sorted({(s.device, s.dtype) for s in specs})
     peaks_s = 2 * sum(peak_measurement_s(device, rates[device_key(device, dtype)]) for device, dtype in pairs)
-    return PlanEstimate(points, peaks_s)
+    extra_s = policy.extra_budget * sum(p.time_s for p in points) if policy.extra_passes else 0.0
+    return PlanEstimate(points, peaks_s, extra_s)
 
 
 def rates_from_meta(meta: dict) -> dict[str, float]:
-    """The matmul rates a stored run measured (meta.json `matmul_peak`), in the form `estimate_plan` takes."""
-    return {key: float(value["flops_per_s"]) for key, value in (meta.get("matmul_peak") or {}).items()}
+    """The matmul rates a stored run measured (meta.json `compute_peak`: its square matmul's median rate; an
+    older run's `matmul_peak`), in the form `estimate_plan` takes."""
+    return {
+        key: float(value.get("matmul_flops_per_s", value["flops_per_s"])) for key, value in stored_peaks(meta).items()
+    }
 
 
 # ------------------------------------------------------------------------------------------- judging
@@ -301,14 +301,18 @@ def reasons_to_ask(
 
 
 def summary_line(estimate: PlanEstimate) -> str:
-    """`plan: 115 points, about 2.4 min on this machine (estimate), peak memory about 570 MB (...)`."""
+    """`plan: 115 points, about 2.4 min on this machine (estimate; at most 1.1 min more where points need more
+    rounds), peak memory about 570 MB (...)`."""
     memory = ", ".join(
         f"{format_bytes(p.memory_bytes)} on {device} ({describe_point(p.spec).rsplit(' on ', 1)[0]})"
         for device, p in sorted(estimate.largest().items())
     )
+    extra = (
+        f"; at most {format_duration(estimate.extra_s)} more where points need more rounds" if estimate.extra_s else ""
+    )
     return (
         f"plan: {len(estimate.points)} points, about {format_duration(estimate.time_s)} on this machine "
-        f"(estimate), peak memory about {memory or '0 B'}"
+        f"(estimate{extra}), peak memory about {memory or '0 B'}"
     )
 
 
@@ -333,8 +337,9 @@ def format_bytes(n: float) -> str:
 # ----------------------------------------------------------------------------------------- measuring
 def quick_matmul_rate(device: str, dtype: str = "float32") -> float:
     """This machine's matmul FLOP/s on `device` and `dtype`, from a few rounds of one QUICK_SIZE square
-    product (a fraction of a second, warm-up included): a quick stand-in for bench.peak.matmul_peak, which
-    a run measures properly at its start. Uses the torch threads in force; the caller pins them."""
+    product (a fraction of a second, warm-up included): a quick stand-in for the matmul rate of
+    bench.peak.compute_peak, which a run measures properly at its start. Uses the torch threads in force; the
+    caller pins them."""
     m = QUICK_SIZE[_kind(device)]
     torch_dtype = models.DTYPES[dtype]
     a = torch.randn(m, m, device=device, dtype=torch_dtype)
@@ -343,7 +348,7 @@ def quick_matmul_rate(device: str, dtype: str = "float32") -> float:
     target = synced(lambda: a @ b, sync)
     with torch.inference_mode():
         rounds, iterations = calibrate(target, QUICK_POLICY, time.perf_counter)
-        times, _ = time_rounds(target, rounds, iterations, name="quick matmul")
+        times = time_rounds(target, rounds, iterations).wall_s
     median_s = sorted(times)[len(times) // 2]
     return 2 * m**3 / max(median_s, 1e-12)
 

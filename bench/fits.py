@@ -21,13 +21,13 @@ RANGE: FLOPs and memory keep fixed rules: for a layer whose Table 1 row sets `fi
 n >= fit_n_over_d·d; for every other layer the upper half of the sweep (x at or above the median x;
 at least MIN_FIT_POINTS points, the largest ones if the upper half has fewer). TIME uses what the data
 shows: points whose timing was judged unreliable (time_reliable False) are left out and counted; along
-the sweep (sorted by x) the achieved rate is flops_counted / time_median_s, and the fit range is the
+the sweep (sorted by x) the achieved rate is flops_counted / time, and the fit range is the
 suffix from the first point whose rate is within PLATEAU_FRACTION of the sweep's best rate and from which
 the counted FLOPs follow Table 1's term (`table1_regime_start`: every local FLOP exponent from there on
 within the FLOP tolerance of the table's; time can test the table only where its FLOPs do, and attention
 at n < 2d is mostly its projections' n·d²). Below
 MIN_FIT_POINTS there the fit is "not asymptotic yet": the reason gives the first and last points' rates
-as % of the device's matmul peak (of the sweep's best where no peak is stored) and the size that would
+as % of the device's compute peak on the fit's clock (of the sweep's best where no peak is stored) and the size that would
 reach the plateau, from t = c + f/R fitted over the sweep (non-negative least squares on relative error,
 as two_term_fit): the rate f/(c + f/R) reaches PLATEAU_FRACTION·R once f >= c·R·p/(1−p), p =
 PLATEAU_FRACTION, and that f becomes a size with the FLOPs' local exponent at the end of the sweep.
@@ -61,11 +61,13 @@ from scipy import optimize, stats
 
 import models
 
+from . import clock as clocks
+from . import timing
 from .errors import BadInput
 from .spec import expand_grid, mode_of
 
 CONFIDENCE = 0.95  # of every exponent's interval
-POINT_CI_CONFIDENCE = 0.95  # of each point's stored interval of its median time (time_ci_low_s..high_s)
+POINT_CI_CONFIDENCE = timing.CONFIDENCE  # of each point's stored interval of its median time
 MIN_FIT_POINTS = 3
 TOLERANCE = {"flops": 0.15, "time": 0.2, "memory": 0.35}
 MAX_VERDICT_WIDTH = 1.0  # an interval wider than this is never consistent nor inconsistent
@@ -77,8 +79,9 @@ VARIABLES = ("n", "d", "k")
 SOURCE = "Vaswani et al. 2017, Table 1"
 VERDICTS = ("consistent", "inconsistent", "inconclusive")
 VERDICT_MARK = {"consistent": "✓", "inconsistent": "✗", "inconclusive": "?"}
-PEAK_COLUMN = "matmul_peak_flops_per_s"  # per point, the device's matmul peak, where the caller adds it
-CI_COLUMNS = ("time_ci_low_s", "time_ci_high_s")
+# per point, the device's compute peak on each clock (bench.peak), where the caller adds it
+PEAK_COLUMNS = {timing.WALL: "peak_flops_per_s", timing.CPU: "peak_cpu_flops_per_s"}
+CI_COLUMNS = ("time_s_ci_low", "time_s_ci_high")  # a point's interval on the fit's clock (bench.clock.on_clock)
 
 
 def _g(value: float) -> str:
@@ -124,7 +127,8 @@ def method_text() -> str:
         f"e ± sqrt(h_reg² + h_meas²): h_reg from the regression (t distribution, m − 2 degrees of freedom), "
         f"h_meas from the points' own uncertainty, for time only (FLOPs and memory are exact per point): each "
         f"point's stored {_g(100 * POINT_CI_CONFIDENCE)} % interval of its median time gives the spread of its "
-        f"log time, propagated exactly through the slope. Verdicts ({marks}): with the band predicted "
+        f"log time, propagated exactly through the slope. A time fit uses one clock for all its points, the CPU "
+        f"clock where any of them was timed on it (bench.clock), and says which. Verdicts ({marks}): with the band predicted "
         f"{_tolerances_text()}, consistent when the whole interval lies inside the band, inconsistent when it "
         f"lies wholly outside, inconclusive otherwise (an interval straddling an edge, wider than "
         f"{_g(MAX_VERDICT_WIDTH)}, fewer than {MIN_FIT_POINTS} points, or a time sweep not asymptotic yet); "
@@ -409,11 +413,12 @@ def size_for_flops(x, flops, target_flops: float) -> float:
     return float(x[-1] * (target_flops / f[-1]) ** (1 / exponent))
 
 
-def reliable_mask(points: pd.DataFrame) -> pd.Series:
-    """time_reliable as booleans; every point reliable where a run stored no such column (older runs)."""
-    if "time_reliable" not in points:
-        return pd.Series(True, index=points.index)
-    return ~points["time_reliable"].map(lambda v: str(v).strip().lower() in ("false", "0", "0.0"))
+def useful_flops(points: pd.DataFrame) -> pd.Series:
+    """Each point's useful FLOPs (`flops_useful`, where its layer states them: work a kernel skips left out),
+    else its counted FLOPs: what a rate against the compute peak divides."""
+    if "flops_useful" not in points:
+        return points["flops_counted"]
+    return points["flops_useful"].where(points["flops_useful"].notna(), points["flops_counted"])
 
 
 def _pct(fraction: float) -> str:
@@ -425,20 +430,23 @@ def _pct(fraction: float) -> str:
 class TimeRange:
     """The time fit range of one sweep and what was learnt choosing it."""
 
-    data: pd.DataFrame  # the points to fit (may be fewer than MIN_FIT_POINTS)
+    data: pd.DataFrame  # the points to fit (may be fewer than MIN_FIT_POINTS), their time on `clock` in time_s
     sweep: pd.DataFrame  # the sweep's reliable points with a time, sorted
     rule: str
     left_out: int  # unreliable points left out
     reason: str  # why there is no fit ("" when there is one)
     overhead: OverheadFit | None
     plateau_size: float  # where "not asymptotic yet": the size that would reach the plateau
+    clock: str = timing.WALL  # the clock of every time in it (bench.clock.group_clock)
 
 
 def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
-    """The measured asymptotic range of one time sweep (module docstring, RANGE)."""
-    sweep = sweep.sort_values(variable)
-    timed = sweep[sweep["time_median_s"].notna() & (sweep["time_median_s"] > 0)]
-    keep = reliable_mask(timed)
+    """The measured asymptotic range of one time sweep (module docstring, RANGE), on one clock for all its points
+    (bench.clock.group_clock)."""
+    sweep = clocks.on_clock(sweep.sort_values(variable))
+    on = sweep["clock"].iloc[0] if len(sweep) else timing.WALL
+    timed = sweep[sweep["time_s"].notna() & (sweep["time_s"] > 0)]
+    keep = timed["time_ok"].astype(bool)
     reliable = timed[keep]
     left_out = int((~keep).sum())
     if len(reliable) < MIN_FIT_POINTS:
@@ -450,12 +458,13 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
             f"too few points ({len(reliable)} < {MIN_FIT_POINTS})",
             None,
             math.nan,
+            on,
         )
-    flops, t = reliable["flops_counted"].to_numpy(float), reliable["time_median_s"].to_numpy(float)
+    flops, t = reliable["flops_counted"].to_numpy(float), reliable["time_s"].to_numpy(float)
     if not (np.isfinite(flops).all() and (flops > 0).all()):
         data = asymptotic_range(reliable, variable, layer)
         reason = f"too few points ({len(data)} < {MIN_FIT_POINTS})" if len(data) < MIN_FIT_POINTS else ""
-        return TimeRange(data, reliable, "fixed (no FLOP counts)", left_out, reason, None, math.nan)
+        return TimeRange(data, reliable, "fixed (no FLOP counts)", left_out, reason, None, math.nan, on)
     rates = flops / t
     overhead = overhead_fit(flops, t)
     regime = table1_regime_start(reliable, variable, layer)
@@ -472,13 +481,15 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
             f"{int(reliable[variable].iloc[-1])}), so time cannot test it",
             overhead,
             math.nan,
+            on,
         )
     data = reliable.iloc[max(plateau_start(rates), regime) :]
     if len(data) >= MIN_FIT_POINTS:
-        return TimeRange(data, reliable, "plateau", left_out, "", overhead, math.nan)
-    peak = reliable[PEAK_COLUMN].to_numpy(float) if PEAK_COLUMN in reliable else np.full(len(rates), np.nan)
+        return TimeRange(data, reliable, "plateau", left_out, "", overhead, math.nan, on)
+    peak_column = PEAK_COLUMNS[on]
+    peak = reliable[peak_column].to_numpy(float) if peak_column in reliable else np.full(len(rates), np.nan)
     if np.isfinite(peak).all():
-        shares, of = rates / peak, "peak"
+        shares, of = useful_flops(reliable).to_numpy(float) / t / peak, "peak"
     else:
         shares, of = rates / rates.max(), "the sweep's best"
     target = overhead.flops_to_plateau()
@@ -492,7 +503,7 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
     else:
         reach = "t = c + f/R gives no size that reaches the plateau"
     reason = f"not asymptotic yet ({_pct(shares[0])} % → {_pct(shares[-1])} % of {of}; {reach})"
-    return TimeRange(data, reliable, "plateau", left_out, reason, overhead, size)
+    return TimeRange(data, reliable, "plateau", left_out, reason, overhead, size, on)
 
 
 def time_explanation(tr: TimeRange, variable: str) -> tuple[str, dict]:
@@ -575,6 +586,7 @@ FIT_COLUMNS = [
     "predicted",
     "verdict",
     "reason",
+    "clock",
     "explanation",
     "tolerance",
     "range_rule",
@@ -657,14 +669,15 @@ def _time_row(layer: str, sweep: pd.DataFrame, variable: str) -> dict:
     tr = time_fit_range(sweep, variable, layer)
     data = tr.data
     if tr.reason:
-        row = _no_fit("time", layer, tr.sweep if len(tr.sweep) else sweep, variable, tr.reason)
+        row = _no_fit("time", layer, tr.sweep if len(tr.sweep) else clocks.on_clock(sweep), variable, tr.reason)
     else:
-        row = _fit_row("time", layer, data, variable, "time_median_s")
+        row = _fit_row("time", layer, data, variable, "time_s")
     if tr.left_out:
         row["reason"] += (
             f"; {tr.left_out} unreliable point{'s' if tr.left_out != 1 else ''} left out, {len(tr.sweep)} left"
         )
-    row["reason"] += _unusable_text(_unusable(sweep, "time_median_s"), "time_median_s")
+    timed = clocks.on_clock(sweep, tr.clock)
+    row["reason"] += _unusable_text(_unusable(timed, "time_s"), f"time on the {tr.clock} clock")
     row["explanation"] = ""
     if row["verdict"] != "consistent" and len(tr.sweep) >= MIN_FIT_POINTS:
         row["explanation"], numbers = time_explanation(tr, variable)
@@ -672,6 +685,7 @@ def _time_row(layer: str, sweep: pd.DataFrame, variable: str) -> dict:
         if row["explanation"]:
             row["reason"] += f"; {row['explanation']}"
     row.update(
+        clock=tr.clock,
         range_rule=tr.rule,
         unreliable_left_out=tr.left_out,
         plateau_size=tr.plateau_size,
@@ -714,7 +728,7 @@ def _fixed_row(metric: str, layer: str, sweep: pd.DataFrame, variable: str) -> d
 def fit_table(points: pd.DataFrame) -> pd.DataFrame:
     """One row per (layer, device, dtype, metric, variable, sweep), columns FIT_COLUMNS, the interface's
     fits.csv columns first: layer, device, metric, variable, exponent, ci_low, ci_high, predicted, verdict.
-    The "not asymptotic yet" reason quotes rates as % of peak where `points` has a PEAK_COLUMN."""
+    The "not asymptotic yet" reason quotes rates as % of peak where `points` has PEAK_COLUMNS."""
     rows = []
     for variable in VARIABLES:
         for fixed, sweep in sweeps(points, variable):
@@ -754,10 +768,11 @@ def fit_table(points: pd.DataFrame) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------ other time models
 def two_term_fit(points: pd.DataFrame) -> tuple[float, float, float, float]:
-    """time ≈ c + a·n·d² + b·n²·d for attention points (non-negative least squares on relative error):
-    a fixed per-call cost c, the projections' term and the scores' term; both terms matter near n ~ d.
-    Returns (c, a, b, rms relative error)."""
-    n, d, t = (points[c].to_numpy(float) for c in ("n", "d", "time_median_s"))
+    """time ≈ c + a·n·d² + b·n²·d for attention points, their time on one clock in `time_s`
+    (bench.clock.on_clock), by non-negative least squares on relative error: a fixed per-call cost c, the
+    projections' term and the scores' term; both terms matter near n ~ d. Returns (c, a, b, rms relative
+    error)."""
+    n, d, t = (points[c].to_numpy(float) for c in ("n", "d", "time_s"))
     basis = np.column_stack([np.ones_like(n), n * d**2, n**2 * d]) / t[:, None]  # rows scaled by 1/t
     coef, _ = optimize.nnls(basis, np.ones_like(t))
     rel = basis @ coef - 1

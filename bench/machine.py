@@ -76,7 +76,7 @@ def machine_identity(meta: dict) -> tuple[str, str]:
 def node_facts(meta: dict, node) -> dict | None:
     """The facts of the Ray node a row of a cluster sweep names (`node` in points.csv), from its run's
     meta.json `nodes` (bench.cluster): its machine's identity fields (a dict machine_identity reads), devices,
-    software and matmul peak. None for a row measured in the run's own process (no node), or a node the meta
+    software and compute peak. None for a row measured in the run's own process (no node), or a node the meta
     does not list."""
     nodes = meta.get("nodes")
     if not isinstance(nodes, dict) or not isinstance(node, str) or not node:

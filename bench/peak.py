@@ -1,63 +1,129 @@
-"""A device's matrix-multiply peak, measured: the ceiling for the fraction-of-peak (roofline) column."""
+"""A device's compute peak, measured: the ceiling that a point's fraction of peak divides by.
+
+The peak is the best rate any of a few dense kernels reaches on the device: square matrix products (BLAS,
+cuBLAS) and convolutions of the layer in the convolution role (oneDNN's direct kernels, which on some CPUs
+run twice as fast as the BLAS product: a ceiling from the matmul alone would put a convolution above 100 %).
+The kernels are timed by the sweep's engine (bench.timing.interleaved), on the same two clocks as the points,
+and each clock's ceiling is the best kernel's rate over its fastest round: the best the machine did, which a
+busy phase cannot lower the way it lowers a median. A point's fraction divides its rate on its clock by the
+ceiling on the same clock.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
-from .timing import TimingPolicy, interleaved
+import models
 
-# Square matmuls large enough to reach the plateau of a BLAS / cuBLAS; the best of them is the peak.
-CPU_SIZES = (512, 1024, 2048)
-CUDA_SIZES = (4096, 8192, 16384)
+from .timing import CPU, WALL_ONLY, Clocks, TimingPolicy, interleaved
+
+# Square matmuls large enough to reach the plateau of a BLAS / cuBLAS.
+MATMUL_SIZES = {"cpu": (512, 1024), "cuda": (4096, 8192, 16384)}
+# Convolutions (batch, n, d, k) at which oneDNN's and cuDNN's kernels run at their best rate.
+CONV_SHAPES = {"cpu": ((4, 512, 256, 9), (4, 2048, 128, 3)), "cuda": ((8, 4096, 1024, 3),)}
 PEAK_POLICY = TimingPolicy(min_rounds=6, max_rounds=20, target_s=0.3, passes=3)
-# A size whose one product would take longer than this (judged from one product at the smallest size, m³
-# scaling) is left out: a dtype without a fast kernel (float16 on many CPUs) would otherwise spend minutes.
+# A kernel whose one call would take longer than this (judged from one call, after a warm-up one) is left out:
+# a dtype without a fast kernel (float16 on many CPUs) would otherwise spend minutes.
 MAX_CALL_S = 0.25
 
 
 def with_measurement(entry: dict | None, when: str, value: dict) -> dict:
-    """A device's stored peak entry with `value` (a matmul_peak) measured at `when` ("start", "end") added
-    to its `measured`: the peak is the better of them (a ceiling: a slow phase of the machine can only
-    lower it)."""
+    """A device's stored peak entry with `value` (a compute_peak) measured at `when` ("start", "end") added to
+    its `measured`: on each clock the better of them is the peak (a ceiling: a slow phase can only lower it)."""
     measured = dict((entry or {}).get("measured", {}), **{when: value})
-    return dict(max(measured.values(), key=lambda m: m["flops_per_s"]), measured=measured)
+    best = dict(max(measured.values(), key=lambda m: m["flops_per_s"]), measured=measured)
+    cpu = [m["flops_per_s_cpu"] for m in measured.values() if m.get("flops_per_s_cpu")]
+    if cpu:
+        best["flops_per_s_cpu"] = max(cpu)
+    return best
 
 
-def matmul_peak(device: str, dtype: torch.dtype = torch.float32) -> dict:
-    """Best achieved FLOP/s of an (m×m)·(m×m) product over a few sizes, 2·m³ FLOPs each (median time),
-    the sizes timed interleaved by the sweep's engine (bench.timing.interleaved)."""
-    sizes = CUDA_SIZES if device.startswith("cuda") else CPU_SIZES
-    sync = torch.cuda.synchronize if device.startswith("cuda") else None
-    sizes = _affordable(sizes, device, dtype, sync)
-    operands = {
-        m: (torch.randn(m, m, device=device, dtype=dtype), torch.randn(m, m, device=device, dtype=dtype)) for m in sizes
-    }
+def peak_on(entry: dict, clock: str) -> float | None:
+    """A stored peak entry's ceiling on `clock`; runs from before the CPU clock stored the wall one alone."""
+    if clock == CPU and entry.get("flops_per_s_cpu"):
+        return float(entry["flops_per_s_cpu"])
+    return float(entry["flops_per_s"]) if entry.get("flops_per_s") else None
+
+
+def kernel_flops(kind: str) -> list[int]:
+    """The FLOPs of one call of each kernel of a device kind's ("cpu", "cuda") peak, in `_kernels`' order."""
+    conv = models.ROLES.convolution
+    return [2 * m**3 for m in MATMUL_SIZES[kind]] + [
+        models.analytic_flops(conv, batch, n, models.LayerConfig(d=d, k=k)) for batch, n, d, k in CONV_SHAPES[kind]
+    ]
+
+
+def _kernels(device: str, dtype: torch.dtype) -> dict[str, tuple[int, Callable[[], object]]]:
+    """{name: (FLOPs of one call, the call)} of every kernel of the device's peak."""
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    out = {}
+    for m in MATMUL_SIZES[kind]:
+        a, b = (torch.randn(m, m, device=device, dtype=dtype) for _ in range(2))
+        out[f"matmul {m}x{m}"] = (2 * m**3, lambda a=a, b=b: a @ b)
+    conv = models.ROLES.convolution
+    for batch, n, d, k in CONV_SHAPES[kind]:
+        cfg = models.LayerConfig(d=d, k=k, dtype=str(dtype).removeprefix("torch."))  # the layer's weights: dtype
+        layer = models.build(conv, cfg, device=device)
+        x = torch.randn(batch, n, d, device=device, dtype=dtype)
+        out[f"{conv} batch={batch} n={n} d={d} k={k}"] = (
+            models.analytic_flops(conv, batch, n, cfg),
+            lambda layer=layer, x=x: layer(x),
+        )
+    return out
+
+
+def compute_peak(device: str, dtype: torch.dtype = torch.float32) -> dict:
+    """The device's ceiling on each clock (module docstring), the best kernel's name, the square matmul's median
+    rate (what bench.estimate's model is calibrated on) and every kernel's figures. Uses the torch threads in
+    force: the caller pins them to the run's."""
+    on_gpu = device.startswith("cuda")
+    sync = torch.cuda.synchronize if on_gpu else None
     with torch.inference_mode():
-        timings = interleaved({m: (lambda a=a, b=b: a @ b) for m, (a, b) in operands.items()}, PEAK_POLICY, sync=sync)
-    best = max(sizes, key=lambda m: 2 * m**3 / timings[m].median_s)
-    t = timings[best]
-    return {
-        "flops_per_s": 2 * best**3 / t.median_s,
-        "size": best,
-        "time_median_s": t.median_s,
-        "time_iqr_s": t.iqr_s,
-        "time_ci_s": [t.ci_low_s, t.ci_high_s],
+        kernels = _affordable(_kernels(device, dtype), sync)
+        clocks = WALL_ONLY if on_gpu else Clocks.for_call(torch.get_num_threads())
+        timings = interleaved({name: fn for name, (_, fn) in kernels.items()}, PEAK_POLICY, sync=sync, clocks=clocks)
+    figures = {}
+    for name, (flops, _) in kernels.items():
+        t = timings[name]
+        figures[name] = {"flops": flops, "wall_median_s": t.wall.median_s, "wall_min_s": t.wall.min_s}
+        if t.cpu is not None and t.cpu_clock == "thread":
+            figures[name] |= {"cpu_median_s": t.cpu.median_s, "cpu_min_s": t.cpu.min_s}
+    best = max(figures, key=lambda name: figures[name]["flops"] / figures[name]["wall_min_s"])
+    matmuls = [name for name in figures if name.startswith("matmul")]
+    entry = {
+        "flops_per_s": figures[best]["flops"] / figures[best]["wall_min_s"],
+        "kernel": best,
+        "matmul_flops_per_s": max(figures[m]["flops"] / figures[m]["wall_median_s"] for m in matmuls),
         "dtype": str(dtype).removeprefix("torch."),
+        "kernels": figures,
+    }
+    with_cpu = [name for name in figures if "cpu_min_s" in figures[name]]
+    if with_cpu:
+        entry["flops_per_s_cpu"] = max(figures[name]["flops"] / figures[name]["cpu_min_s"] for name in with_cpu)
+    return entry
+
+
+def _affordable(kernels: dict, sync) -> dict:
+    """The kernels whose one call would take at most MAX_CALL_S, judged from one call of the first (the smallest
+    matmul, always kept; after a warm-up call) at the same rate per FLOP."""
+    (first_flops, first), *_ = kernels.values()
+    for _ in range(2):  # the first call warms up; the second is timed
+        started = time.perf_counter()
+        first()
+        if sync is not None:
+            sync()
+        seconds = time.perf_counter() - started
+    return {
+        name: (flops, fn)
+        for index, (name, (flops, fn)) in enumerate(kernels.items())
+        if index == 0 or seconds * flops / first_flops <= MAX_CALL_S
     }
 
 
-def _affordable(sizes: tuple[int, ...], device: str, dtype: torch.dtype, sync) -> tuple[int, ...]:
-    """The sizes whose one product takes at most MAX_CALL_S, judged from one product at the smallest (after a
-    warm-up product); the smallest is always kept."""
-    m = sizes[0]
-    a, b = torch.randn(m, m, device=device, dtype=dtype), torch.randn(m, m, device=device, dtype=dtype)
-    with torch.inference_mode():
-        for _ in range(2):  # the first call warms up; the second is timed
-            started = time.perf_counter()
-            a @ b
-            if sync is not None:
-                sync()
-            seconds = time.perf_counter() - started
-    return tuple(size for size in sizes if size == m or seconds * (size / m) ** 3 <= MAX_CALL_S)
+def stored_peaks(meta: dict) -> dict[str, dict]:
+    """The peaks a run's meta.json (or a node's facts in it) stores, by device key: `compute_peak`, or for a run
+    from before the convolutions and the CPU clock, `matmul_peak` (the square matmuls' median rate)."""
+    return meta.get("compute_peak") or meta.get("matmul_peak") or {}

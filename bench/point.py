@@ -28,7 +28,7 @@ from .flops import count_flops
 from .load import LoadMeter
 from .memory import measure_memory
 from .spec import PointSpec
-from .timing import Timing, TimingPolicy, calibrate, synced, time_rounds
+from .timing import Clocks, Timing, TimingPolicy, calibrate, plain_flag, record_of, synced, time_rounds
 
 OOM_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
@@ -47,7 +47,8 @@ class PassResult:
 
     rounds_planned: int  # the point's rounds over all passes (its calibration)
     iterations: int
-    record: dict  # pytest-benchmark's JSON of this pass's rounds (their per-call times in stats.data)
+    record: dict  # pytest-benchmark's JSON of this pass's rounds (per-call wall times in stats.data, CPU times and
+    # page faults in extra_info)
     others_busy_cores: float  # CPU other processes took while this pass timed the point
     probes: dict | None = None
 
@@ -114,14 +115,16 @@ def measure_pass(
         layer = models.build(spec.layer, cfg, device=spec.device, seed=seed)
         generator = torch.Generator(device="cpu").manual_seed(seed)
         x = torch.randn(spec.batch, spec.n, spec.d, generator=generator).to(spec.device, cfg.torch_dtype)
-        sync = torch.cuda.synchronize if spec.device.startswith("cuda") else None
+        on_gpu = spec.device.startswith("cuda")
         call, forward = one_call(spec, layer, x, seed)
-        target = synced(call, sync)
+        target = synced(call, torch.cuda.synchronize if on_gpu else None)
+        clocks = Clocks.for_call(torch.get_num_threads(), on_gpu)
         with grad_mode(spec):
             rounds, iterations = plan if plan is not None else calibrate(target, policy)
             meter = LoadMeter()
-            _, record = time_rounds(target, policy.rounds_per_pass(rounds), iterations, name=spec.key)
+            timed = time_rounds(target, policy.rounds_per_pass(rounds), iterations, clocks)
             load = meter.read()
+            record = record_of(timed, iterations, spec.key, clocks)
             probes = None
             if with_probes:
                 counted = count_flops(call)
@@ -163,6 +166,7 @@ def base_row(spec: PointSpec, threads: int) -> dict:
         point_id=spec.point_id,
         threads=threads,
         flops_analytic=models.analytic_flops(spec.layer, spec.batch, spec.n, cfg, spec.mode, spec.device),
+        flops_useful=models.analytic_useful_flops(spec.layer, spec.batch, spec.n, cfg, spec.mode, spec.device),
         # the layers' estimate is of an inference forward pass's activations
         mem_analytic_bytes=(
             None if spec.trains else models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg)
@@ -171,26 +175,40 @@ def base_row(spec: PointSpec, threads: int) -> dict:
 
 
 def point_row(
-    spec: PointSpec, threads: int, timing: Timing, probes: dict, attempts: int, others_busy_cores: float
+    spec: PointSpec, threads: int, timing: Timing, probes: dict, clock: tuple[str, str], others_busy_cores: float
 ) -> dict:
-    """The points.csv row of a point whose passes are all done."""
+    """The points.csv row of a point whose passes are all done; `clock`: the clock its time fits use, and why
+    (bench.timing.choose_clock)."""
+    wall, cpu = timing.wall, timing.cpu
+    chosen = timing.on(clock[0])
     return dict(
         base_row(spec, threads),
         **probes,
-        time_median_s=timing.median_s,
-        time_iqr_s=timing.iqr_s,
-        time_mean_s=timing.mean_s,
-        time_min_s=timing.min_s,
-        time_ci_low_s=timing.ci_low_s,
-        time_ci_high_s=timing.ci_high_s,
+        time_median_s=wall.median_s,
+        time_iqr_s=wall.iqr_s,
+        time_mean_s=wall.mean_s,
+        time_min_s=wall.min_s,
+        time_ci_low_s=wall.ci_low_s,
+        time_ci_high_s=wall.ci_high_s,
+        time_pass_spread=round(wall.pass_spread, 4),
+        time_noisy=wall.noisy,
+        time_wall_flag=wall.flag,
+        time_cpu_clock=timing.cpu_clock,
+        time_cpu_median_s=cpu.median_s if cpu else None,
+        time_cpu_iqr_s=cpu.iqr_s if cpu else None,
+        time_cpu_min_s=cpu.min_s if cpu else None,
+        time_cpu_ci_low_s=cpu.ci_low_s if cpu else None,
+        time_cpu_ci_high_s=cpu.ci_high_s if cpu else None,
+        time_cpu_pass_spread=round(cpu.pass_spread, 4) if cpu else None,
+        time_cpu_flag=cpu.flag if cpu else "no CPU clock",
+        time_clock=clock[0],
+        time_clock_why=clock[1],
+        time_reliable=chosen.reliable,
+        time_flag=plain_flag(chosen, clock[0], timing.passes),
+        faults_per_call=None if timing.faults_per_call is None else round(timing.faults_per_call, 2),
         rounds=timing.rounds,
         iterations=timing.iterations,
         passes=timing.passes,
-        time_pass_spread=round(timing.pass_spread, 4),
-        time_noisy=timing.noisy,
-        time_reliable=timing.reliable,
-        time_flag=timing.flag,
-        attempts=attempts,
         load_others_cores=round(others_busy_cores, 3),
         status="ok",
         error="",

@@ -7,11 +7,11 @@ and, for each point, calibrates its rounds, times its first share and counts its
 of its rounds. Every pass of every point is appended to timings.jsonl as it finishes, so a kill loses at
 most the pass in flight and `--resume` goes on from there.
 
-When all passes are done, each point's rounds are summarized (bench.timing.summarize). Points judged
-unreliable are measured again, in a second set of interleaved passes over those points only
-(policy.remeasure); a point's statistics come from its last set of passes, the earlier rounds stay in
-timings.jsonl. Then each point gets its points.csv row. A point that fails (out of memory, an error) gets
-its row at once, with the full traceback in errors.log, and is not visited again.
+Then the run samples until each point's time is known: a point whose median is not to be trusted on the clock
+its fits use (bench.timing.choose_clock) gets more passes, interleaved over those points alone, until it is,
+or until `policy.extra_passes` more passes or `policy.extra_budget` of the first passes' time are spent; a
+point's statistics are over all its rounds. Then each point gets its points.csv row. A point that fails (out
+of memory, an error) gets its row at once, with the full traceback in errors.log, and is not visited again.
 
 The machine's load is watched throughout (bench.load): before the run, to choose the thread count and warn
 if the machine is busy; during each pass and each point's timed rounds, stored in meta.json and the rows.
@@ -45,19 +45,21 @@ from tqdm import tqdm
 
 import models
 
-from . import machine, storage
+from . import allocator, machine, storage
 from .errors import BadInput, RunFailed
 from .load import Load, LoadMeter, busy_warning, choose_threads, physical_cores, sample_load
-from .peak import matmul_peak, with_measurement
+from .peak import compute_peak, with_measurement
 from .point import PassFailure, base_row, measure_pass, point_row
 from .spec import PointSpec, device_key, validate
 from .threads import pinned_threads
-from .timing import Timing, TimingPolicy, method_constants, pass_order, summarize
+from .timing import Timing, TimingPolicy, choose_clock, method_constants, pass_order, rounds_of, summarize
 
-ATTEMPTS = 2  # a point's sets of passes at most: the first, and one re-measurement if unreliable
+# A record's `attempt`: 0 for the plan's passes, 1 for the passes that sample a point until its time is known
+# (a run from before sampling stored a whole second set of passes as attempt 1).
+FIRST, EXTRA = 0, 1
 KILLED_AFTER = 2  # deaths of the process while measuring one point before it is stored as `killed`
 META_REQUIRED = (*storage.META_KEYS, "threads", "machine_info", "commit_info")  # what a resume needs
-PASS_ONLY_KEYS = ("pass", "attempt", "others_busy_cores", "probes")  # kept out of a point's merged record
+PASS_ONLY_KEYS = ("pass", "attempt", "others_busy_cores", "probes", "visit_s")  # kept out of a point's merged record
 
 
 def decide_threads(requested: int | None, cap: int | None = None) -> tuple[int, str, Load]:
@@ -110,7 +112,7 @@ class _State:
 
     rows: dict[str, dict] = field(default_factory=dict)
     records: dict[tuple[str, int, int], dict] = field(default_factory=dict)
-    timings: dict[tuple[str, int], Timing] = field(default_factory=dict)  # summaries of complete attempts
+    timings: dict[str, tuple[int, Timing]] = field(default_factory=dict)  # summaries, by the records they cover
     ooms: list[PointSpec] = field(default_factory=list)  # out of memory or killed: larger siblings are skipped
     deaths: dict[str, int] = field(default_factory=dict)  # passes started and never stored, by point id
 
@@ -133,7 +135,7 @@ class Run:
     # place of the passes in this process; it stores what it gets through `store_record` and `store_row`.
     measure_with: Callable[[Run, _State, bool], None] | None = None
     observer: Callable[[str, dict], None] | None = None  # hears "started", "record", "row", "error"
-    measure_peaks: bool = True  # a Ray worker's chunk leaves the matmul peak to its node (bench.cluster)
+    measure_peaks: bool = True  # a Ray worker's chunk leaves the compute peak to its node (bench.cluster)
 
     # ------------------------------------------------------------------------------------ create
     @classmethod
@@ -178,6 +180,7 @@ class Run:
             load_before=load.as_dict(),
             timing_policy=policy.as_dict(),
             timing_method=method_constants(),
+            allocator=allocator.pin(),
             load_passes=[],
         )
         plan = {"specs": [s.as_row() for s in specs], "timing_policy": policy.as_dict(), "seed": seed}
@@ -278,24 +281,54 @@ class Run:
         return self._finish(state, time.monotonic() - started)
 
     def _measure_here(self, state: _State, progress: bool) -> None:
-        """The pending points, in this process: the passes, the re-measurement of unreliable points, the rows."""
+        """The pending points, in this process: the passes, sampling until each time is known, the rows."""
+        allocator.pin()
         if self.measure_peaks:
             self._measure_peaks("start")
         pending = [s for s in self.specs if s.point_id not in state.rows]
-        self._passes(pending, 0, state, progress)
-        flagged = (
-            [s for s in pending if s.point_id not in state.rows and not self._timing(s, 0, state).reliable]
-            if self.policy.remeasure
-            else []
-        )
-        if flagged:
-            self.log(f"measuring {len(flagged)} unreliable point(s) again")
-            self._passes(flagged, 1, state, progress)
+        self._passes(pending, FIRST, range(self.policy.passes), state, progress)
+        self._sample_until_known(pending, state, progress)
         for spec in pending:
             if spec.point_id not in state.rows:
                 self.store_row(spec, self._final_row(spec, state), state)
         if self.measure_peaks:
             self._measure_peaks("end")
+
+    def _sample_until_known(self, pending: list[PointSpec], state: _State, progress: bool) -> None:
+        """More passes over the points whose time is not known yet on their clock, one pass at a time, within
+        the policy's extra passes and budget (module docstring). Decided from the stored records alone, so a
+        resume goes on where the run stopped."""
+        measured = [s for s in pending if s.point_id not in state.rows]
+        budget_s = self.policy.extra_budget * self._visits_s(measured, FIRST, state)
+        for extra in range(self.policy.extra_passes):
+            unknown = [s for s in measured if s.point_id not in state.rows and not self._known(s, state)]
+            if not unknown:
+                return
+            spent_s = self._visits_s(measured, EXTRA, state)
+            if spent_s >= budget_s:
+                self.log(
+                    f"{len(unknown)} point(s) not known yet, and the extra passes' budget is spent "
+                    f"({spent_s:.0f} s of {budget_s:.0f} s): kept, flagged"
+                )
+                return
+            if any((s.point_id, EXTRA, extra) not in state.records for s in unknown):
+                self.log(f"pass {self.policy.passes + extra + 1}: {len(unknown)} point(s) whose time is not known yet")
+            self._passes(unknown, EXTRA, [extra], state, progress)
+
+    def _visits_s(self, specs: list[PointSpec], attempt: int, state: _State) -> float:
+        """Seconds the stored visits of `attempt` over `specs` took (records from before visit_s: their rounds)."""
+        ids = {s.point_id for s in specs}
+        return sum(
+            r.get("visit_s", sum(r["stats"]["data"]) * r["stats"].get("iterations", 1))
+            for (pid, a, _), r in state.records.items()
+            if a == attempt and pid in ids
+        )
+
+    def _known(self, spec: PointSpec, state: _State) -> bool:
+        """Whether the point's median can be trusted on the clock its fits use."""
+        timing = self._timing(spec, state)
+        clock, _ = choose_clock(timing, self._others(spec, state), self.policy.clock)
+        return timing.on(clock).reliable
 
     def _stored_state(self) -> _State:
         """What the folder holds, checked against the plan: rows, pass records, and the points started and
@@ -347,45 +380,45 @@ class Run:
                 state.ooms.append(spec)
 
     def _measure_peaks(self, when: str) -> None:
-        """The matmul peak of each device and dtype, measured at the start and again at the end of the run;
-        the peak is the better of the two (a ceiling: a slow phase of the machine can only lower it)."""
-        peaks = self.meta.setdefault("matmul_peak", {})
+        """The compute peak of each device and dtype (bench.peak), measured at the start and again at the end of
+        the run; on each clock the peak is the better of the two (a slow phase can only lower it)."""
+        peaks = self.meta.setdefault("compute_peak", {})
         for device, dtype in sorted({(s.device, s.dtype) for s in self.specs}):
             key = device_key(device, dtype)
             if when in peaks.get(key, {}).get("measured", {}):
                 continue
-            self.log(f"matmul peak of {key}, at the {when} of the run")
-            peaks[key] = with_measurement(peaks.get(key), when, matmul_peak(device, models.DTYPES[dtype]))
+            self.log(f"compute peak of {key}, at the {when} of the run")
+            peaks[key] = with_measurement(peaks.get(key), when, compute_peak(device, models.DTYPES[dtype]))
         storage.write_json(self.dir / "meta.json", self.meta)
 
-    def _passes(self, specs: list[PointSpec], attempt: int, state: _State, progress: bool) -> None:
-        """`policy.passes` passes over `specs`, skipping the passes already stored."""
-        todo = sum(1 for p in range(self.policy.passes) for s in specs if (s.point_id, attempt, p) not in state.records)
+    def _passes(self, specs: list[PointSpec], attempt: int, passes, state: _State, progress: bool) -> None:
+        """The passes numbered `passes` of `attempt` over `specs`, skipping those already stored."""
+        todo = sum(1 for p in passes for s in specs if (s.point_id, attempt, p) not in state.records)
         bar = tqdm(
             total=todo,
-            desc="points" if attempt == 0 else "again",
+            desc="points" if attempt == FIRST else "more",
             unit="pt",
             disable=not progress,
             file=sys.stderr,
             dynamic_ncols=True,
         )
+        shown = self.policy.passes if attempt == FIRST else self.policy.passes + self.policy.extra_passes
         try:
-            for p in range(self.policy.passes):
-                first = attempt == 0 and p == 0
+            for p in passes:
+                first = attempt == FIRST and p == 0
                 order = specs if first else pass_order(specs, attempt * self.policy.passes + p, self.seed)
+                number = p + 1 if attempt == FIRST else self.policy.passes + p + 1
                 meter = LoadMeter()
                 visited = 0
                 for spec in order:
                     if spec.point_id in state.rows or (spec.point_id, attempt, p) in state.records:
                         continue
-                    bar.set_postfix_str(
-                        f"pass {p + 1}/{self.policy.passes} {spec.layer} n={spec.n} d={spec.d}", refresh=False
-                    )
+                    bar.set_postfix_str(f"pass {number}/{shown} {spec.layer} n={spec.n} d={spec.d}", refresh=False)
                     self._visit(spec, attempt, p, state)
                     visited += 1
                     bar.update(1)
                 if visited:
-                    self._note_pass_load(attempt, p, meter)
+                    self._note_pass_load(attempt, p, number, meter)
         finally:
             bar.close()
 
@@ -399,7 +432,8 @@ class Run:
         return True
 
     def _visit(self, spec: PointSpec, attempt: int, p: int, state: _State) -> None:
-        first = attempt == 0 and p == 0
+        first = attempt == FIRST and p == 0
+        started_s = time.monotonic()
         if first and self.skip_if_blocked(spec, state):
             return
         plan = None if first else self._plan(spec, state)
@@ -423,6 +457,7 @@ class Run:
             iterations=result.iterations,
             others_busy_cores=result.others_busy_cores,
             probes=result.probes,
+            visit_s=round(time.monotonic() - started_s, 4),
         )
         record["pass"] = p
         self.store_record(record, state)
@@ -446,51 +481,48 @@ class Run:
         first = state.records[(spec.point_id, 0, 0)]
         return int(first["rounds_planned"]), int(first["iterations"])
 
-    def _note_pass_load(self, attempt: int, p: int, meter: LoadMeter) -> None:
+    def _note_pass_load(self, attempt: int, p: int, number: int, meter: LoadMeter) -> None:
         load = meter.read()
         self.meta.setdefault("load_passes", []).append(dict(attempt=attempt, **{"pass": p}, **load.as_dict()))
         storage.write_json(self.dir / "meta.json", self.meta)
         if load.busy:
             self.log(
-                f"pass {p + 1}: other processes took {load.others_busy_cores:.1f} cores "
+                f"pass {number}: other processes took {load.others_busy_cores:.1f} cores "
                 f"(load average {load.loadavg_1m:.2f})"
             )
 
-    def _records(self, spec: PointSpec, attempt: int, state: _State) -> list[dict]:
-        return [state.records[(spec.point_id, attempt, p)] for p in range(self.policy.passes)]
+    def _records(self, spec: PointSpec, state: _State) -> list[dict]:
+        """Every stored pass over the point, in the order they ran: the plan's passes, then the extra ones."""
+        return [r for key, r in sorted(state.records.items()) if key[0] == spec.point_id]
 
-    def _timing(self, spec: PointSpec, attempt: int, state: _State) -> Timing:
-        """The statistics of one complete attempt, summarized once (its records no longer change)."""
-        key = (spec.point_id, attempt)
-        if key not in state.timings:
-            state.timings[key] = self._summarize(spec, attempt, state)
-        return state.timings[key]
+    def _others(self, spec: PointSpec, state: _State) -> float:
+        """The cores other processes took while the point's rounds were timed, averaged over its passes."""
+        return fmean(r["others_busy_cores"] for r in self._records(spec, state))
 
-    def _summarize(self, spec: PointSpec, attempt: int, state: _State) -> Timing:
-        records = self._records(spec, attempt, state)
-        template = {k: v for k, v in records[0].items() if k not in PASS_ONLY_KEYS}
-        return summarize(
-            [r["stats"]["data"] for r in records], int(records[0]["iterations"]), spec.key, template=template
-        )
-
-    def _last_attempt(self, spec: PointSpec, state: _State) -> int:
-        done = [
-            a for a in range(ATTEMPTS) if all((spec.point_id, a, p) in state.records for p in range(self.policy.passes))
-        ]
-        if not done:
-            raise RunFailed(f"{self.dir}: point {spec.key} has no complete set of passes")
-        return max(done)
+    def _timing(self, spec: PointSpec, state: _State) -> Timing:
+        """The statistics of the point over all its stored passes, summarized again only when one is added."""
+        records = self._records(spec, state)
+        cached = state.timings.get(spec.point_id)
+        if cached is None or cached[0] != len(records):
+            if not records or (spec.point_id, FIRST, 0) not in state.records:
+                raise RunFailed(f"{self.dir}: point {spec.key} has no stored first pass")
+            template = {k: v for k, v in records[0].items() if k not in PASS_ONLY_KEYS}
+            timing = summarize([rounds_of(r) for r in records], int(records[0]["iterations"]), spec.key, template)
+            cached = state.timings[spec.point_id] = (len(records), timing)
+        return cached[1]
 
     def _final_row(self, spec: PointSpec, state: _State) -> dict:
-        attempt = self._last_attempt(spec, state)
-        timing = self._timing(spec, attempt, state)
-        others = fmean(r["others_busy_cores"] for r in self._records(spec, attempt, state))
+        missing = [p for p in range(self.policy.passes) if (spec.point_id, FIRST, p) not in state.records]
+        if missing:
+            raise RunFailed(f"{self.dir}: point {spec.key} lacks its passes {missing}")
+        timing = self._timing(spec, state)
+        others = self._others(spec, state)
         return point_row(
             spec,
             self.threads,
             timing,
-            state.records[(spec.point_id, 0, 0)]["probes"],
-            attempts=attempt + 1,
+            state.records[(spec.point_id, FIRST, 0)]["probes"],
+            clock=choose_clock(timing, others, self.policy.clock),
             others_busy_cores=others,
         )
 
@@ -507,11 +539,7 @@ class Run:
         df = storage.read_points(self.dir)
         ok = df[df["status"] == "ok"]
         by_id = {s.point_id: s for s in self.specs}
-        benchmarks = [
-            self._timing(by_id[pid], self._last_attempt(by_id[pid], state), state).record
-            for pid in ok["point_id"]
-            if pid in by_id
-        ]
+        benchmarks = [self._timing(by_id[pid], state).record for pid in ok["point_id"] if pid in by_id]
         storage.write_json(
             self.dir / "pytest-benchmark.json",
             {
@@ -529,7 +557,8 @@ class Run:
             status_counts={k: int(v) for k, v in df["status"].value_counts().items()},
             points_noisy=int(ok["time_noisy"].astype(bool).sum()) if len(ok) else 0,
             points_unreliable=int((~ok["time_reliable"].astype(bool)).sum()) if len(ok) else 0,
-            points_remeasured=int((ok["attempts"] > 1).sum()) if len(ok) else 0,
+            points_sampled_further=int((ok["passes"] > self.policy.passes).sum()) if len(ok) else 0,
+            points_cpu_clock=int((ok["time_clock"] == "cpu").sum()) if len(ok) else 0,
             measure_s=round(elapsed_s, 1),
         )
         storage.write_json(self.dir / "meta.json", self.meta)
@@ -581,7 +610,7 @@ def _read_plan(path: Path, plan, meta: dict) -> tuple[list[PointSpec], TimingPol
         except (TypeError, BadInput) as exc:
             raise RunFailed(f"{path}: damaged at specs[{index}]: {exc}") from None
     try:
-        policy = TimingPolicy(**plan["timing_policy"])
+        policy = TimingPolicy.stored(plan["timing_policy"])
     except TypeError as exc:
         raise RunFailed(f"{path}: damaged at timing_policy: {exc}") from None
     if meta.get("points_planned") not in (None, len(specs)):

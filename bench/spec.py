@@ -64,7 +64,7 @@ class PointSpec:
 
 def device_key(device: str, dtype: str) -> str:
     """A device and dtype as one short name: `cpu`, `cuda`, `cuda-bfloat16` (float32 is left unsaid). It keys
-    each run's matmul peak in meta.json and is the report's source label."""
+    each run's compute peak in meta.json and is the report's source label."""
     return device if dtype == "float32" else f"{device}-{dtype}"
 
 

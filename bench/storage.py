@@ -50,7 +50,9 @@ POINT_COLUMNS = [
     "window",
     "dilation",
     "mode",
-    # time (seconds per call: a forward pass, or in train mode a forward and a backward pass) and its spread
+    # time (seconds per call: a forward pass, or in train mode a forward and a backward pass) on the wall clock
+    # and its spread, then on the CPU clock (bench.timing), then which clock the time fits use and whether the
+    # time on it is to be trusted
     "time_median_s",
     "time_iqr_s",
     "time_mean_s",
@@ -62,12 +64,24 @@ POINT_COLUMNS = [
     "passes",
     "time_pass_spread",
     "time_noisy",
+    "time_wall_flag",
+    "time_cpu_clock",
+    "time_cpu_median_s",
+    "time_cpu_iqr_s",
+    "time_cpu_min_s",
+    "time_cpu_ci_low_s",
+    "time_cpu_ci_high_s",
+    "time_cpu_pass_spread",
+    "time_cpu_flag",
+    "time_clock",
+    "time_clock_why",
     "time_reliable",
     "time_flag",
-    "attempts",
+    "faults_per_call",
     # compute
     "flops_analytic",
     "flops_counted",
+    "flops_useful",
     "flops_uncounted_ops",
     "flops_elementwise",
     # memory
@@ -399,10 +413,19 @@ def read_points(run_dir: Path, plan: dict[str, dict] | None = None) -> pd.DataFr
 
 
 SIZE_COLUMNS = ("n", "d", "batch")
+TEXT_COLUMNS = (
+    "time_flag",
+    "time_wall_flag",
+    "time_cpu_flag",
+    "time_cpu_clock",
+    "time_clock",
+    "time_clock_why",
+    "flops_uncounted_ops",
+    "mem_method",
+)
 NUMBER_COLUMNS = [
-    c for c in POINT_COLUMNS if c.startswith(("time_", "flops_", "mem_")) and c not in ("time_flag", "mem_method")
+    c for c in POINT_COLUMNS if c.startswith(("time_", "flops_", "mem_", "faults_")) and c not in TEXT_COLUMNS
 ]
-NUMBER_COLUMNS.remove("flops_uncounted_ops")
 
 
 def point_words(row: pd.Series) -> str:

@@ -1,48 +1,25 @@
-"""Wall-clock timing of one forward pass, with pytest-benchmark as the engine, measured in interleaved passes.
+"""Timing of one call on two clocks, wall and CPU, in rounds split over interleaved passes; pytest-benchmark's
+statistics over them, and the flags that say whether a clock's median can be trusted.
 
-Method (after torch.utils.benchmark.Timer, pytest-benchmark, Google Benchmark's random interleaving and
-asv's rounds):
-- Warm-up: parts of PyTorch initialise lazily (oneDNN primitives, cuDNN plans, allocator pools), so the
-  first call after a layer is built is slower than the steady state. Every pass makes one untimed call,
-  then pytest-benchmark runs `WARMUP_ROUNDS` untimed round(s) before the timed ones.
-- Calibration (once per point, on its first pass): a warm call's time t sets `iterations`, the calls per
-  round, so that a round lasts at least `min_round_s` (far above the clock's resolution and long enough to
-  average the jitter of a virtual machine), and `rounds`, so that the timed rounds take about `target_s`
-  in all, clamped to [`min_rounds`, `max_rounds`].
-- Interleaving: the rounds of a point are split over `passes` passes (at least `MIN_ROUNDS_PER_PASS`
-  each). A run visits every point once per pass, in a new shuffled order each pass (`pass_order`), so a
-  slow phase of the machine (another program, a throttled core) lands on many points a little instead of
-  on a few points whole.
-- Rounds are run by pytest-benchmark's pedantic mode (`BenchmarkFixture.pedantic`), which keeps every
-  round's time and writes its JSON record (with `machine_info` and `commit_info` kept in the run folder).
-  The statistics of a point come from pytest-benchmark's `Stats` over the rounds of all its passes.
-- Median over mean: the median ignores the rare slow round. Its CONFIDENCE interval is distribution-free,
-  from order statistics (scipy.stats.quantile_test).
-- On a GPU the target synchronizes the device inside the timed call, so a round ends when the kernels end.
-- Flags, kept with the point, never dropping it: `noisy` when IQR/median exceeds NOISY_IQR_RATIO;
-  unreliable (`assess`) when the median is more than STALL_RATIO times the fastest round (rounds that lost
-  the CPU, or two modes), when the median of its passes' medians is more than PASS_SPREAD_RATIO times the
-  fastest pass's (so at least half of its passes ran in a slow phase: one slow pass of several is what
-  interleaving is there to absorb, and does not flag), or when the interval of the median is wider than
-  CI_RELATIVE_WIDTH of it. A run measures unreliable points again at its end (bench.run).
-The caller sets inference mode and pins threads; this module only times.
+The method is written once, in `method_text` (rendered from the constants below and a run's stored policy),
+which the report prints and the README quotes. The caller sets the autograd mode and pins the threads; this
+module only times.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import random
+import resource
 import time
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import asdict, dataclass, field
-from types import SimpleNamespace
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
-from pytest_benchmark.fixture import BenchmarkFixture
 from pytest_benchmark.stats import Stats
-from pytest_benchmark.utils import NameWrapper
 from scipy import stats as scipy_stats
+
+from .load import BUSY_CORES
 
 NOISY_IQR_RATIO = 0.10  # IQR / median above this flags a point as noisy
 WARMUP_ROUNDS = 1  # untimed rounds of every pass, after its untimed first call
@@ -52,6 +29,13 @@ STALL_RATIO = 1.5  # median / fastest round above this: the rounds lost the CPU,
 PASS_SPREAD_RATIO = 1.3  # median / fastest of the passes' medians above this: most passes ran slow
 CI_RELATIVE_WIDTH = 0.25  # (interval high − low) / median above this: the median is too uncertain
 
+WALL, CPU = "wall", "cpu"
+CLOCK_CHOICES = ("auto", WALL, CPU)  # TimingPolicy.clock, `run --clock`
+# The CPU clock of a call: the calling thread's CPU time where torch runs the call on that thread alone (one
+# intra-op thread), else the whole process's, which counts threads spinning at a barrier for a descheduled
+# sibling too, so it does not measure the layer on a busy machine and no fit uses it.
+THREAD, PROCESS = "thread", "process"
+
 
 @dataclass(frozen=True)
 class TimingPolicy:
@@ -60,11 +44,30 @@ class TimingPolicy:
     target_s: float = 0.3  # total time of a point's timed rounds, roughly
     min_round_s: float = 5e-3  # each round at least this long: calls are repeated within a round below it
     passes: int = 5  # interleaved passes over the plan; each times a share of every point's rounds
-    remeasure: bool = True  # measure unreliable points again at the end of the run
+    extra_passes: int = 10  # at most this many more passes over the points whose time is not known yet
+    extra_budget: float = 0.5  # those passes take at most this share of the first passes' time
+    clock: str = "auto"  # the clock a point's time fits use: chosen from the data, or always wall or cpu
 
     def __post_init__(self):
         if self.passes < 1 or self.min_rounds < 1 or self.max_rounds < self.min_rounds:
             raise ValueError(f"timing policy {self}: needs passes >= 1 and 1 <= min_rounds <= max_rounds")
+        if self.extra_passes < 0 or not self.extra_budget >= 0 or self.clock not in CLOCK_CHOICES:
+            raise ValueError(
+                f"timing policy {self}: needs extra_passes >= 0, extra_budget >= 0 and clock in {CLOCK_CHOICES}"
+            )
+
+    @classmethod
+    def stored(cls, stored: dict) -> TimingPolicy:
+        """The policy a plan.json stored. Runs from before sampling until known stored `remeasure` (a second
+        set of passes over the unreliable points); the fields it lacks take their defaults."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(stored) - known - {"remeasure"}
+        if unknown:
+            raise TypeError(f"unexpected field(s) {', '.join(sorted(unknown))}")
+        policy = {k: v for k, v in stored.items() if k in known}
+        if stored.get("remeasure") is False:
+            policy.setdefault("extra_passes", 0)
+        return cls(**policy)
 
     def plan(self, one_call_s: float) -> tuple[int, int]:
         """(rounds, iterations) for a call that took `one_call_s` once."""
@@ -90,6 +93,7 @@ def method_constants() -> dict:
         "stall_ratio": STALL_RATIO,
         "pass_spread_ratio": PASS_SPREAD_RATIO,
         "ci_relative_width": CI_RELATIVE_WIDTH,
+        "busy_cores": BUSY_CORES,
     }
 
 
@@ -109,12 +113,103 @@ def median_interval(times: Sequence[float], confidence: float = CONFIDENCE) -> t
     return float(ci.low), float(ci.high)
 
 
-@dataclass(frozen=True)
-class Timing:
-    """Per-call times of each round (seconds), grouped by pass, and their statistics."""
+# ------------------------------------------------------------------------------------------- clocks
+def _minor_faults(who: int) -> Callable[[], int]:
+    return lambda: resource.getrusage(who).ru_minflt
 
-    pass_times_s: tuple[tuple[float, ...], ...]
-    iterations: int
+
+@dataclass(frozen=True)
+class Clocks:
+    """What a round reads before and after its calls: the wall clock, a CPU clock (None on a GPU, where the
+    call's time is the device's) and the minor page faults of the same thread or process. Fakes in tests."""
+
+    wall: Callable[[], float] = time.perf_counter
+    cpu: Callable[[], float] | None = time.thread_time
+    cpu_kind: str = THREAD
+    faults: Callable[[], int] | None = None
+
+    @classmethod
+    def for_call(cls, threads: int, on_gpu: bool = False) -> Clocks:
+        """The clocks of a call on the CPU with `threads` intra-op threads, or on a GPU (wall only)."""
+        if on_gpu:
+            return cls(cpu=None, cpu_kind="")
+        if threads == 1:
+            who = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+            return cls(time.perf_counter, time.thread_time, THREAD, _minor_faults(who))
+        return cls(time.perf_counter, time.process_time, PROCESS, _minor_faults(resource.RUSAGE_SELF))
+
+
+WALL_ONLY = Clocks(cpu=None, cpu_kind="")
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """One pass's timed rounds: seconds per call on each clock, and the page faults over all its calls."""
+
+    wall_s: tuple[float, ...]
+    cpu_s: tuple[float, ...]  # empty without a CPU clock
+    calls: int
+    faults: int | None
+
+
+def time_rounds(target: Callable[[], object], rounds: int, iterations: int, clocks: Clocks = WALL_ONLY) -> Rounds:
+    """One pass: an untimed warm call, WARMUP_ROUNDS untimed rounds, then `rounds` rounds of `iterations` calls,
+    each read on both clocks (the CPU clock inside the wall clock's reading)."""
+    target()
+    for _ in range(WARMUP_ROUNDS * iterations):
+        target()
+    wall, cpu = [], []
+    faults0 = clocks.faults() if clocks.faults else None
+    for _ in range(rounds):
+        c0 = clocks.cpu() if clocks.cpu else 0.0
+        w0 = clocks.wall()
+        for _ in range(iterations):
+            target()
+        w1 = clocks.wall()
+        c1 = clocks.cpu() if clocks.cpu else 0.0
+        wall.append((w1 - w0) / iterations)
+        if clocks.cpu:
+            cpu.append((c1 - c0) / iterations)
+    faults = clocks.faults() - faults0 if clocks.faults else None
+    return Rounds(tuple(wall), tuple(cpu), rounds * iterations, faults)
+
+
+def record_of(rounds: Rounds, iterations: int, name: str, clocks: Clocks = WALL_ONLY) -> dict:
+    """One pass as a pytest-benchmark record (its `stats` of the wall clock, as pytest-benchmark.json holds
+    them), the CPU clock's rounds and the page faults in its `extra_info`."""
+    st = Stats()
+    for t in rounds.wall_s:
+        st.update(t)
+    return {
+        "group": None,
+        "name": name,
+        "fullname": name,
+        "params": None,
+        "param": None,
+        "extra_info": {
+            "cpu_clock": clocks.cpu_kind,
+            "cpu_data": list(rounds.cpu_s),
+            "calls": rounds.calls,
+            "faults": rounds.faults,
+        },
+        "options": {"timer": "perf_counter", "warmup_rounds": WARMUP_ROUNDS},
+        "stats": dict(st.as_dict(), data=list(rounds.wall_s), iterations=iterations),
+    }
+
+
+def rounds_of(record: dict) -> Rounds:
+    """The Rounds a pass record holds (`record_of`); records from before the CPU clock hold the wall only."""
+    extra = record.get("extra_info") or {}
+    wall = tuple(float(t) for t in record["stats"]["data"])
+    calls = extra.get("calls", len(wall) * int(record["stats"].get("iterations", 1)))
+    return Rounds(wall, tuple(float(t) for t in extra.get("cpu_data") or ()), calls, extra.get("faults"))
+
+
+# ------------------------------------------------------------------------------------------- statistics
+@dataclass(frozen=True)
+class ClockStats:
+    """A point's statistics on one clock, over the rounds of all its passes (seconds per call)."""
+
     median_s: float
     iqr_s: float
     mean_s: float
@@ -122,25 +217,19 @@ class Timing:
     ci_low_s: float
     ci_high_s: float
     pass_spread: float  # the median of the passes' medians over the fastest pass's (1.0 with one pass)
-    reliable: bool
-    flag: str  # why not reliable; empty when reliable
-    record: dict = field(repr=False, compare=False, default_factory=dict)  # pytest-benchmark's JSON
+    flag: str  # why this clock's median is not to be trusted; empty when it is
 
     @property
-    def rounds(self) -> int:
-        return sum(len(p) for p in self.pass_times_s)
-
-    @property
-    def passes(self) -> int:
-        return len(self.pass_times_s)
+    def reliable(self) -> bool:
+        return not self.flag
 
     @property
     def noisy(self) -> bool:
         return self.iqr_s / self.median_s > NOISY_IQR_RATIO if self.median_s > 0 else False
 
 
-def assess(median_s: float, min_s: float, pass_spread: float, ci: tuple[float, float]) -> tuple[bool, str]:
-    """(reliable, flag): the thresholds of the module docstring, every one that is crossed named."""
+def assess(median_s: float, min_s: float, pass_spread: float, ci: tuple[float, float]) -> str:
+    """Why a clock's median is not to be trusted, every threshold it crosses named; "" when it is."""
     flags = []
     if min_s > 0 and median_s / min_s > STALL_RATIO:
         flags.append(f"stalled: median {median_s / min_s:.2f}x the fastest round (> {STALL_RATIO})")
@@ -151,78 +240,103 @@ def assess(median_s: float, min_s: float, pass_spread: float, ci: tuple[float, f
         flags.append(f"too few rounds for a {CONFIDENCE:.0%} interval of the median")
     elif median_s > 0 and (high - low) / median_s > CI_RELATIVE_WIDTH:
         flags.append(f"uncertain: interval {(high - low) / median_s:.0%} of the median (> {CI_RELATIVE_WIDTH:.0%})")
-    return not flags, "; ".join(flags)
+    return "; ".join(flags)
 
 
-def summarize(
-    pass_times_s: Sequence[Sequence[float]], iterations: int, name: str = "point", template: dict | None = None
-) -> Timing:
-    """The statistics of a point over the rounds of all its passes (pytest-benchmark's Stats), and one
-    pytest-benchmark record holding them all (built on `template`, a record of one of its passes)."""
-    passes = tuple(tuple(float(t) for t in p) for p in pass_times_s if len(p))
-    if not passes:
-        raise ValueError(f"{name}: no timed rounds")
+def clock_stats(passes: Sequence[Sequence[float]]) -> tuple[ClockStats, Stats]:
+    """One clock's statistics over the rounds of all passes (pytest-benchmark's Stats), and the Stats."""
     st = Stats()
     for p in passes:
         for t in p:
             st.update(t)
     ci = median_interval(st.data)
-    pass_medians = [float(np.median(p)) for p in passes]
-    spread = float(np.median(pass_medians)) / min(pass_medians) if min(pass_medians) > 0 else math.inf
-    reliable, flag = assess(st.median, st.min, spread, ci)
+    medians = [float(np.median(p)) for p in passes]
+    spread = float(np.median(medians)) / min(medians) if min(medians) > 0 else math.inf
+    stats = ClockStats(st.median, st.iqr, st.mean, st.min, ci[0], ci[1], spread, assess(st.median, st.min, spread, ci))
+    return stats, st
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A point's passes (per-call times of each round, by pass) and their statistics on each clock."""
+
+    wall: ClockStats
+    cpu: ClockStats | None  # None without a CPU clock (a GPU, or runs from before it)
+    cpu_clock: str  # THREAD, PROCESS or "" (none)
+    pass_times_s: tuple[tuple[float, ...], ...]  # the wall clock's
+    iterations: int
+    faults_per_call: float | None  # minor page faults per timed call
+    record: dict = field(repr=False, compare=False, default_factory=dict)  # pytest-benchmark's JSON
+
+    @property
+    def rounds(self) -> int:
+        return sum(len(p) for p in self.pass_times_s)
+
+    @property
+    def passes(self) -> int:
+        return len(self.pass_times_s)
+
+    def on(self, clock: str) -> ClockStats:
+        return self.cpu if clock == CPU and self.cpu is not None else self.wall
+
+
+def summarize(passes: Sequence[Rounds], iterations: int, name: str = "point", template: dict | None = None) -> Timing:
+    """The statistics of a point over the rounds of all its passes, on each clock, and one pytest-benchmark
+    record holding them all (built on `template`, a record of one of its passes)."""
+    passes = [p for p in passes if len(p.wall_s)]
+    if not passes:
+        raise ValueError(f"{name}: no timed rounds")
+    wall, st = clock_stats([p.wall_s for p in passes])
+    with_cpu = all(len(p.cpu_s) == len(p.wall_s) for p in passes)
+    cpu = clock_stats([p.cpu_s for p in passes])[0] if with_cpu else None
+    cpu_clock = (template or {}).get("extra_info", {}).get("cpu_clock", "") if with_cpu else ""
+    counted = [p for p in passes if p.faults is not None]
+    faults = sum(p.faults for p in counted) / sum(p.calls for p in counted) if counted else None
     record = dict(template or {"name": name, "fullname": name})
     record["stats"] = dict(st.as_dict(), data=list(st.data), iterations=iterations)
-    return Timing(
-        pass_times_s=passes,
-        iterations=iterations,
-        median_s=st.median,
-        iqr_s=st.iqr,
-        mean_s=st.mean,
-        min_s=st.min,
-        ci_low_s=ci[0],
-        ci_high_s=ci[1],
-        pass_spread=spread,
-        reliable=reliable,
-        flag=flag,
-        record=record,
+    record["extra_info"] = dict(
+        record.get("extra_info") or {},
+        cpu_data=[t for p in passes for t in p.cpu_s],
+        calls=sum(p.calls for p in passes),
+        faults=sum(p.faults for p in counted) if counted else None,
     )
+    return Timing(wall, cpu, cpu_clock, tuple(p.wall_s for p in passes), iterations, faults, record)
 
 
-class _QuietLogger:
-    """pytest-benchmark logs through pytest's terminal; outside pytest we keep it quiet."""
+# ------------------------------------------------------------------------------------ which clock
+def choose_clock(timing: Timing, others_busy_cores: float, policy_clock: str = "auto") -> tuple[str, str]:
+    """(clock, why): the clock a point's time fits use. The wall clock is what a user waits for, and is used
+    where it measures the layer: on a quiet machine, or where the call has no CPU clock of its own thread (a
+    GPU, several threads). Where other programs took at least BUSY_CORES cores while the point was timed, or
+    its wall clock was not to be trusted, a one-thread call is timed by its thread's CPU time, which the
+    scheduler does not inflate. `policy_clock` ("wall", "cpu") forces one where it can be had."""
+    own_cpu = timing.cpu is not None and timing.cpu_clock == THREAD
+    if policy_clock == WALL:
+        return WALL, "asked for (--clock wall)"
+    if policy_clock == CPU:
+        if own_cpu:
+            return CPU, "asked for (--clock cpu)"
+        return WALL, "no CPU clock of its own thread (several threads, or a GPU): the wall clock, though --clock cpu"
+    if not own_cpu:
+        return WALL, ""
+    if others_busy_cores >= BUSY_CORES:
+        return CPU, f"other programs took {others_busy_cores:.1f} cores while it was timed"
+    if not timing.wall.reliable:
+        return CPU, f"the wall clock was not to be trusted ({timing.wall.flag})"
+    return WALL, ""
 
-    def debug(self, *args, **kwargs):
-        pass
 
-    info = warning = warn = error = debug
-
-
-def _fixture(name: str, clock: Callable[[], float]) -> BenchmarkFixture:
-    node = SimpleNamespace(name=name, nodeid=name)
-    options = dict(
-        node=node,
-        disable_gc=False,
-        timer=NameWrapper(clock),
-        min_rounds=1,
-        min_time=0.0,
-        max_time=1.0,
-        precision=None,
-        confidence=None,
-        warmup=False,
-        warmup_iterations=0,
-        calibration_precision=10,
-        add_stats=lambda stats: None,
-        logger=_QuietLogger(),
-        warner=lambda *a, **k: None,
-        disabled=False,
-        cprofile=False,
-        cprofile_loops=None,
-        cprofile_dump=None,
-        group=None,
-    )
-    # Older pytest-benchmark releases (on some GPU images) take fewer arguments: pass what this one takes.
-    accepted = inspect.signature(BenchmarkFixture.__init__).parameters
-    return BenchmarkFixture(**{k: v for k, v in options.items() if k in accepted})
+def plain_flag(stats: ClockStats, clock: str, passes: int) -> str:
+    """Why a point's time on `clock` stays unreliable, in words a user reads first, then the thresholds."""
+    if stats.reliable:
+        return ""
+    if "stalled" in stats.flag or "passes disagree" in stats.flag:
+        lead = "its rounds kept losing the CPU to other programs"
+    elif "too few rounds" in stats.flag:
+        lead = "too few rounds to know its median"
+    else:
+        lead = "its rounds still spread too widely"
+    return f"{lead} after {passes} passes on the {clock} clock ({stats.flag})"
 
 
 def synced(fn: Callable[[], object], sync: Callable[[], None] | None) -> Callable[[], object]:
@@ -247,49 +361,36 @@ def calibrate(
     return policy.plan(clock() - start)
 
 
-def time_rounds(
-    target: Callable[[], object],
-    rounds: int,
-    iterations: int,
-    clock: Callable[[], float] = time.perf_counter,
-    name: str = "point",
-) -> tuple[tuple[float, ...], dict]:
-    """One pass: an untimed warm call, then pytest-benchmark's pedantic rounds. Returns the per-call time
-    of each timed round and pytest-benchmark's JSON record of them."""
-    target()
-    fixture = _fixture(name, clock)
-    fixture.pedantic(target, rounds=rounds, iterations=iterations, warmup_rounds=WARMUP_ROUNDS)
-    return tuple(fixture.stats.stats.data), fixture.stats.as_dict(include_data=True)
-
-
 def interleaved(
     fns: dict[Hashable, Callable[[], object]],
     policy: TimingPolicy = TimingPolicy(),
     *,
     sync: Callable[[], None] | None = None,
-    clock: Callable[[], float] = time.perf_counter,
+    clocks: Clocks | None = None,
     seed: int = 0,
 ) -> dict[Hashable, Timing]:
     """Time several callables against each other: calibrated one by one, then `policy.passes` passes,
     each timing a share of every callable's rounds in a shuffled order. For callables that stay built
-    between passes (the claims, the matmul peak); a sweep, which rebuilds its layers, runs the same steps
-    through bench.run."""
+    between passes (the claims, the compute peak); a sweep, which rebuilds its layers, runs the same steps
+    through bench.run. `clocks`: by default the calling thread's, or the wall clock alone with `sync` (a GPU)."""
+    clocks = clocks or (WALL_ONLY if sync is not None else Clocks.for_call(1))
     targets = {key: synced(fn, sync) for key, fn in fns.items()}
-    plans = {key: calibrate(target, policy, clock) for key, target in targets.items()}
-    times: dict[Hashable, list[tuple[float, ...]]] = {key: [] for key in fns}
+    plans = {key: calibrate(target, policy, clocks.wall) for key, target in targets.items()}
+    times: dict[Hashable, list[Rounds]] = {key: [] for key in fns}
     for p in range(policy.passes):
         for key in pass_order(list(fns), p, seed):
             rounds, iterations = plans[key]
-            data, _ = time_rounds(targets[key], policy.rounds_per_pass(rounds), iterations, clock, str(key))
-            times[key].append(data)
-    return {key: summarize(times[key], plans[key][1], str(key)) for key in fns}
+            times[key].append(time_rounds(targets[key], policy.rounds_per_pass(rounds), iterations, clocks))
+    template = {"extra_info": {"cpu_clock": clocks.cpu_kind}}
+    return {key: summarize(times[key], plans[key][1], str(key), template) for key in fns}
 
 
 def method_text(policy: dict, constants: dict | None = None) -> str:
     """The timing method of a run in one paragraph, from its stored policy and this module's constants as
     they were when it ran (meta.json `timing_policy`, `timing_method`), for the report and the README."""
     c = dict(method_constants(), **(constants or {}))
-    p = dict(asdict(TimingPolicy()), **policy)
+    stored = dict(policy)
+    p = TimingPolicy.stored(stored).as_dict() if "remeasure" not in stored else dict(asdict(TimingPolicy()), **stored)
     text = (
         f"Each point's rounds (each round at least {p['min_round_s'] * 1e3:g} ms of repeated calls; "
         f"{p['min_rounds']} to {p['max_rounds']} rounds, about {p['target_s']:g} s of them) are split over "
@@ -303,12 +404,32 @@ def method_text(policy: dict, constants: dict | None = None) -> str:
         f"over most of its passes), or when the interval of its median is wider than "
         f"{c['ci_relative_width']:.0%} of it"
     )
-    text += (
-        (
+    if "remeasure" in stored:  # a run from before the CPU clock and sampling until known
+        return text + (
             "; unreliable points are measured again in a second set of passes at the end of the run, and "
             "those still unreliable are kept, flagged and left out of the time fits."
+            if stored["remeasure"]
+            else "; unreliable points are kept, flagged and left out of the time fits."
         )
-        if p.get("remeasure", True)
-        else "; unreliable points are kept, flagged and left out of the time fits."
+    text += (
+        ". Every round is read on two clocks: the wall clock, and the CPU time of the calling thread where the "
+        "call runs on one thread (of the whole process with several threads, where threads waiting at a "
+        "barrier burn CPU time too). A point's time fits use the wall clock, what a user waits for, unless "
+        f"other programs took at least {c['busy_cores']:g} cores while it was timed or its wall clock was "
+        "unreliable and the call ran on one thread: then its thread's CPU time, which the scheduler does not "
+        "inflate; a fit uses one clock for all its points (the CPU clock where any of them needs it)"
+        + ("" if p["clock"] == "auto" else f" (this run: the {p['clock']} clock, as asked)")
+        + "."
     )
+    if p["extra_passes"]:
+        text += (
+            f" Points still unreliable on their clock after the passes get more passes, interleaved, over those "
+            f"points alone (at most {p['extra_passes']} more, together at most {p['extra_budget']:.0%} of the "
+            "first passes' time), their statistics over all their rounds; those that stay unreliable are kept, "
+            "flagged with the reason and left out of the time fits and of every number derived from times."
+        )
+    else:
+        text += (
+            " Unreliable points are kept, flagged and left out of the time fits and of every number derived from times."
+        )
     return text

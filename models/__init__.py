@@ -4,6 +4,8 @@ Each layer class carries its analytic cost next to its code:
   - `flops(batch, n, cfg)`: forward FLOPs of the whole batch, 2 per multiply-accumulate of every matrix
     product and convolution (torch.utils.flop_counter's convention); biases, softmax, activations and
     gate arithmetic excluded.
+  - `useful_flops(batch, n, cfg)`, only where part of `flops` is work the result does not need: taps in a
+    convolution's zero padding (which oneDNN skips), pairs a mask throws away. Fractions of peak use it.
   - `backward_flops(batch, n, cfg, device)`, only where the backward pass is not BACKWARD_PER_FORWARD times
     the forward (see `analytic_flops`): a kernel that recomputes, or a gradient nobody asks for skipped.
   - `activation_bytes(batch, n, cfg, elem_bytes)`: an estimate of the activations the forward pass holds.
@@ -127,6 +129,21 @@ def analytic_flops(
     return forward + BACKWARD_PER_FORWARD * forward
 
 
+def analytic_useful_flops(
+    name: str, batch: int, n: int, cfg: LayerConfig, mode: str = "inference", device: str = "cpu"
+) -> int | None:
+    """The useful part of `analytic_flops` where the layer states one (`useful_flops`: work its definition needs,
+    without what a kernel may skip or what a mask throws away), else None. A training call keeps the forward's
+    useful share: its backward products have the forward's structure (the same taps, the same pairs)."""
+    cls = LAYERS[name]
+    if not hasattr(cls, "useful_flops"):
+        return None
+    forward, useful = cls.flops(batch, n, cfg), cls.useful_flops(batch, n, cfg)
+    return (
+        useful if mode == "inference" else round(analytic_flops(name, batch, n, cfg, mode, device) * useful / forward)
+    )
+
+
 def analytic_activation_bytes(name: str, batch: int, n: int, cfg: LayerConfig) -> int:
     elem_bytes = torch.empty((), dtype=cfg.torch_dtype).element_size()
     return LAYERS[name].activation_bytes(batch, n, cfg, elem_bytes)
@@ -145,6 +162,7 @@ __all__ = [
     "check",
     "build",
     "analytic_flops",
+    "analytic_useful_flops",
     "BACKWARD_PER_FORWARD",
     "analytic_activation_bytes",
 ]

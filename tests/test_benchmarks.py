@@ -1,6 +1,6 @@
 """bench/benchmarks/restricted.py: the implementations it keeps for the before/after comparison compute what the
 registered layers compute (the same weights, the same outputs), their FLOP formulas are what they count, and the
-script prints its table (timed for a moment, with a fixed matmul peak: no timing decides anything here)."""
+script prints its table (timed for a moment, with a fixed compute peak: no timing decides anything here)."""
 
 from __future__ import annotations
 
@@ -48,14 +48,14 @@ def test_the_channels_first_convolutions_of_before_equal_the_channels_last_ones(
 
 
 def test_the_script_prints_its_table(monkeypatch, capsys):
-    monkeypatch.setattr(restricted, "matmul_peak", lambda device: {"flops_per_s": 1e11, "size": 512})
+    monkeypatch.setattr(restricted, "compute_peak", lambda device: {"flops_per_s": 1e11, "kernel": "matmul 512x512"})
     layers = "attention_local,attention_local_unfold,conv_separable_channels_first"
     restricted.main(
         ["--sizes", "64x8", "--layers", layers, "--heads", "2", "--window", "5", "--threads", "1"]
         + ["--min-run-time", "0.01"]
     )
     out = capsys.readouterr().out
-    assert "matmul peak 100.0 GFLOP/s" in out and "load: before" in out
+    assert "compute peak 100.0 GFLOP/s" in out and "load: before" in out
     rows = [line for line in out.splitlines() if line.startswith("|  64 |")]
     assert [row.split("|")[3].strip() for row in rows] == layers.split(",")
 

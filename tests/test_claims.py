@@ -20,7 +20,7 @@ from bench import claims as C
 from bench.errors import RunFailed
 from bench.report.claims import claims_section, parse_details, parse_measured
 from bench.report.context import ReportContext
-from bench.timing import TimingPolicy
+from bench.timing import Clocks, TimingPolicy
 from models import LayerConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -118,7 +118,8 @@ def test_interleaved_times_with_a_fake_clock():
 
     threads = torch.get_num_threads()
     policy = TimingPolicy(min_rounds=6, max_rounds=6, min_round_s=0.01, passes=3)
-    times = C.interleaved_times_s({"a": costs(0.002), "b": costs(0.005)}, policy, clock=lambda: now[0])
+    clocks = Clocks(wall=lambda: now[0], cpu=lambda: now[0])
+    times = C.interleaved_times_s({"a": costs(0.002), "b": costs(0.005)}, policy, clocks=clocks)
     assert times == {"a": pytest.approx(0.002), "b": pytest.approx(0.005)}
     assert torch.get_num_threads() == threads  # restored
 

@@ -137,10 +137,16 @@ def test_run_writes_the_interface_files(tmp_path, capsys):
         "devices",
     ):
         assert key in meta, key
-    assert meta["status"] == "finished" and meta["matmul_peak"]["cpu"]["flops_per_s"] > 0
-    peak = meta["matmul_peak"]["cpu"]  # measured at the start and at the end of the run, the better one kept
+    assert meta["status"] == "finished" and meta["compute_peak"]["cpu"]["flops_per_s"] > 0
+    peak = meta["compute_peak"]["cpu"]  # measured at the start and at the end of the run, the better one kept
     assert set(peak["measured"]) == {"start", "end"}
     assert peak["flops_per_s"] == max(m["flops_per_s"] for m in peak["measured"].values())
+    assert peak["flops_per_s_cpu"] == max(m["flops_per_s_cpu"] for m in peak["measured"].values())
+    # the best of the kernels on each clock, over each kernel's fastest round
+    kernels = peak["kernels"]
+    assert {"matmul 512x512", "conv batch=4 n=2048 d=128 k=3"} <= set(kernels)
+    assert peak["flops_per_s"] == pytest.approx(max(k["flops"] / k["wall_min_s"] for k in kernels.values()))
+    assert peak["matmul_flops_per_s"] <= peak["flops_per_s"]
     df = pd.read_csv(out / "points.csv")
     for column in (
         "layer",
@@ -342,7 +348,7 @@ def test_a_gpu_run_counts_the_same_flops_as_the_cpu(tmp_path):
     merged = frames["gpu"].merge(frames["cpu"], on=key, suffixes=("_gpu", "_cpu"))
     assert (merged["flops_counted_gpu"] == merged["flops_counted_cpu"]).all()
     meta = json.loads((tmp_path / "gpu16" / "meta.json").read_text())
-    assert "cuda-bfloat16" in meta["matmul_peak"] and any(d["device"].startswith("cuda") for d in meta["devices"])
+    assert "cuda-bfloat16" in meta["compute_peak"] and any(d["device"].startswith("cuda") for d in meta["devices"])
 
 
 # ------------------------------------------------------------------------------------------------ --help

@@ -105,6 +105,7 @@ SAMPLE_VALUES = {
     "rounds": ["--rounds", "3"],
     "target_time": ["--target-time", "0.1"],
     "passes": ["--passes", "2"],
+    "clock": ["--clock", "wall"],
     "seed": ["--seed", "0"],
     "out": ["--out", "/tmp/elsewhere"],
     "yes": ["--yes"],
@@ -284,7 +285,8 @@ def test_run_prints_the_plan_before_measuring(capsys, tmp_path, no_measuring, mo
     assert main([*GRID, "--n", "64,128", "--out", str(tmp_path / "run"), "--no-progress"]) == 0
     (err,) = printed
     (line,) = [line for line in err.splitlines() if line.startswith("plan: ")]
-    assert line.startswith("plan: 2 points, about ") and "on this machine (estimate), peak memory about " in line
+    assert line.startswith("plan: 2 points, about ") and "on this machine (estimate; at most " in line
+    assert "more where points need more rounds), peak memory about " in line
     assert line.endswith("on cpu (conv n=128 d=8 batch=1 k=3)")
 
 

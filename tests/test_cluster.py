@@ -1,6 +1,6 @@
 """Sweeps on a Ray cluster (bench.cluster). On a local cluster of two single-CPU nodes (ray.cluster_utils.Cluster,
 one for the module): a 20-point plan spreads over both nodes, every point stored once, each row naming its node
-and device, meta.json every node with its matmul peak; a node killed mid-sweep loses and doubles nothing; a
+and device, meta.json every node with its compute peak; a node killed mid-sweep loses and doubles nothing; a
 driver killed with SIGKILL is finished by --resume, on Ray or here. Without a cluster: the placement, the chunks,
 the report's machine per row, and what --ray says when Ray is missing or nobody answers."""
 
@@ -35,7 +35,7 @@ LAYERS = ("conv", "rnn", "gru", "lstm")
 
 @pytest.fixture(scope="module")
 def cluster():
-    """Two nodes of one CPU each; the in-process sweeps' workers measure a stand-in matmul peak (cluster_stub)."""
+    """Two nodes of one CPU each; the in-process sweeps' workers measure a stand-in compute peak (cluster_stub)."""
     ray = pytest.importorskip("ray", reason=f"Ray is not installed: {C.INSTALL_HINT} (make install does it)")
     from ray.cluster_utils import Cluster  # noqa: PLC0415
 
@@ -90,7 +90,7 @@ def test_a_plan_spreads_over_both_nodes_each_point_once_each_row_naming_its_node
         facts = meta["nodes"][node]
         assert set(rows["host"]) == {platform.node()} == {facts["host"]}
         assert set(rows["device_name"]) == {facts["cpu_model"]} and (rows["device_memory_bytes"] > 0).all()
-        assert set(facts["matmul_peak"]["cpu"]["measured"]) == {"start", "end"}  # each node's own peak
+        assert set(facts["compute_peak"]["cpu"]["measured"]) == {"start", "end"}  # each node's own peak
         assert sum(c["points"] for c in facts["chunks"]) == len(rows)
         assert (rows["threads"] == 1).all()  # at most the one CPU the worker holds
     for layer in LAYERS:  # a chunk is one layer's sweep, measured whole on one node
@@ -112,7 +112,7 @@ def test_the_report_takes_each_rows_machine_from_its_node(swept, tmp_path):
     meta = json.loads((copy / "meta.json").read_text())
     other = sorted(meta["nodes"])[1]
     meta["nodes"][other].update(hostname="other-host", host="other-host")
-    meta["nodes"][other]["matmul_peak"]["cpu"]["flops_per_s"] = 1.0
+    meta["nodes"][other]["compute_peak"]["cpu"]["flops_per_s"] = 1.0
     (copy / "meta.json").write_text(json.dumps(meta))
     points = pd.read_csv(copy / "points.csv").assign(run_id="r")
     runs = {"r": meta}
@@ -198,7 +198,7 @@ def test_a_cluster_run_is_finished_here_by_a_resume_without_ray(swept, tmp_path,
     (copy / "pytest-benchmark.json").unlink()
     meta = json.loads((copy / "meta.json").read_text())
     (copy / "meta.json").write_text(json.dumps(meta | {"status": "running"}))
-    monkeypatch.setattr(bench.run, "matmul_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
+    monkeypatch.setattr(bench.run, "compute_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
     assert main(["run", "--resume", str(copy), "--no-progress"]) == 0
     after = pd.read_csv(copy / "points.csv")
     assert sorted(after["point_id"]) == _plan_ids(copy)
@@ -292,7 +292,7 @@ def test_a_point_whose_worker_dies_twice_is_killed_and_its_larger_siblings_skipp
 
     from bench.run import Run  # noqa: PLC0415
 
-    monkeypatch.setattr(bench.run, "matmul_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
+    monkeypatch.setattr(bench.run, "compute_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
     specs = [PointSpec(layer="lstm", n=n, d=4) for n in (8, 16, 32)] + [PointSpec(layer="conv", n=32, d=4, k=3)]
     lines = []
     cluster = C.Cluster(_FakeRay(), "test", False, None, lines.append)

@@ -2,6 +2,7 @@
 accuracy against the stored reference run of the quick preset, from stored numbers only (no timing on a shared
 machine decides a verdict here)."""
 
+import dataclasses
 import json
 import math
 import time
@@ -29,7 +30,7 @@ from bench.estimate import (
     rates_from_meta,
 )
 from bench.spec import PointSpec
-from bench.timing import TimingPolicy, calibrate, time_rounds
+from bench.timing import Clocks, TimingPolicy, calibrate, time_rounds
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK_POLICY = TimingPolicy(min_rounds=10, max_rounds=60, target_s=0.25, min_round_s=0.005, passes=5)
@@ -53,14 +54,14 @@ def reference():
     meta = json.loads((run / "meta.json").read_text())
     plan = json.loads((run / "plan.json").read_text())
     specs = [PointSpec(**row) for row in plan["specs"]]
-    policy = TimingPolicy(**plan["timing_policy"])
+    policy = TimingPolicy.stored(plan["timing_policy"])
     points = pd.read_csv(run / "points.csv").set_index("point_id")
     return meta, specs, policy, points
 
 
 # ------------------------------------------------------------------------------ against the stored run
 def test_the_quick_presets_estimate_is_within_a_factor_2_of_its_measured_duration(reference):
-    """The reference run's own matmul peak in place of the quick calibration; its measured duration
+    """The reference run's own matmul rate in place of the quick calibration; its measured duration
     (meta.json measure_s, 143 s) against the estimate (126 s when written)."""
     meta, specs, policy, _ = reference
     assert meta["preset"] == "quick" and len(specs) == meta["points_planned"]
@@ -167,7 +168,7 @@ def test_the_passes_arithmetic_is_the_timing_engines(call_s):
 
     rounds, iterations = calibrate(target, QUICK_POLICY, clock)
     for _ in range(QUICK_POLICY.passes):
-        time_rounds(target, QUICK_POLICY.rounds_per_pass(rounds), iterations, clock)
+        time_rounds(target, QUICK_POLICY.rounds_per_pass(rounds), iterations, Clocks(wall=clock, cpu=None))
     expected = CALIBRATION_CALLS + passes_time_s(call_s, QUICK_POLICY) / call_s
     assert calls[0] == pytest.approx(expected)
 
@@ -220,6 +221,21 @@ def test_the_summary_line():
         "plan: 2 points, about 2.3 min on this machine (estimate), peak memory about 579 MB on cpu "
         "(attention_math n=128 d=8 batch=1 heads=1)"
     )
+    with_budget = dataclasses.replace(plan, extra_s=70)
+    assert estimate.summary_line(with_budget).startswith(
+        "plan: 2 points, about 2.3 min on this machine (estimate; at most 70 s more where points need more "
+        "rounds), peak memory"
+    )
+
+
+def test_the_extra_passes_budget_is_the_policys_share_of_the_points_time():
+    specs = [PointSpec("conv", n, 8, k=3) for n in (64, 128)]
+    plan = estimate_plan(specs, QUICK_POLICY, {"cpu": RATE})
+    budget = dataclasses.replace(QUICK_POLICY, extra_passes=3, extra_budget=0.4)
+    with_budget = estimate_plan(specs, budget, {"cpu": RATE})
+    assert with_budget.time_s == pytest.approx(plan.time_s)  # the estimate is the passes'; the budget is said apart
+    assert with_budget.extra_s == pytest.approx(0.4 * sum(p.time_s for p in plan.points))
+    assert estimate_plan(specs, dataclasses.replace(budget, extra_passes=0), {"cpu": RATE}).extra_s == 0
 
 
 @pytest.mark.parametrize(

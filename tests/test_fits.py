@@ -111,7 +111,7 @@ def test_crossover_interpolates_log_log():
 def test_two_term_fit_recovers_both_terms():
     rows = [(n, d) for n in (64, 256, 1024) for d in (16, 64)]
     df = pd.DataFrame(rows, columns=["n", "d"])
-    df["time_median_s"] = 3e-5 + 2e-9 * df.n * df.d**2 + 5e-10 * df.n**2 * df.d
+    df["time_s"] = 3e-5 + 2e-9 * df.n * df.d**2 + 5e-10 * df.n**2 * df.d
     c, a, b, rms = fits.two_term_fit(df)
     assert c == pytest.approx(3e-5, rel=1e-5) and rms < 1e-6
     assert a == pytest.approx(2e-9, rel=1e-5) and b == pytest.approx(5e-10, rel=1e-5)

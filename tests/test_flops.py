@@ -365,3 +365,25 @@ def test_gpu_counts_the_same_point_as_the_cpu(name, dtype, grad_mode):
     gpu = counted(name, cfg, 2, 13, grad_mode, device="cuda")
     assert gpu.uncounted_ops == ()
     assert gpu.total == cpu.total == hand_flops(name, 2, 13, cfg)
+
+
+@pytest.mark.parametrize("layer,dilation", [("conv", None), ("conv_dilated", 5), ("conv_dilated", 11)])
+def test_useful_flops_leave_out_the_taps_in_the_zero_padding(layer, dilation):
+    """Output i's tap j reads i + (j − 2)·dilation (k = 5, centered); a tap outside 0..n−1 reads the zero padding,
+    which oneDNN skips: the useful FLOPs count the taps inside, 2·d² each (per batch row)."""
+    n, d, k, batch = 37, 24, 5, 2
+    cfg = LayerConfig.of(d, k=k, dilation=dilation)
+    step = dilation or 1
+    inside = sum(1 for i in range(n) for j in range(k) if 0 <= i + (j - 2) * step < n)
+    assert models.analytic_useful_flops(layer, batch, n, cfg) == 2 * batch * d * d * inside
+    assert inside < n * k  # some taps fall in the padding at n = 37
+    train = models.analytic_useful_flops(layer, batch, n, cfg, "train")
+    assert train == round(models.analytic_flops(layer, batch, n, cfg, "train") * inside / (n * k))
+
+
+def test_useful_flops_of_the_separable_convolution_and_of_layers_without_them():
+    n, d, k, batch = 37, 24, 7, 2
+    inside = sum(1 for i in range(n) for j in range(k) if 0 <= i + j - 3 < n)
+    cfg = LayerConfig.of(d, k=k)
+    assert models.analytic_useful_flops("conv_separable", batch, n, cfg) == 2 * batch * d * (inside + n * d)
+    assert models.analytic_useful_flops("lstm", batch, n, LayerConfig(d=d)) is None

@@ -23,7 +23,7 @@ FAST = ["--rounds", "4", "--target-time", "0.005", "--passes", "2", "--no-progre
 GRID = ["--layers", "conv", "--n", "8,16,32", "--d", "4", "--device", "cpu", *FAST]
 
 
-# The runs here test the folder, not the matmul peak (3-4 s a run on 2 cores): a stand-in for it.
+# The runs here test the folder, not the compute peak (3-4 s a run on 2 cores): a stand-in for it.
 FAKE_PEAK = {
     "flops_per_s": 1e11,
     "size": 512,
@@ -31,14 +31,14 @@ FAKE_PEAK = {
     "time_iqr_s": 0.0,
     "time_ci_s": [2.7e-3, 2.7e-3],
 }
-PEAK_STUB = f"import bench.run\nbench.run.matmul_peak = lambda device, dtype: dict({FAKE_PEAK!r}, dtype=str(dtype))\n"
+PEAK_STUB = f"import bench.run\nbench.run.compute_peak = lambda device, dtype: dict({FAKE_PEAK!r}, dtype=str(dtype))\n"
 
 
 @pytest.fixture(autouse=True)
 def _fake_peak(monkeypatch):
     import bench.run  # noqa: PLC0415
 
-    monkeypatch.setattr(bench.run, "matmul_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
+    monkeypatch.setattr(bench.run, "compute_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
 
 
 def _bench(*args: str, kill_at: str | None = None, delay_s: float = 0) -> subprocess.Popen:
@@ -277,7 +277,7 @@ def test_a_point_is_never_appended_twice(tmp_path):
 
 @pytest.mark.slow
 def test_sigterm_in_the_first_moments_leaves_interrupted(tmp_path):
-    """A scheduler's SIGTERM as soon as the folder exists (the matmul peak, or still making the folder):
+    """A scheduler's SIGTERM as soon as the folder exists (the compute peak, or still making the folder):
     meta.json says `interrupted`, never `running`."""
     out = tmp_path / "run"
     child = _bench("run", *GRID, "--out", str(out))

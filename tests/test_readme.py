@@ -27,6 +27,9 @@ QUICK = get_preset("quick").timing
         f"watches the machine for {load.SAMPLE_WINDOW_S:g} s",
         f"less {load.RESERVED_CORES} left to the system",
         f"take at least {load.BUSY_CORES:g} cores",
+        f"took at least {timing.BUSY_CORES:g} cores while it was timed",
+        f"at most {QUICK.extra_passes} more passes and together at most {QUICK.extra_budget:.0%} of the first "
+        "passes' time".replace("%", " %"),
         f"within {fits.PLATEAU_FRACTION:.0%} of the sweep's best".replace("%", " %"),
         f"within ± {fits.TOLERANCE['flops']:g} of the table's",
         f"(attention: n ≥ {models.LAYERS['attention'].table1.fit_n_over_d}·d)",

@@ -178,7 +178,7 @@ def _write_run(root, run_id, new_format: bool):
         "kind": "run",
         "status": "finished",
         "started_utc": "2026-01-01T00:00:00+00:00",
-        "matmul_peak": {"cpu": {"flops_per_s": 2e9, "size": 512, "dtype": "float32"}},
+        "compute_peak": {"cpu": {"flops_per_s": 2e9, "size": 512, "dtype": "float32"}},
         "timing_policy": {"min_rounds": 6, "target_s": 0.25},
     }
     (run / "meta.json").write_text(json.dumps(meta))

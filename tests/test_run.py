@@ -1,5 +1,5 @@
-"""A run's life: interleaved passes in the stored order, unreliable points measured again, resume of a run
-whose passes are partly stored."""
+"""A run's life: interleaved passes in the stored order, points sampled until their time is known within the
+budget, resume of a run whose passes are partly stored."""
 
 import json
 
@@ -9,6 +9,7 @@ import pytest
 from bench import storage
 from bench import timing as T
 from bench.cli import main
+from bench.run import Run
 from bench.spec import PointSpec
 
 GRID = [
@@ -48,29 +49,53 @@ def test_first_pass_in_plan_order_then_shuffled_passes(tmp_path):
     assert all(r["probes"] is not None for r in records if r["pass"] == 0)
     assert all(r["probes"] is None for r in records if r["pass"] > 0)
     df = pd.read_csv(out / "points.csv")
-    # each row's rounds are those of its passes, and its median is theirs
+    # each row's rounds are those of all its passes, and its medians on both clocks are theirs
     for row in df.itertuples():
-        mine = [
-            r
-            for r in storage.read_timing_records(out)
-            if r["point_id"] == row.point_id and r["attempt"] == row.attempts - 1
-        ]
+        mine = [r for r in storage.read_timing_records(out) if r["point_id"] == row.point_id]
         data = [t for r in mine for t in r["stats"]["data"]]
-        assert row.rounds == len(data) and row.time_median_s == pytest.approx(pd.Series(data).median())
+        cpu = [t for r in mine for t in r["extra_info"]["cpu_data"]]
+        assert row.rounds == len(data) == len(cpu) and row.passes == len(mine)
+        assert row.time_median_s == pytest.approx(pd.Series(data).median())
+        assert row.time_cpu_median_s == pytest.approx(pd.Series(cpu).median()) and row.time_cpu_clock == "thread"
+        assert row.faults_per_call >= 0
 
 
 @pytest.mark.slow
-def test_unreliable_points_are_measured_again_and_stay_flagged(tmp_path, monkeypatch):
-    monkeypatch.setattr(T, "CI_RELATIVE_WIDTH", -1.0)  # every interval is "too wide": every point is flagged
+def test_points_are_sampled_until_known_and_no_further(tmp_path, monkeypatch):
+    """A point whose time is not known gets one more pass at a time, interleaved over the unknown points alone,
+    and no more once it is known: here a point is known once it has 5 passes, 2 more than the plan's 3."""
+    monkeypatch.setattr(Run, "_known", lambda run, spec, state: len(run._records(spec, state)) >= 5)
+    out = tmp_path / "run"
+    assert main([*GRID, "--out", str(out)]) == 0
+    records = storage.read_timing_records(out)
+    assert sorted({(r["attempt"], r["pass"]) for r in records}) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+    df = pd.read_csv(out / "points.csv")
+    assert (df["passes"] == 5).all() and len(records) == 5 * len(df)
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["points_sampled_further"] == len(df) and meta["points_unreliable"] == 0
+
+
+@pytest.mark.slow
+def test_points_that_stay_unreliable_stop_at_the_budget_and_stay_flagged(tmp_path, monkeypatch):
+    monkeypatch.setattr(T, "CI_RELATIVE_WIDTH", -1.0)  # every interval is "too wide": no point is ever known
     out = tmp_path / "run"
     assert main([*GRID, "--out", str(out)]) == 0
     df = pd.read_csv(out / "points.csv")
-    assert (df["attempts"] == 2).all() and (~df["time_reliable"]).all()
-    assert df["time_flag"].str.contains("uncertain").all()
+    assert (~df["time_reliable"]).all() and df["time_flag"].str.contains("uncertain").all()
+    assert df["time_flag"].str.startswith("its rounds still spread too widely after").all()
     records = storage.read_timing_records(out)
-    assert len([r for r in records if r["attempt"] == 1]) == len(df) * 3  # a whole second set of passes
+    first = sum(r["visit_s"] for r in records if r["attempt"] == 0)
+    extra = [r for r in records if r["attempt"] == 1]
+    policy = T.TimingPolicy.stored(json.loads((out / "plan.json").read_text())["timing_policy"])
+    passes = {r["pass"] for r in extra}
+    assert passes == set(range(len(passes))) and 1 <= len(passes) <= policy.extra_passes
+    last = [r for r in extra if r["pass"] == max(passes)]
+    # the budget is checked before each extra pass: all but the last fit within it
+    assert sum(r["visit_s"] for r in extra) - sum(r["visit_s"] for r in last) < policy.extra_budget * first
+    if len(passes) < policy.extra_passes:  # stopped by the budget, not by the count
+        assert sum(r["visit_s"] for r in extra) >= policy.extra_budget * first
     meta = json.loads((out / "meta.json").read_text())
-    assert meta["points_remeasured"] == len(df) == meta["points_unreliable"]
+    assert meta["points_sampled_further"] == len(df) == meta["points_unreliable"]
 
 
 @pytest.mark.slow
@@ -91,7 +116,7 @@ def test_resume_measures_only_the_missing_passes(tmp_path):
     assert after[: len(kept)] == kept  # the stored passes are kept as they were
     keys = [(r["point_id"], r["attempt"], r["pass"]) for r in map(json.loads, after)]
     assert len(keys) == len(set(keys))
-    assert len([k for k in keys if k[1] == 0]) == 6 * 3  # only the missing passes were measured
+    assert len([k for k in keys if k[1] == 0]) == 6 * 3  # only the missing passes of the plan were measured
     assert sorted(pd.read_csv(out / "points.csv")["point_id"]) == sorted(s.point_id for s in _plan(out))
 
 

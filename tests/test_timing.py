@@ -1,5 +1,6 @@
-"""The timing engine: interleaved passes on a fake clock, pytest-benchmark's statistics over them, the
-median's interval by order statistics, the reliability flags, and agreement with torch's Timer."""
+"""The timing engine: interleaved passes on fake clocks, pytest-benchmark's statistics over them on both
+clocks, the median's interval by order statistics, the reliability flags, the choice of clock, and agreement
+with torch's Timer."""
 
 import itertools
 import math
@@ -9,7 +10,7 @@ import torch
 import torch.utils.benchmark as tb
 
 from bench import timing as T
-from bench.timing import TimingPolicy, interleaved, median_interval, pass_order, summarize
+from bench.timing import Clocks, Rounds, TimingPolicy, interleaved, median_interval, pass_order, summarize
 
 
 class FakeClock:
@@ -68,38 +69,132 @@ def test_interleaved_passes_on_a_fake_clock():
         return fn
 
     policy = TimingPolicy(min_rounds=6, max_rounds=6, target_s=0.0, min_round_s=0.01, passes=3)
-    timings = interleaved({"a": costs("a", 0.002), "b": costs("b", 0.005)}, policy, clock=clock)
+    clocks = Clocks(wall=clock, cpu=clock)
+    timings = interleaved({"a": costs("a", 0.002), "b": costs("b", 0.005)}, policy, clocks=clocks)
     a, b = timings["a"], timings["b"]
-    assert a.median_s == pytest.approx(0.002) and b.median_s == pytest.approx(0.005)
+    assert a.wall.median_s == pytest.approx(0.002) and b.wall.median_s == pytest.approx(0.005)
+    assert a.cpu.median_s == pytest.approx(0.002) and a.cpu_clock == T.THREAD
     assert a.iterations == 5 and b.iterations == 2  # calls per round: at least min_round_s = 10 ms
     assert a.passes == 3 and a.rounds == 6 and [len(p) for p in a.pass_times_s] == [2, 2, 2]
-    assert a.iqr_s == pytest.approx(0) and a.reliable and a.flag == ""
-    # calls of `a`: 2 to calibrate, then per pass 1 warm call + (1 warm-up + 2 timed) rounds of 5 calls + the
-    # one call pytest-benchmark's pedantic mode adds for the return value when a round loops
-    assert visits.count("a") == 2 + 3 * (1 + 3 * 5 + 1)
+    assert a.wall.iqr_s == pytest.approx(0) and a.wall.reliable and a.wall.flag == ""
+    # calls of `a`: 2 to calibrate, then per pass 1 warm call + (1 warm-up + 2 timed) rounds of 5 calls
+    assert visits.count("a") == 2 + 3 * (1 + 3 * 5)
 
 
 def test_sync_runs_inside_every_call():
     clock = FakeClock([0.001])
     syncs = []
     policy = TimingPolicy(min_rounds=4, max_rounds=4, target_s=0.0, min_round_s=0.0, passes=2)
-    interleaved({"f": clock.work}, policy, sync=lambda: syncs.append(clock.now), clock=clock)
+    interleaved({"f": clock.work}, policy, sync=lambda: syncs.append(clock.now), clocks=Clocks(wall=clock, cpu=None))
     # calibration 2 calls; each pass: 1 warm call + 1 warm-up round + 2 timed rounds of 1 call
     assert len(syncs) == 2 + 2 * (1 + 1 + 2)
 
 
+def _rounds(wall, cpu=(), calls=None, faults=None):
+    return Rounds(tuple(wall), tuple(cpu), len(wall) if calls is None else calls, faults)
+
+
 def test_summary_statistics_come_from_all_passes():
     ms = 1e-3
-    timing = summarize([(1 * ms, 2 * ms, 3 * ms, 4 * ms), (5 * ms, 6 * ms, 7 * ms, 8 * ms)], iterations=3)
-    assert timing.rounds == 8 and timing.passes == 2
-    assert timing.median_s == pytest.approx(4.5 * ms)  # (4 + 5) / 2
-    assert timing.min_s == pytest.approx(1 * ms) and timing.mean_s == pytest.approx(4.5 * ms)
+    passes = [_rounds((1 * ms, 2 * ms, 3 * ms, 4 * ms)), _rounds((5 * ms, 6 * ms, 7 * ms, 8 * ms))]
+    timing = summarize(passes, iterations=3)
+    wall = timing.wall
+    assert timing.rounds == 8 and timing.passes == 2 and timing.cpu is None
+    assert wall.median_s == pytest.approx(4.5 * ms)  # (4 + 5) / 2
+    assert wall.min_s == pytest.approx(1 * ms) and wall.mean_s == pytest.approx(4.5 * ms)
     # pytest-benchmark's quartiles of an even count are the medians of the two halves: 2.5 and 6.5 ms
-    assert timing.iqr_s == pytest.approx(4 * ms)
-    assert timing.pass_spread == pytest.approx(4.5 / 2.5)  # pass medians 2.5 and 6.5 ms: their median 4.5
+    assert wall.iqr_s == pytest.approx(4 * ms)
+    assert wall.pass_spread == pytest.approx(4.5 / 2.5)  # pass medians 2.5 and 6.5 ms: their median 4.5
     assert timing.record["stats"]["rounds"] == 8 and timing.record["stats"]["iterations"] == 3
     with pytest.raises(ValueError, match="no timed rounds"):
-        summarize([()], iterations=1)
+        summarize([_rounds(())], iterations=1)
+
+
+def test_the_cpu_clock_has_statistics_of_its_own_and_faults_are_per_call():
+    ms = 1e-3
+    # Busy wall rounds (the thread lost its core half of the time), steady CPU rounds.
+    passes = [
+        _rounds((2 * ms, 4 * ms, 4 * ms, 2 * ms), (2 * ms, 2.1 * ms, 2 * ms, 2 * ms), calls=8, faults=4),
+        _rounds((4 * ms, 4 * ms, 4 * ms, 2 * ms), (2 * ms, 2 * ms, 2.1 * ms, 2 * ms), calls=8, faults=0),
+    ]
+    timing = summarize(passes, iterations=2, template={"extra_info": {"cpu_clock": T.THREAD}})
+    assert timing.wall.median_s == pytest.approx(4 * ms) and not timing.wall.reliable
+    assert "stalled" in timing.wall.flag
+    assert timing.cpu.median_s == pytest.approx(2 * ms) and timing.cpu.reliable
+    assert timing.cpu_clock == T.THREAD and timing.on(T.CPU) is timing.cpu and timing.on(T.WALL) is timing.wall
+    assert timing.faults_per_call == pytest.approx(4 / 16)
+    assert timing.record["extra_info"]["cpu_data"] == [t for p in passes for t in p.cpu_s]
+
+
+def test_a_round_reads_both_clocks_around_the_same_calls():
+    wall, cpu, faults = [0.0], [0.0], [0]
+
+    def call():  # 3 ms of wall, of which 1 ms on this thread's CPU; one page fault a call
+        wall[0] += 0.003
+        cpu[0] += 0.001
+        faults[0] += 1
+
+    clocks = Clocks(wall=lambda: wall[0], cpu=lambda: cpu[0], faults=lambda: faults[0])
+    rounds = T.time_rounds(call, rounds=4, iterations=2, clocks=clocks)
+    assert rounds.wall_s == pytest.approx((0.003,) * 4) and rounds.cpu_s == pytest.approx((0.001,) * 4)
+    assert rounds.calls == 8 and rounds.faults == 8  # the timed calls' faults; the warm-up's are not counted
+    record = T.record_of(rounds, 2, "call", clocks)
+    assert T.rounds_of(record) == rounds and record["stats"]["iterations"] == 2
+
+
+def test_a_record_from_before_the_cpu_clock_reads_as_wall_only():
+    old = {"stats": {"data": [0.001, 0.002], "iterations": 3}}
+    assert T.rounds_of(old) == Rounds((0.001, 0.002), (), 6, None)
+
+
+def _timing(wall_flag: bool, cpu_clock: str = T.THREAD):
+    ms = 1e-3
+    wall = (1 * ms, 3 * ms, 3 * ms, 3 * ms) if wall_flag else (1 * ms,) * 4
+    passes = [_rounds(wall * 2, (1 * ms,) * 8)] * 3
+    return summarize(passes, iterations=1, template={"extra_info": {"cpu_clock": cpu_clock}})
+
+
+def test_the_wall_clock_is_kept_where_it_measures_the_layer():
+    assert T.choose_clock(_timing(False), others_busy_cores=0.1) == (T.WALL, "")
+    # several threads: the process's CPU time counts spinning threads; the wall clock, even when busy
+    assert T.choose_clock(_timing(True, T.PROCESS), others_busy_cores=1.5) == (T.WALL, "")
+
+
+def test_the_cpu_clock_is_chosen_where_others_took_cores_or_the_wall_clock_failed():
+    clock, why = T.choose_clock(_timing(False), others_busy_cores=T.BUSY_CORES)
+    assert clock == T.CPU and "other programs took 0.5 cores" in why
+    clock, why = T.choose_clock(_timing(True), others_busy_cores=0.0)
+    assert clock == T.CPU and "stalled" in why
+
+
+def test_a_clock_asked_for_is_used_where_it_can_be_had():
+    assert T.choose_clock(_timing(True), 0.0, "wall")[0] == T.WALL
+    assert T.choose_clock(_timing(False), 0.0, "cpu")[0] == T.CPU
+    clock, why = T.choose_clock(_timing(False, T.PROCESS), 0.0, "cpu")
+    assert clock == T.WALL and "several threads" in why
+
+
+def test_a_point_that_stays_unreliable_says_why_in_words_first():
+    stats = _timing(True).wall
+    text = T.plain_flag(stats, T.WALL, 7)
+    assert text.startswith("its rounds kept losing the CPU to other programs after 7 passes on the wall clock")
+    assert stats.flag in text
+    assert T.plain_flag(_timing(False).wall, T.WALL, 5) == ""
+
+
+def test_a_stored_policy_from_before_sampling_until_known_is_read():
+    assert T.TimingPolicy.stored({"passes": 3, "remeasure": True}) == TimingPolicy(passes=3)
+    assert T.TimingPolicy.stored({"remeasure": False}).extra_passes == 0
+    with pytest.raises(TypeError, match="bogus"):
+        T.TimingPolicy.stored({"bogus": 1})
+
+
+def test_the_method_says_the_clocks_and_the_budget_from_the_constants():
+    text = T.method_text(TimingPolicy(extra_passes=4, extra_budget=0.25).as_dict())
+    assert "two clocks" in text and f"at least {T.BUSY_CORES:g} cores" in text
+    assert "at most 4 more, together at most 25% of the first passes' time" in text
+    old = T.method_text({"passes": 5, "remeasure": True})
+    assert "measured again in a second set of passes" in old and "two clocks" not in old
 
 
 def test_median_interval_is_the_order_statistics_by_hand():
@@ -112,7 +207,7 @@ def test_median_interval_is_the_order_statistics_by_hand():
 
 
 def _flags(times_by_pass):
-    return summarize(times_by_pass, iterations=1)
+    return summarize([_rounds(p) for p in times_by_pass], iterations=1).wall
 
 
 def test_steady_rounds_are_reliable():
@@ -159,7 +254,7 @@ def test_harness_median_agrees_with_torch_utils_benchmark():
         # Alternating, best of eight short measurements each: a shared machine drifts between fast and slow
         # phases of tens of ms, and eight short measurements give both sides some of each.
         for _ in range(8):
-            ours.append(interleaved({"f": lambda: layer(x)}, policy)["f"].median_s)
+            ours.append(interleaved({"f": lambda: layer(x)}, policy)["f"].wall.median_s)
             theirs.append(timer.blocked_autorange(min_run_time=0.05).median)
     assert abs(min(ours) - min(theirs)) / min(theirs) < 0.25, (ours, theirs)
 

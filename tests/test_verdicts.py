@@ -140,7 +140,7 @@ def test_not_asymptotic_yet_quotes_the_device_peak_where_known():
     sweep = _per_call_sweep(0.5 * ns / 512, xs=ns)
     without = _time_row(fits.fit_table(sweep))
     assert without.reason.startswith("not asymptotic yet (18 % → 100 % of the sweep's best; n ≥ 4096")
-    sweep[fits.PEAK_COLUMN] = 2e9
+    sweep[fits.PEAK_COLUMNS["wall"]] = 2e9
     row = _time_row(fits.fit_table(sweep))
     assert row.reason.startswith("not asymptotic yet (2.9 % → 17 % of peak; n ≥ 4096 would reach the plateau)")
     # the per-call cost explains it: c = 1 ms of the modelled 1 ms + 0.0625 ms at n = 64 is 94 %
@@ -297,7 +297,7 @@ def test_values_that_cannot_be_fitted_are_counted_in_the_reason():
     sweep.loc[sweep.n == 64, "mem_peak_bytes"] = 0  # e.g. an allocator that saw nothing
     sweep.loc[sweep.n == 1024, "time_median_s"] = float("nan")
     table = fits.fit_table(sweep).set_index("metric")
-    assert table.loc["time", "reason"].endswith("1 point without a positive time_median_s left out")
+    assert table.loc["time", "reason"].endswith("1 point without a positive time on the wall clock left out")
     assert "without a positive" not in table.loc["flops", "reason"]
     # the fixed range of memory is the upper half (256..1024): the zero at n = 64 is outside it, not counted
     assert "without a positive" not in table.loc["memory", "reason"]

@@ -5,7 +5,7 @@
 Each repeat starts a local cluster (ray.cluster_utils.Cluster: a head node, and for two nodes one more, each
 of one CPU), sweeps PLAN on it with `python -m bench run ... --ray ADDRESS` in this process, and stops it; the
 configurations alternate (1, 2, 1, 2, ...) so a slow phase of the machine lands on both. It prints, per run,
-the wall time of the command (connecting, starting the workers, measuring, the matmul peaks, writing) and the
+the wall time of the command (connecting, starting the workers, measuring, the compute peaks, writing) and the
 run's own measure_s, then the medians and the load average before and after (`uptime`): on one machine the
 two "nodes" share its cores with everything else that runs there. A benchmark for the record, not a test."""
 

@@ -1,4 +1,4 @@
-"""Restricted attention at the speed the hardware allows: time, GFLOP/s and share of the matmul peak.
+"""Restricted attention at the speed the hardware allows: time, GFLOP/s and share of the compute peak.
 
     python -m bench.benchmarks.restricted                       # the table of issue 19
     python -m bench.benchmarks.restricted --sizes 4096x256 --layers attention_local,attention_local_unfold
@@ -9,7 +9,7 @@ For each size (n×d) and layer: one forward pass in inference mode, timed by tor
 IQR over the blocks) with torch's intra-op threads pinned to --threads. GFLOP/s come from the layer's analytic
 FLOP count (`flops`: what its kernels compute, 2 per multiply-accumulate); for a layer that also states
 `useful_flops` (attention_local: the pairs inside the window), the useful GFLOP/s and their share of the peak
-are shown beside them. `of peak` is the achieved rate over the matmul peak that bench.peak measures at the start
+are shown beside them. `of peak` is the achieved rate over the compute peak that bench.peak measures at the start
 on the same threads. The cores other processes took while a point was timed (bench.load) are shown beside
 it, and the load average and those cores before and during the whole measurement above the table. On a shared
 machine, `--quiet CORES` waits (up to --quiet-wait seconds a point) until other processes take fewer than CORES
@@ -39,7 +39,7 @@ from torch.utils import benchmark
 
 import models
 from bench.load import Load, LoadMeter, sample_load
-from bench.peak import matmul_peak
+from bench.peak import compute_peak
 from bench.spec import expand_grid
 from bench.threads import pinned_threads
 from models import LayerConfig
@@ -256,13 +256,13 @@ def main(argv: list[str] | None = None) -> None:
     before = sample_load()
     meter = LoadMeter()
     with pinned_threads(args.threads):
-        peak, peak_load, peak_attempts = quietly(lambda: matmul_peak("cpu"), args)
+        peak, peak_load, peak_attempts = quietly(lambda: compute_peak("cpu"), args)
         rows = [measure(name, n, d, args) for n, d in args.sizes for name in args.layers]
     during = meter.read()
     print(
         f"torch {torch.__version__}, {args.threads} threads, batch {args.batch}, heads {args.heads}, "
-        f"window {args.window}, k {args.k}; matmul peak {peak['flops_per_s'] / 1e9:.1f} GFLOP/s "
-        f"({peak['size']}×{peak['size']} float32; others busy on {peak_load.others_busy_cores:.2f} cores, "
+        f"window {args.window}, k {args.k}; compute peak {peak['flops_per_s'] / 1e9:.1f} GFLOP/s "
+        f"({peak['kernel']}, float32; others busy on {peak_load.others_busy_cores:.2f} cores, "
         f"{peak_attempts} attempt{'s' if peak_attempts > 1 else ''})"
     )
     print(

@@ -15,8 +15,8 @@ check each against a case whose answer is known exactly.
 The sinusoidal encoding the claims measure is `models.encoding.sinusoidal_encoding`.
 
 Everything here is pure: values are returned; nothing is written or printed. Times are medians from the
-sweep's own engine, interleaved passes over the variants on one thread (`interleaved_times_s`, method at
-TIME_POLICY); FLOPs from
+sweep's own engine, interleaved passes over the variants on one thread, on that thread's CPU clock
+(`interleaved_times_s`, method at TIME_POLICY); FLOPs from
 bench.flops.count_flops (the interface's convention: 2 FLOPs per multiply-accumulate of matrix products;
 softmax, tanh, additions not counted).
 """

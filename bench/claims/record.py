@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 import tomllib
 from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass, field
@@ -34,7 +33,7 @@ import torch
 from bench.flops import count_flops
 from bench.point import autograd_mode
 from bench.threads import pinned_threads
-from bench.timing import TimingPolicy, interleaved
+from bench.timing import CPU, Clocks, TimingPolicy, interleaved
 
 from .verdict import Outcome
 
@@ -64,7 +63,9 @@ D_MODEL = 512  # the paper's d_model, for the positional-encoding claims
 # bench.timing.interleaved, with TIME_POLICY: every variant's rounds are split over passes that visit the
 # variants in shuffled order, so a change of load (other processes on the machine) hits every variant
 # alike. One thread: oversubscribed OpenMP threads on a shared machine were seen to slow a call 50-fold at
-# random, which no median repairs; one thread per call keeps the ratios stable.
+# random, which no median repairs; one thread per call keeps the ratios stable, and its own CPU clock (the
+# calling thread's CPU time, bench.timing) keeps them on a busy machine, where the wall clock counts the time
+# other programs held the core.
 TIME_POLICY = TimingPolicy(min_rounds=9, max_rounds=9, target_s=0.1, min_round_s=0.015, passes=3)
 TIME_THREADS = 1
 CLAIMS_THREADS = 1  # measure_claims as a whole (see its docstring)
@@ -195,14 +196,15 @@ def _generator(seed: int, offset: int) -> torch.Generator:
 def interleaved_times_s(
     fns: dict[Hashable, Callable[[], object]],
     policy: TimingPolicy = TIME_POLICY,
-    clock: Callable[[], float] = time.perf_counter,
+    clocks: Clocks | None = None,
     autograd: bool = False,
 ) -> dict[Hashable, float]:
-    """Median seconds per call of each callable, by bench.timing.interleaved (see TIME_POLICY above) on
-    TIME_THREADS threads, in inference mode (with autograd on where `autograd`). `clock` is the seam for tests."""
+    """Median seconds per call of each callable on the CPU clock of its one thread, by bench.timing.interleaved
+    (see TIME_POLICY above) on TIME_THREADS threads, in inference mode (with autograd on where `autograd`).
+    `clocks` is the seam for tests."""
     with pinned_threads(TIME_THREADS), autograd_mode(autograd):
-        timings = interleaved(fns, policy, clock=clock)
-    return {name: t.median_s for name, t in timings.items()}
+        timings = interleaved(fns, policy, clocks=clocks or Clocks.for_call(TIME_THREADS))
+    return {name: t.on(CPU).median_s for name, t in timings.items()}
 
 
 def counted_flops(fn: Callable[[], object], autograd: bool = False) -> int:

@@ -16,10 +16,11 @@ from pathlib import Path
 import markdown
 import pandas as pd
 
-from .. import fits, machine, storage, timing
+from .. import allocator, clock, fits, machine, storage, timing
 from ..errors import BadInput
+from ..peak import stored_peaks
 from ..spec import source_keys
-from ..timing import NOISY_IQR_RATIO
+from ..timing import CPU, NOISY_IQR_RATIO
 from .context import ReportContext, format_value
 from .headline import headline, verdict_table
 from .load import REFERENCE, load_runs, newest_run, select_run_dirs
@@ -122,12 +123,12 @@ def _nodes_text(meta: dict) -> str:
     for node, facts in sorted(nodes.items(), key=lambda kv: (str(kv[1].get("host")), kv[0])):
         peaks = ", ".join(
             f"{key} {format_value(float(peak.get('flops_per_s', 0)) / 1e9)} GFLOP/s"
-            for key, peak in sorted((facts.get("matmul_peak") or {}).items())
+            for key, peak in sorted(stored_peaks(facts).items())
         )
         commit = (facts.get("git_commit") or "unknown")[:12]
         parts.append(
             f"{facts.get('host')} (node {node[:8]}: {machine.machine_identity(facts)[1]}; commit {commit}, torch "
-            f"{facts.get('torch')}" + (f"; matmul peak {peaks}" if peaks else "") + ")"
+            f"{facts.get('torch')}" + (f"; compute peak {peaks}" if peaks else "") + ")"
         )
     ray = meta.get("ray") or {}
     deaths = len(meta.get("worker_deaths") or [])
@@ -159,6 +160,7 @@ def _timing_methods(ctx: ReportContext) -> str:
         line = f"- {run_id}: {timing.method_text(policy, meta.get('timing_method'))}"
         if meta.get("threads_reason"):
             line += f" Threads: {meta['threads_reason']}."
+        line += f" CPU allocator: {allocator.describe(meta.get('allocator'))}."
         passes = [p for p in meta.get("load_passes") or [] if "others_busy_cores" in p]
         if passes:
             busiest = max(p["others_busy_cores"] for p in passes)
@@ -191,9 +193,15 @@ def problems_section(ctx: ReportContext) -> str:
             f"{ctx.cite(f'{source}.points.noisy', len(noisy), 'points', run_id)} of "
             f"{ctx.cite(f'{source}.points.ok', len(mine_ok), 'points', run_id)}"
             + (
-                f"; unreliable after a re-measurement (stalled, bimodal or unstable; left out of the time fits, "
-                f"kept for FLOPs and memory) "
-                f"{ctx.cite(f'{source}.points.unreliable', int((~fits.reliable_mask(mine_ok)).sum()), 'points', run_id)}"
+                f"; timed on the CPU clock of their one thread "
+                f"{ctx.cite(f'{source}.points.cpu_clock', int((mine_ok['time_clock'] == CPU).sum()), 'points', run_id)}"
+                if "time_clock" in mine_ok
+                else ""
+            )
+            + (
+                f"; unreliable on their clock after every pass (stalled, bimodal or unstable; left out of the time "
+                f"fits and of every number made of times, kept for FLOPs and memory) "
+                f"{ctx.cite(f'{source}.points.unreliable', int((~clock.reliable(mine_ok)).sum()), 'points', run_id)}"
                 if "time_reliable" in mine_ok and mine_ok["time_reliable"].notna().any()
                 else ""
             )
@@ -205,7 +213,7 @@ def problems_section(ctx: ReportContext) -> str:
     )
     unchecked = _runs_without(ctx, "time_reliable")
     if len(unchecked) < points["run_id"].nunique():
-        unreliable = ok[~fits.reliable_mask(ok)]
+        unreliable = ok[~clock.reliable(ok)]
         if len(unreliable):
             flags = (
                 unreliable[POINT_COLUMNS_SHOWN + ["time_flag"]]
@@ -374,10 +382,11 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
     headline_md, verdicts_md, parts = "_No points stored._\n", "", []
     fit_rows = pd.DataFrame(columns=fits.FIT_COLUMNS)
     if len(points):
-        points[fits.PEAK_COLUMN] = point_peaks(points, runs)  # for "not asymptotic yet": rates as % of peak
+        for on, column in fits.PEAK_COLUMNS.items():  # for "not asymptotic yet": rates as % of peak
+            points[column] = point_peaks(points, runs, on)
         fit_rows = fits.fit_table(points)
         texts = cite_fits(ctx, fit_rows)
-        headline_md, verdicts_md = said + headline(ctx, texts), verdict_table(ctx, texts)
+        headline_md, verdicts_md = said + headline(ctx, texts, fit_rows), verdict_table(ctx, texts)
         table = summary_rows(ctx, fit_rows, texts)
         marks = ", ".join(f"{fits.VERDICT_MARK[v]} {v}" for v in fits.VERDICTS)
         parts += [
@@ -412,11 +421,11 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
                 texts,
                 "time",
                 "Time",
-                "Median wall time of one forward pass in inference mode (a training step for a `-train` source), "
-                "threads pinned, "
-                "after warm-up (pytest-benchmark rounds; spread as IQR in points.csv, and the "
-                f"{100 * fits.POINT_CI_CONFIDENCE:g} % interval of the median where the run "
-                "stored one).\n\n" + two_term_section(ctx),
+                "Median time of one forward pass in inference mode (a training step for a `-train` source), "
+                "threads pinned, after warm-up, on the clock its fit uses: the wall clock, or where other "
+                "programs took cores while a point was timed the CPU time of the call's one thread (spread as IQR "
+                f"in points.csv, and the {100 * fits.POINT_CI_CONFIDENCE:g} % interval of the median where the run "
+                "stored one; both clocks are in points.csv).\n\n" + two_term_section(ctx),
             )
         )
         parts += [

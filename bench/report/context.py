@@ -32,6 +32,7 @@ class Number:
     interval: tuple[float, float] | None = None
     note: str = ""
     text: str = ""  # as the report shows it
+    clock: str = ""  # a number made of times: the clock they were read on (bench.clock)
 
     def as_dict(self) -> dict:
         out = {"value": self.value, "unit": self.unit, "run_id": self.run_id, "machine": self.machine}
@@ -39,6 +40,8 @@ class Number:
             out["text"] = self.text
         if self.interval is not None:
             out["interval"] = list(self.interval)
+        if self.clock:
+            out["clock"] = self.clock
         if self.note:
             out["note"] = self.note
         return out
@@ -131,10 +134,12 @@ class ReportContext:
         note: str = "",
         digits: int = 3,
         show_unit: bool = True,
+        clock: str = "",
     ) -> str:
         """Register one number under `key` (stable, dotted: `intel-xeon-2c-vm.cpu.attention.time.exponent_n`)
         and return its text for the report (without the unit when show_unit is False, for text that says
-        it once: "8 of 9 layers"). A key cited twice must carry the same value."""
+        it once: "8 of 9 layers"). A number made of times names the `clock` they were read on (only points
+        whose time is to be trusted on it go into one). A key cited twice must carry the same value."""
         if (
             isinstance(value, float)
             and value.is_integer()
@@ -153,6 +158,7 @@ class ReportContext:
             None if interval is None else (float(interval[0]), float(interval[1])),
             note,
             text,
+            clock,
         )
         old = self.numbers.get(key)
         if old is not None and old.value != number.value:

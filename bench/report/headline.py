@@ -19,7 +19,8 @@ import pandas as pd
 import models
 from models.config import SEQUENTIAL_GROWTH, growth_local_exponent
 
-from .. import fits
+from .. import clock, fits
+from ..timing import CPU
 from .context import ReportContext
 
 METRICS = {"flops": "FLOPs", "time": "time", "memory": "memory"}
@@ -32,10 +33,12 @@ def _layers(ctx: ReportContext, source: str) -> list[str]:
 
 
 def _verdict_counts(texts: dict, source: str, layers: list[str], metric: str) -> dict[str, int]:
-    counts = {verdict: 0 for verdict in fits.VERDICTS} | {"unfitted": 0}
+    """Per verdict, the layers whose primary n-sweep has it; `no_fit`: a sweep that could not be fitted (too
+    few points to be trusted, not asymptotic yet), `unfitted`: no n-sweep at all."""
+    counts = {verdict: 0 for verdict in fits.VERDICTS} | {"no_fit": 0, "unfitted": 0}
     for layer in layers:
         entry = texts.get((source, layer, metric, "n"))
-        counts[entry[1] if entry and entry[0] != "–" else "unfitted"] += 1
+        counts["unfitted" if entry is None else "no_fit" if entry[0] == "–" else entry[1]] += 1
     return counts
 
 
@@ -48,6 +51,7 @@ def _metric_phrase(ctx: ReportContext, source: str, metric: str, counts: dict[st
         for name, word in (
             ("inconclusive", "inconclusive"),
             ("inconsistent", "not"),
+            ("no_fit", "without a fit"),
             ("unfitted", "without an n-sweep to fit"),
         )
         if counts[name]
@@ -132,18 +136,86 @@ def _paths_phrase(ctx: ReportContext, source: str) -> str:
     )
 
 
-def headline(ctx: ReportContext, texts: dict) -> str:
-    """One paragraph per source, this machine's first."""
+def _cores_text(ctx: ReportContext, source: str, key: str, low: float, high: float, run_id: str) -> str:
+    low, high = round(low, 1), round(high, 1)
+    if low == high:
+        return ctx.cite(f"{source}.load.{key}", low, "cores", run_id, show_unit=False)
+    return (
+        f"{ctx.cite(f'{source}.load.{key}_min', low, 'cores', run_id, show_unit=False)}–"
+        f"{ctx.cite(f'{source}.load.{key}_max', high, 'cores', run_id, show_unit=False)}"
+    )
+
+
+def _short_of_points(texts: dict, fit_rows: pd.DataFrame, source: str, layers: list[str]) -> int:
+    """The layers whose primary time n-sweep has no verdict (inconclusive, or no fit) while unreliable points
+    were left out of one of their time n-fits."""
+    rows = fit_rows[(fit_rows["source"] == source) & (fit_rows["metric"] == "time") & (fit_rows["variable"] == "n")]
+    short = set(rows.loc[rows["unreliable_left_out"].fillna(0) > 0, "layer"])
+    return sum(
+        1
+        for layer in layers
+        if layer in short and (entry := texts.get((source, layer, "time", "n"))) and entry[1] != "consistent"
+    )
+
+
+def load_phrase(ctx: ReportContext, source: str, missing: int) -> str:
+    """What the load did to the source's run, in words: the cores other programs took before the run and while
+    its points were timed, the points timed on the CPU clock; and where `missing` layers lack a time verdict
+    because points stayed unreliable, that, and what to do. "" for a run from before the load was recorded."""
+    ok = ctx.points[(ctx.points["source"] == source) & (ctx.points["status"] == "ok")]
+    if ok.empty or "load_others_cores" not in ok or ok["load_others_cores"].isna().all():
+        return ""
+    run_id = ok["run_id"].iloc[-1]
+    meta = ctx.runs[run_id]
+    cores = meta.get("cpu_logical_cores") or meta.get("cpu_cores")
+    of = f" of the {cores} cores" if cores else " cores"
+    during = ok["load_others_cores"].dropna()
+    text = "Load: other programs took " + _cores_text(ctx, source, "others_cores", during.min(), during.max(), run_id)
+    text += f"{of} while its points were timed"
+    before = (meta.get("load_before") or {}).get("others_busy_cores")
+    if before is not None:
+        text += f" ({ctx.cite(f'{source}.load.others_cores_before', round(before, 1), 'cores', run_id, show_unit=False)} before the run)"
+    if "time_clock" in ok:
+        on_cpu = int((ok["time_clock"] == CPU).sum())
+        cited = ctx.cite(f"{source}.points.cpu_clock", on_cpu, "points", run_id, show_unit=False)
+        text += (
+            f"; {cited} of {len(ok)} points were timed on the CPU clock of their one thread, which that load does "
+            "not slow down"
+            if on_cpu
+            else "; every point was timed on the wall clock"
+        )
+    unreliable = int((~clock.reliable(ok)).sum())
+    if unreliable and missing:
+        busy = ok.loc[~clock.reliable(ok), "load_others_cores"].dropna()
+        stayed = ctx.cite(f"{source}.points.unreliable", unreliable, "points", run_id, show_unit=False)
+        text += (
+            f". {missing} layers lack a time verdict because {stayed} of {len(ok)} points stayed "
+            f"unreliable: other programs kept {round(busy.min(), 1)}–{round(busy.max(), 1)}{of} busy while they "
+            "were timed. To get them: close other programs and run `make bench` again, give each point more "
+            "time (`--target-time`), or time on the CPU clock (`--clock cpu`, one thread)"
+            if len(busy)
+            else f". {missing} layers lack a time verdict because {stayed} of {len(ok)} points stayed unreliable"
+        )
+    return text + "."
+
+
+def headline(ctx: ReportContext, texts: dict, fit_rows: pd.DataFrame | None = None) -> str:
+    """One paragraph per source, this machine's first, with what the load did (`fit_rows`: fits.fit_table's,
+    to tell time verdicts lost to unreliable points)."""
     lines = []
     for source in ctx.sources():
         layers = _layers(ctx, source)
         run_id = ctx.points.loc[ctx.points["source"] == source, "run_id"].iloc[-1]
-        phrases = [_metric_phrase(ctx, source, m, _verdict_counts(texts, source, layers, m), run_id) for m in METRICS]
+        counts = {m: _verdict_counts(texts, source, layers, m) for m in METRICS}
+        phrases = [_metric_phrase(ctx, source, m, counts[m], run_id) for m in METRICS]
         date = (ctx.runs[run_id].get("started_utc") or "")[:10]
+        missing = 0 if fit_rows is None else _short_of_points(texts, fit_rows, source, layers)
+        load = load_phrase(ctx, source, missing)
         lines.append(
             f"**On {ctx.source_label(source)}** (run {run_id}, {date}), the exponent in n agrees with Table 1 for "
             + "; ".join(phrases)
             + f". Paths: {_paths_phrase(ctx, source)}."
+            + (f" {load}" if load else "")
         )
     return "\n\n".join(lines) + "\n"
 

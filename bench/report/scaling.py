@@ -1,5 +1,9 @@
 """Report sections on how measured quantities scale: compute (FLOPs), time, memory; the crossover of
-attention with the LSTM, the convolution and linear attention; the fraction of the device's matmul peak."""
+attention with the LSTM, the convolution and linear attention; the fraction of the device's compute peak.
+
+Every number made of times uses only points whose time is to be trusted, read on one clock (bench.clock),
+and names that clock in numbers.json; where too few such points are left, the number is not computed and
+the text says why."""
 
 from __future__ import annotations
 
@@ -12,9 +16,11 @@ from matplotlib.lines import Line2D
 
 import models
 
-from .. import fits
+from .. import clock, fits
 from ..machine import machine_identity, node_facts
+from ..peak import peak_on, stored_peaks
 from ..spec import device_keys
+from ..timing import CPU, WALL
 from . import style
 from .context import ReportContext
 
@@ -23,6 +29,10 @@ AXIS_LABEL = {"time": "time per call", "flops": "FLOPs per call (counted)", "mem
 AXIS_UNIT = {"time": "s", "flops": "FLOP", "memory": "B"}  # the y ticks carry the unit: "300 µs", "1 GB"
 CROSSOVER_K = 3  # the kernel size of the convolution attention is compared with
 IQR_NOTE = "error bars: median ± IQR/2 (points.csv stores each point's IQR, not its quartiles)"
+CLOCK_NOTE = (
+    "time on the clock its fit uses: the wall clock, or where the machine was busy the CPU time of the call's "
+    "one thread (bench.clock)"
+)
 GUIDE_NOTE = {
     "time": "dashed: the slope Table 1 predicts, through each layer's largest point",
     "flops": "dashed: the slope Table 1 predicts, through each layer's largest point",
@@ -35,6 +45,23 @@ def _fixed_text(fixed: dict) -> str:
     return ", ".join(
         f"{k}={int(v)}" for k, v in fixed.items() if k in ("n", "d", "k", "heads", "window") and not pd.isna(v)
     )
+
+
+def on_sweep_clocks(data: pd.DataFrame) -> pd.DataFrame:
+    """Each source's and layer's sweep of `data` (primary_sweeps) with its time on the sweep's one clock, as its
+    fit reads it (bench.clock.on_clock: `time_s`, `time_s_iqr`, `clock`)."""
+    if data.empty:
+        return data
+    parts = [clock.on_clock(group) for _, group in data.groupby(["source", "layer"], sort=False)]
+    return pd.concat(parts, ignore_index=True)
+
+
+def trusted_times(points: pd.DataFrame, on: str | None = None) -> tuple[pd.DataFrame, int, str]:
+    """(the points whose time on one clock is to be trusted, their time in `time_s`; how many were left out;
+    the clock): the clock is `on`, or the group's (bench.clock.group_clock)."""
+    timed = clock.on_clock(points, on)
+    kept = timed[timed["time_ok"].astype(bool) & (timed["time_s"] > 0)]
+    return kept, len(timed) - len(kept), timed["clock"].iloc[0] if len(timed) else WALL
 
 
 def primary_sweeps(points: pd.DataFrame, variable: str) -> pd.DataFrame:
@@ -129,8 +156,9 @@ def sweep_figure(
             xs, ys = sweep[variable].to_numpy(float), sweep[column].to_numpy(float)
             color = palette[layer]
             ax.plot(xs, ys, color=color, marker=markers[layer], markersize=5, linewidth=1.6, label=layer, zorder=3)
-            if metric == "time" and "time_iqr_s" in sweep and sweep["time_iqr_s"].notna().any():
-                half = np.nan_to_num(sweep["time_iqr_s"].to_numpy(float) / 2, nan=0.0)
+            iqr = "time_s_iqr" if column == "time_s" else "time_iqr_s"
+            if metric == "time" and iqr in sweep and sweep[iqr].notna().any():
+                half = np.nan_to_num(sweep[iqr].to_numpy(float) / 2, nan=0.0)
                 lower = np.minimum(half, 0.95 * ys)  # a log axis has no room at or below 0
                 ax.errorbar(xs, ys, yerr=[lower, half], fmt="none", ecolor=color, elinewidth=1.0, capsize=2.5, zorder=2)
             if exponent is not None and len(sweep) >= 2:
@@ -206,18 +234,20 @@ def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, tuple]:
         for i, row in enumerate(group.itertuples()):
             text = "–"
             if row.has_fit:
+                on = row.clock if metric == "time" and isinstance(row.clock, str) else ""
                 note = (
                     f"{metric} ∝ {variable}^e over {variable} = {int(row.x_min)}..{int(row.x_max)} ({row.fixed}, "
-                    f"batch {int(row.batch)}); predicted {row.predicted:.2f} "
+                    f"batch {int(row.batch)}{f'; {on} clock' if on else ''}); predicted {row.predicted:.2f} "
                     f"({fits.table1_text(layer) if metric != 'memory' else 'activation estimate'}); "
                     f"verdict {row.verdict} (tolerance ±{row.tolerance:g}): {row.reason}"
                 )
                 interval = None if math.isnan(row.ci_low) else (round(row.ci_low, 3), round(row.ci_high, 3))
                 base = _fit_key(source, layer, metric, variable)
                 tag = _sweep_tag(row)
-                text = ctx.cite(f"{base}.{tag}", round(row.exponent, 3), "1", row.run_id, interval=interval, note=note)
+                exponent = round(row.exponent, 3)
+                text = ctx.cite(f"{base}.{tag}", exponent, "1", row.run_id, interval=interval, note=note, clock=on)
                 if i == 0:
-                    ctx.cite(base, round(row.exponent, 3), "1", row.run_id, interval=interval, note=note)
+                    ctx.cite(base, exponent, "1", row.run_id, interval=interval, note=note, clock=on)
             texts[_texts_key(row, metric)] = (text, row.verdict, i == 0)
             if i == 0:
                 texts[(source, layer, metric, variable)] = (text, row.verdict)
@@ -233,9 +263,10 @@ def _range_text(row) -> str:
         used = f"{row.variable} {int(row.x_min)}"
     else:
         used = f"{row.variable} {int(row.x_min)}–{int(row.x_max)}"
+    on = f", {row.clock} clock" if row.metric == "time" and isinstance(row.clock, str) and row.clock else ""
     return (
         f"{used} ({int(row.points)} of {int(row.sweep_points)} points of {row.variable} {swept}; "
-        f"{row.range_rule}), {row.fixed}, batch {int(row.batch)}"
+        f"{row.range_rule}), {row.fixed}, batch {int(row.batch)}{on}"
     )
 
 
@@ -295,6 +326,8 @@ def scaling_section(
         data = primary_sweeps(ok, variable)
         if data.empty:
             continue
+        if metric == "time":
+            data, column = on_sweep_clocks(data), "time_s"
         parts.append(
             _loglog_plot(
                 ctx,
@@ -305,7 +338,7 @@ def scaling_section(
                 f"{metric}_vs_{variable}",
                 f"{METRIC_LABEL[metric].capitalize()} against {variable}, log-log, per layer "
                 f"({', '.join(sorted(set(data['sweep'])))}); {GUIDE_NOTE[metric]}"
-                + (f"; {IQR_NOTE}" if metric == "time" else ""),
+                + (f"; {CLOCK_NOTE}; {IQR_NOTE}" if metric == "time" else ""),
                 fit_rows,
             )
         )
@@ -366,24 +399,34 @@ def two_term_section(ctx: ReportContext) -> str:
     out = []
     pair = [models.ROLES.attention, models.ROLES.attention_explicit]
     for (source, layer), group in ok[ok["layer"].isin(pair)].groupby(["source", "layer"]):
-        if len(group) < 4:
+        timed, left_out, on = trusted_times(group)
+        if len(timed) < 4:
+            if len(group) >= 4:
+                out.append(
+                    f"| {source} | {layer} | not fitted: {len(timed)} points whose time is to be trusted, "
+                    f"{left_out} unreliable left out | | | | | {len(timed)} |"
+                )
             continue
-        c, a, b, rms = fits.two_term_fit(group)
+        c, a, b, rms = fits.two_term_fit(timed)
         run_id = group["run_id"].iloc[-1]
         key = f"{source}.{layer}.time.two_term"
-        ratio = ctx.cite(key + ".n_equal_over_d", round(a / b, 2), "1", run_id) if b > 0 else "–"
+
+        def cite(name, value, unit):
+            return ctx.cite(f"{key}.{name}", value, unit, run_id, clock=on)
+
+        ratio = cite("n_equal_over_d", round(a / b, 2), "1") if b > 0 else "–"
+        used = f"{len(timed)}" + (f" ({left_out} unreliable left out)" if left_out else "") + f", {on} clock"
         out.append(
-            f"| {source} | {layer} | {ctx.cite(key + '.c', float(f'{c:.3g}'), 's', run_id)} | "
-            f"{ctx.cite(key + '.a', float(f'{a:.3g}'), 's', run_id)} | "
-            f"{ctx.cite(key + '.b', float(f'{b:.3g}'), 's', run_id)} | {ratio} | "
-            f"{ctx.cite(key + '.rms_relative_error', round(100 * rms, 1), '%', run_id)} | {len(group)} |"
+            f"| {source} | {layer} | {cite('c', float(f'{c:.3g}'), 's')} | {cite('a', float(f'{a:.3g}'), 's')} | "
+            f"{cite('b', float(f'{b:.3g}'), 's')} | {ratio} | {cite('rms_relative_error', round(100 * rms, 1), '%')} "
+            f"| {used} |"
         )
     if not out:
         return ""
     return (
         "Two-term fit of attention's time over all its sizes, t ≈ c + a·n·d² + b·n²·d (non-negative least "
-        "squares on relative error): a fixed per-call cost, the projections' term and the scores' term. "
-        "The n²·d term is the larger one from n/d = a/b on.\n\n"
+        "squares on relative error), over the points whose time is to be trusted, on one clock: a fixed per-call "
+        "cost, the projections' term and the scores' term. The n²·d term is the larger one from n/d = a/b on.\n\n"
         "| source | layer | c (s) | a (s per n·d²) | b (s per n²·d) | a/b | rms error | points |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(out) + "\n"
     )
@@ -488,7 +531,14 @@ def crossover_section(ctx: ReportContext) -> str:
             if len(common) < 3:
                 continue
             run_id = att["run_id"].iloc[-1]
-            measured = fits.crossover_n(common, att.loc[common, "time_median_s"], oth.loc[common, "time_median_s"])
+            on = clock.group_clock(pd.concat([att.loc[common], oth.loc[common]]))
+            att_t, oth_t = clock.on_clock(att.loc[common], on), clock.on_clock(oth.loc[common], on)
+            timed = [n for n in common if att_t.loc[n, "time_ok"] and oth_t.loc[n, "time_ok"]]
+            measured = (
+                fits.crossover_n(timed, att_t.loc[timed, "time_s"], oth_t.loc[timed, "time_s"])
+                if len(timed) >= 3
+                else None
+            )
             counted = fits.crossover_n(common, att.loc[common, "flops_counted"], oth.loc[common, "flops_counted"])
             cfg = models.LayerConfig(d=int(d), k=CROSSOVER_K, heads=int(heads))
             predicted = fits.closed_form_crossover_n(attention, other, int(batch), cfg)
@@ -497,11 +547,17 @@ def crossover_section(ctx: ReportContext) -> str:
                 base += f".heads{int(heads)}"
 
             def fmt(value, what):
+                if what == "time" and len(timed) < 3:
+                    return f"not computed: {len(common) - len(timed)} of {len(common)} lengths with an unreliable time"
                 if value is None:
-                    column = "time_median_s" if what == "time" else "flops_counted"
-                    below = att.loc[common[0], column] >= oth.loc[common[0], column]
-                    return f"none in n = {common[0]}..{common[-1]} ({attention} {'costlier' if below else 'cheaper'} throughout)"
-                return ctx.cite(f"{base}.{what}_n", int(round(value)), "positions", run_id)
+                    ns, a, b = (timed, att_t, oth_t) if what == "time" else (common, att, oth)
+                    column = "time_s" if what == "time" else "flops_counted"
+                    below = a.loc[ns[0], column] >= b.loc[ns[0], column]
+                    return (
+                        f"none in n = {ns[0]}..{ns[-1]} ({attention} {'costlier' if below else 'cheaper'} throughout)"
+                    )
+                on_clock = on if what == "time" else ""
+                return ctx.cite(f"{base}.{what}_n", int(round(value)), "positions", run_id, clock=on_clock)
 
             if predicted is None:
                 closed = f"none: {attention} costs fewer FLOPs at every n"
@@ -533,7 +589,8 @@ def crossover_section(ctx: ReportContext) -> str:
         return f"_No n-sweep with {attention} beside {', '.join(others)} at the same d._\n"
     text = (
         f"Sequence length n* where {attention} becomes costlier than the other layer (log-log interpolation "
-        "between measured points). The paper's rule of thumb: self-attention is cheaper than a recurrent "
+        "between measured points; by time, over the lengths where both times are to be trusted, on one clock). "
+        "The paper's rule of thumb: self-attention is cheaper than a recurrent "
         "layer when n < d (it compares only n²·d with n·d²). The closed-form n* is the smallest n at which the "
         f"FLOP formulas of the two layers (models/; {attention}'s includes its four projections, which Table 1 "
         f"leaves out) cross, solved at each point's d, batch and heads (k = {CROSSOVER_K}). Against "
@@ -557,16 +614,16 @@ def crossover_section(ctx: ReportContext) -> str:
 
 
 def _stored_peaks(runs: dict[str, dict]) -> dict[tuple[str, str, str], dict]:
-    """The matmul peaks stored with the runs, by (run id, machine, device key): machine "" for the run's own
-    process (meta.json `matmul_peak`); in a cluster sweep (bench.cluster) each machine that took part, the
-    best of its nodes' peaks (meta.json `nodes`): one machine's ceiling."""
+    """The compute peaks stored with the runs, by (run id, machine, device key): machine "" for the run's own
+    process (meta.json `compute_peak`, bench.peak.stored_peaks); in a cluster sweep (bench.cluster) each
+    machine that took part, the best of its nodes' peaks (meta.json `nodes`): one machine's ceiling."""
     out: dict[tuple[str, str, str], dict] = {}
     for run_id, meta in runs.items():
-        for key, peak in (meta.get("matmul_peak") or {}).items():
+        for key, peak in stored_peaks(meta).items():
             out[(run_id, "", key)] = peak
         for facts in (meta.get("nodes") or {}).values():
             mid = machine_identity(facts)[0]
-            for key, peak in (facts.get("matmul_peak") or {}).items():
+            for key, peak in stored_peaks(facts).items():
                 kept = out.get((run_id, mid, key))
                 if kept is None or peak["flops_per_s"] > kept["flops_per_s"]:
                     out[(run_id, mid, key)] = peak
@@ -583,13 +640,14 @@ def _peak_machines(points: pd.DataFrame, runs: dict[str, dict]) -> list[str]:
     return out
 
 
-def point_peaks(points: pd.DataFrame, runs: dict[str, dict]) -> pd.Series:
-    """Each point's device matmul peak (FLOP/s) from its run's meta.json, of the machine it ran on (its node's,
-    in a cluster sweep); NaN where none is stored."""
+def point_peaks(points: pd.DataFrame, runs: dict[str, dict], on: str | pd.Series = WALL) -> pd.Series:
+    """Each point's device compute peak (FLOP/s) on clock `on` (one clock, or each point's), from its run's
+    meta.json, of the machine it ran on (its node's, in a cluster sweep); NaN where none is stored."""
     peaks = _stored_peaks(runs)
     keys = zip(points["run_id"], _peak_machines(points, runs), device_keys(points))
-    values = [peaks.get(key, {}).get("flops_per_s", math.nan) for key in keys]
-    return pd.Series(values, index=points.index, dtype=float)
+    ons = [on] * len(points) if isinstance(on, str) else list(on)
+    values = [peak_on(peaks[key], c) if key in peaks else None for key, c in zip(keys, ons)]
+    return pd.Series([math.nan if v is None else v for v in values], index=points.index, dtype=float)
 
 
 def fraction_of_peak_figure(ctx: ReportContext, ok: pd.DataFrame):
@@ -616,9 +674,9 @@ def fraction_of_peak_figure(ctx: ReportContext, ok: pd.DataFrame):
             )
         ax.axhline(1.0, color="0.25", linestyle=":", linewidth=1)
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel("FLOPs per forward pass (counted)")
+        ax.set_xlabel("FLOPs per call (counted)")
         style.grid(ax)
-    axes[0].set_ylabel("achieved FLOP/s / matmul peak")
+    axes[0].set_ylabel("achieved useful FLOP/s / compute peak")
     style.log_axis(axes[0], "x", style.eng("FLOP"))
     style.log_axis(axes[0], "y", style.percent)
     layers = style.layer_order(ok["layer"].unique())
@@ -626,60 +684,89 @@ def fraction_of_peak_figure(ctx: ReportContext, ok: pd.DataFrame):
         Line2D([], [], color=palette[layer], marker=markers[layer], linestyle="none", markersize=6) for layer in layers
     ]
     handles.append(Line2D([], [], color="0.25", linestyle=":", linewidth=1))
-    style.legend_outside(axes[-1], handles, [*layers, "matmul peak"], title="layer")
+    style.legend_outside(axes[-1], handles, [*layers, "compute peak"], title="layer")
     return fig
 
 
+def _peak_line(ctx: ReportContext, source: str, run_id: str, peak: dict) -> str:
+    """One device's compute peak, cited on each clock it was measured on."""
+    wall = ctx.cite(f"{source}.compute_peak", float(f"{peak['flops_per_s']:.4g}"), "FLOP/s", run_id, clock=WALL)
+    cpu = peak_on(peak, CPU) if peak.get("flops_per_s_cpu") else None
+    on_cpu = (
+        f", {ctx.cite(f'{source}.compute_peak_cpu', float(f'{cpu:.4g}'), 'FLOP/s', run_id, clock=CPU)} on the "
+        "CPU clock of its one thread"
+        if cpu
+        else ""
+    )
+    kernel = peak.get("kernel") or f"{peak.get('size')}×{peak.get('size')} matmul, median"
+    return f"- {source}: compute peak {wall} on the wall clock{on_cpu} (best: {kernel}, {peak.get('dtype', '')})."
+
+
 def peak_section(ctx: ReportContext) -> str:
-    """Achieved FLOP/s as a fraction of the device's measured matmul peak (a roofline view)."""
-    ok = ctx.points[(ctx.points["status"] == "ok") & ctx.points["flops_counted"].notna()].copy()
+    """Achieved useful FLOP/s as a fraction of the device's measured compute peak, each point on its own clock,
+    points whose time is to be trusted only."""
+    ok = ctx.points[(ctx.points["status"] == "ok") & ctx.points["flops_counted"].notna()]
     peaks = _stored_peaks(ctx.runs)
     if ok.empty or not peaks:
-        return "_No matmul peak stored with the runs._\n"
-    ok["peak"] = point_peaks(ok, ctx.runs)
-    ok["peak_key"] = device_keys(ok)
-    ok["peak_machine"] = _peak_machines(ok, ctx.runs)
+        return "_No compute peak stored with the runs._\n"
+    ok = clock.each_on_own_clock(ok)
+    ok = ok.assign(
+        peak=point_peaks(ok, ctx.runs, ok["clock"]), peak_key=device_keys(ok), peak_machine=_peak_machines(ok, ctx.runs)
+    )
     ok = ok[ok["peak"].notna()]
-    ok["achieved"] = ok["flops_counted"] / ok["time_median_s"]
-    ok["fraction"] = ok["achieved"] / ok["peak"]
+    left_out = ok[~ok["time_ok"].astype(bool)]
+    ok = ok[ok["time_ok"].astype(bool)]
+    ok = ok.assign(achieved=fits.useful_flops(ok) / ok["time_s"])
+    ok = ok.assign(fraction=ok["achieved"] / ok["peak"])
     lines = []
     for (run_id, mid, key), peak in sorted(peaks.items()):
         mine = (ok["run_id"] == run_id) & (ok["peak_key"] == key) & (ok["peak_machine"] == mid)
-        source = ok.loc[mine, "source"]
-        if source.empty:
-            continue
-        source = source.iloc[0]
-        peak_value = float(f"{peak['flops_per_s']:.4g}")
-        lines.append(
-            f"- {source}: matmul peak {ctx.cite(f'{source}.matmul_peak', peak_value, 'FLOP/s', run_id)} "
-            f"({peak['size']}×{peak['size']} {peak.get('dtype', '')} matmul, median of the timed rounds)."
-        )
+        if mine.any():
+            lines.append(_peak_line(ctx, ok.loc[mine, "source"].iloc[0], run_id, peak))
     rows = []
     for (source, layer), group in ok.groupby(["source", "layer"]):
         top = group.sort_values(["flops_counted", "n"]).iloc[-1]
-        rows.append(
-            f"| {source} | {layer} | n={int(top.n)}, d={int(top.d)}, batch={int(top.batch)} | "
-            f"{ctx.cite(f'{source}.{layer}.fraction_of_peak.largest', round(100 * top.fraction, 1), '%', top.run_id)} | "
-            f"{ctx.cite(f'{source}.{layer}.achieved_flops_per_s.largest', float(f'{top.achieved:.4g}'), 'FLOP/s', top.run_id)} |"
+        key = f"{source}.{layer}"
+        fraction = ctx.cite(
+            f"{key}.fraction_of_peak.largest", round(100 * top.fraction, 1), "%", top.run_id, clock=top.clock
         )
-    fig = fraction_of_peak_figure(ctx, ok)
+        achieved = ctx.cite(
+            f"{key}.achieved_flops_per_s.largest", float(f"{top.achieved:.4g}"), "FLOP/s", top.run_id, clock=top.clock
+        )
+        rows.append(
+            f"| {source} | {layer} | n={int(top.n)}, d={int(top.d)}, batch={int(top.batch)} | {fraction} | "
+            f"{achieved} | {top.clock} |"
+        )
     text = (
-        "Each device's matrix-multiply peak is measured at the start and at the end of each run, and the better of the two kept (best of a few square matmuls each time). "
-        "Achieved FLOP/s = counted FLOPs / median time. Small problems are dominated by fixed per-call "
-        "overhead; recurrent layers at a small batch multiply a few d-vectors by d×d matrices one step after "
-        "another, matrix-vector work that keeps each weight in use for one multiply-add per load, so "
-        "they run far below the matmul peak however long the sequence.\n\n" + "\n".join(lines) + "\n\n"
-        "| source | layer | largest point | fraction of peak | achieved |\n| --- | --- | --- | --- | --- |\n"
-        + "\n".join(rows)
-        + "\n\n"
+        "Each device's compute peak is the best rate of a few dense kernels (square matmuls, and convolutions, "
+        "whose oneDNN kernels outrun the BLAS matmul on some CPUs) over their fastest rounds, measured at the "
+        "start and at the end of each run on both clocks, the better kept (bench.peak). Achieved FLOP/s = useful "
+        "FLOPs (the counted ones, less the work a kernel skips where the layer states it: a dilated "
+        "convolution's taps in the zero padding, bench's `flops_useful`) / median time, each point on its own "
+        "clock against the peak on the same clock; points whose time is not to be trusted are left out. Small "
+        "problems are dominated by fixed per-call overhead; recurrent layers at a small batch multiply a few "
+        "d-vectors by d×d matrices one step after another, matrix-vector work that keeps each weight in use "
+        "for one multiply-add per load, so they run far below the peak however long the sequence.\n\n"
+        + "\n".join(lines)
+        + "\n\n| source | layer | largest point | fraction of peak | achieved | clock |\n"
+        "| --- | --- | --- | --- | --- | --- |\n" + "\n".join(rows) + "\n\n"
     )
     above = ", ".join(
         f"{ctx.cite(f'{source}.fraction_of_peak.points_above_peak', int((part['fraction'] > 1).sum()), 'points', part['run_id'].iloc[-1])} "
         f"on {ctx.source_label(source)}"
         for source, part in ok.groupby("source")
     )
-    text += f"Points above the peak: {above}.\n\n"
-    return text + ctx.figure(fig, "fraction_of_peak", "Achieved FLOP/s over the measured matmul peak, every point.")
+    text += f"Points above the peak: {above or 'none'}."
+    if len(left_out):
+        text += f" Left out, their time not to be trusted: {len(left_out)} points."
+    if ok.empty:
+        return text + "\n"
+    fig = fraction_of_peak_figure(ctx, ok)
+    return (
+        text
+        + "\n\n"
+        + ctx.figure(fig, "fraction_of_peak", "Achieved useful FLOP/s over the measured compute peak, every point.")
+    )
 
 
 def memory_pair_plot(ctx: ReportContext) -> str:
@@ -748,18 +835,22 @@ def sequential_time_section(ctx: ReportContext) -> str:
         sweep = sizes[(sizes["batch"] == batch) & (sizes["d"] == d)]
         title = f"{ctx.source_label(source)}\nbatch {int(batch)}, d={int(d)}"
         # one line per layer and source, nothing averaged
-        frames.append(sweep.drop_duplicates(["layer", "n"], keep="last").assign(panel=source, title=title))
+        shown = sweep.drop_duplicates(["layer", "n"], keep="last")
+        frames.append(on_sweep_clocks(shown).assign(panel=source, title=title))
         growth = []
-        for layer, g in sweep.groupby("layer"):
-            g = g.sort_values("n")
+        for layer, g in shown.groupby("layer"):
+            g, left_out, on = trusted_times(g.sort_values("n"))
             if len(g) < 3:
+                if left_out:
+                    growth.append(f"{layer} not computed ({left_out} of its lengths with an unreliable time)")
                 continue
             n_lo, n_hi = int(g.n.iloc[0]), int(g.n.iloc[-1])
-            factor = g["time_median_s"].iloc[-1] / g["time_median_s"].iloc[0]
+            factor = g["time_s"].iloc[-1] / g["time_s"].iloc[0]
             key = f"{source}.{layer}.time.growth_n{n_lo}_to_n{n_hi}_b{int(batch)}_d{int(d)}"
             growth.append(
-                f"{layer} {ctx.cite(key, round(factor, 2), 'x', g.run_id.iloc[-1])} "
-                f"(n = {n_lo} to {n_hi}, {n_hi // n_lo}x longer)"
+                f"{layer} {ctx.cite(key, round(factor, 2), 'x', g.run_id.iloc[-1], clock=on)} "
+                f"(n = {n_lo} to {n_hi}, {n_hi // n_lo}x longer, {on} clock"
+                + (f"; {left_out} unreliable lengths left out)" if left_out else ")")
             )
         parts.append(f"- {source} (batch {int(batch)}, d = {int(d)}), time grows by: " + "; ".join(growth) + ".")
     if not frames:
@@ -767,7 +858,7 @@ def sequential_time_section(ctx: ReportContext) -> str:
     data = pd.concat(frames, ignore_index=True)
     titles = dict(sorted(zip(data["panel"], data["title"])))
     fig = sweep_figure(
-        data, "n", "time_median_s", "time", titles, panel="panel", exponent=_predicted_from_formula("time", "n")
+        data, "n", "time_s", "time", titles, panel="panel", exponent=_predicted_from_formula("time", "n")
     )
     return (
         "### Sequential operations seen in time\n\nA recurrent layer must take its n steps one after "
@@ -784,6 +875,6 @@ def sequential_time_section(ctx: ReportContext) -> str:
             "Time against n at the smallest batch and width swept: the "
             "recurrent layers' sequential steps against a parallel scan's levels and attention's and "
             "convolution's parallel pass; "
-            f"{GUIDE_NOTE['time']}; {IQR_NOTE}.",
+            f"{GUIDE_NOTE['time']}; {CLOCK_NOTE}; {IQR_NOTE}.",
         )
     )

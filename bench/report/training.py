@@ -14,7 +14,9 @@ import pandas as pd
 
 import models
 
+from .. import clock
 from ..spec import DEFAULT_MODE, TRAIN_MODE
+from ..timing import CPU, WALL
 from .context import ReportContext
 from .headline import verdict_cell
 from .scaling import GUIDE_NOTE, _predicted_from_formula, primary_sweeps, sweep_figure
@@ -27,11 +29,12 @@ SAVED_LAYERS = (
     models.ROLES.recurrent,
     models.ROLES.convolution,
 )
-RATIOS = {  # column: what its train / inference ratio is called
+RATIOS = {  # column: what its train / inference ratio is called ("time_s": on the pair's one clock)
     "flops_counted": "FLOPs",
-    "time_median_s": "time",
+    "time_s": "time",
     "mem_peak_bytes": "peak memory",
 }
+MODES = ("train", "inference")  # the suffixes of `matched`'s columns
 
 
 def matched(ctx: ReportContext, train_source: str) -> pd.DataFrame:
@@ -45,7 +48,32 @@ def matched(ctx: ReportContext, train_source: str) -> pd.DataFrame:
     inference = ok[same_machine & (ok["mode"] == DEFAULT_MODE)]
     keys = [c for c in SAME_POINT if c in ok]
     both = train.merge(inference, on=keys, suffixes=("_train", "_inference"))
-    return both.sort_values(["layer", "n", "d", "batch"]).reset_index(drop=True)
+    return _paired_times(both.sort_values(["layer", "n", "d", "batch"]).reset_index(drop=True))
+
+
+def _paired_times(both: pd.DataFrame) -> pd.DataFrame:
+    """`both` with each pair's times on one clock (bench.clock.group_clock of its two rows): `time_s_train`,
+    `time_s_inference`, `time_ok` (both to be trusted on it) and `clock`."""
+    sides = {
+        mode: pd.DataFrame({c[: -len(mode) - 1]: both[c] for c in both if c.endswith(f"_{mode}")}, index=both.index)
+        for mode in MODES
+    }
+
+    def wants_cpu(side: pd.DataFrame) -> pd.Series:
+        return side["time_clock"] == CPU if "time_clock" in side else pd.Series(False, index=side.index)
+
+    can = clock.has_cpu_clock(sides["train"]) & clock.has_cpu_clock(sides["inference"])
+    on = pd.Series(WALL, index=both.index).mask((wants_cpu(sides["train"]) | wants_cpu(sides["inference"])) & can, CPU)
+    out = both.assign(clock=on, time_ok=False, time_s_train=float("nan"), time_s_inference=float("nan"))
+    for c in (WALL, CPU):
+        rows = on == c
+        if not rows.any():
+            continue
+        timed = {mode: clock.on_clock(side[rows], c) for mode, side in sides.items()}
+        for mode in MODES:
+            out.loc[rows, f"time_s_{mode}"] = timed[mode]["time_s"]
+        out.loc[rows, "time_ok"] = timed["train"]["time_ok"] & timed["inference"]["time_ok"]
+    return out
 
 
 def _ratio_table(ctx: ReportContext, source: str, both: pd.DataFrame) -> str:
@@ -60,16 +88,25 @@ def _ratio_table(ctx: ReportContext, source: str, both: pd.DataFrame) -> str:
         tag = f"n{int(top.n)}_d{int(top.d)}_b{int(top.batch)}"
         cells = []
         for column, word in RATIOS.items():
+            if column == "time_s" and not top.time_ok:
+                cells.append("– (a time not to be trusted)")
+                continue
             ratio = top[f"{column}_train"] / top[f"{column}_inference"]
-            key = f"{source}.training.{layer}.{column}_ratio.{tag}"
-            cells.append(
-                ctx.cite(key, round(float(ratio), 3), "x", top.run_id_train, note=f"{word}, train / inference")
-            )
-        spread = rows["time_median_s_train"] / rows["time_median_s_inference"]
+            key = f"{source}.training.{layer}.{'time_median_s' if column == 'time_s' else column}_ratio.{tag}"
+            on = top.clock if column == "time_s" else ""
+            note = f"{word}, train / inference" + (f", {on} clock" if on else "")
+            cells.append(ctx.cite(key, round(float(ratio), 3), "x", top.run_id_train, note=note, clock=on))
+        timed = rows[rows["time_ok"].astype(bool)]
+        if timed.empty:
+            lines.append(f"| {layer} | {at} | {' | '.join(cells)} | – (no pair with both times to be trusted) |")
+            continue
+        spread = timed["time_s_train"] / timed["time_s_inference"]
+        on = timed["clock"].iloc[-1] if timed["clock"].nunique() == 1 else ""
         key = f"{source}.training.{layer}.time_ratio"
-        low = ctx.cite(f"{key}.min", round(float(spread.min()), 2), "x", top.run_id_train)
-        high = ctx.cite(f"{key}.max", round(float(spread.max()), 2), "x", top.run_id_train)
-        lines.append(f"| {layer} | {at} | {' | '.join(cells)} | {low} to {high} over {len(rows)} points |")
+        low = ctx.cite(f"{key}.min", round(float(spread.min()), 2), "x", top.run_id_train, clock=on)
+        high = ctx.cite(f"{key}.max", round(float(spread.max()), 2), "x", top.run_id_train, clock=on)
+        left = f", {len(rows) - len(timed)} with a time not to be trusted left out" if len(timed) < len(rows) else ""
+        lines.append(f"| {layer} | {at} | {' | '.join(cells)} | {low} to {high} over {len(timed)} points{left} |")
     return "\n".join(lines) + "\n"
 
 
