@@ -12,7 +12,7 @@ node. The CPU points and the GPU points of a plan are measured one after the oth
 
 Chunks: the driver hands each worker a chunk at a time, one layer's sweep (a layer on one device, dtype and
 mode, all its sizes; largest chunk first). The worker measures it with the engine, bench.run.Run, in a
-temporary folder on its node: the same interleaved passes, re-measurement of unreliable points, out of memory
+temporary folder on its node: the same interleaved passes, sampling of unreliable points until known, out of memory
 stored as `oom` (and larger points of the sweep `skipped`), FLOP and memory probes, the thread choice from
 the node's free cores. Each pass's start, record, error and row streams back as it happens (a Ray streaming
 generator); once the chunk is done, the driver appends its records and rows to the run folder, each record

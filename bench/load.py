@@ -108,6 +108,7 @@ def busy_warning(load: Load) -> str | None:
         return None
     return (
         f"warning: the machine is busy (other processes take {load.others_busy_cores:.1f} of "
-        f"{load.logical_cores} cores, load average {load.loadavg_1m:.2f}); timings will be slower and "
-        f"points that stay unstable are flagged time_reliable=False"
+        f"{load.logical_cores} cores, load average {load.loadavg_1m:.2f}); the run takes longer, a point timed "
+        f"while they take cores is read on the CPU clock of its one thread, and points that stay unstable are "
+        f"flagged time_reliable=False"
     )

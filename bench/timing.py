@@ -366,14 +366,13 @@ def interleaved(
     policy: TimingPolicy = TimingPolicy(),
     *,
     sync: Callable[[], None] | None = None,
-    clocks: Clocks | None = None,
+    clocks: Clocks = WALL_ONLY,
     seed: int = 0,
 ) -> dict[Hashable, Timing]:
     """Time several callables against each other: calibrated one by one, then `policy.passes` passes,
     each timing a share of every callable's rounds in a shuffled order. For callables that stay built
     between passes (the claims, the compute peak); a sweep, which rebuilds its layers, runs the same steps
-    through bench.run. `clocks`: by default the calling thread's, or the wall clock alone with `sync` (a GPU)."""
-    clocks = clocks or (WALL_ONLY if sync is not None else Clocks.for_call(1))
+    through bench.run. `clocks`: the wall clock alone unless given (Clocks.for_call: the threads in force)."""
     targets = {key: synced(fn, sync) for key, fn in fns.items()}
     plans = {key: calibrate(target, policy, clocks.wall) for key, target in targets.items()}
     times: dict[Hashable, list[Rounds]] = {key: [] for key in fns}

@@ -698,8 +698,15 @@ def _peak_line(ctx: ReportContext, source: str, run_id: str, peak: dict) -> str:
         if cpu
         else ""
     )
-    kernel = peak.get("kernel") or f"{peak.get('size')}×{peak.get('size')} matmul, median"
-    return f"- {source}: compute peak {wall} on the wall clock{on_cpu} (best: {kernel}, {peak.get('dtype', '')})."
+    if "kernel" not in peak:  # a run from before the compute peak stored its square matmul's median rate
+        return (
+            f"- {source}: matmul peak {wall} ({peak.get('size')}×{peak.get('size')} {peak.get('dtype', '')} matmul, "
+            "median): a run from before the compute peak; a convolution can outrun this rate, so its fractions "
+            "may exceed 100 %."
+        )
+    return (
+        f"- {source}: compute peak {wall} on the wall clock{on_cpu} (best: {peak['kernel']}, {peak.get('dtype', '')})."
+    )
 
 
 def peak_section(ctx: ReportContext) -> str:
