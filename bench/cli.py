@@ -297,7 +297,7 @@ def _print_lines(lines: list[str]) -> None:
 
 
 def _estimate_and_confirm(specs: list[PointSpec], policy: TimingPolicy, warnings: list[str], args) -> list[str]:
-    """Estimate the plan (bench.estimate, from a quick matmul timed at the threads a quiet machine gets) and
+    """Estimate the plan (bench.estimate, from a quick matmul and convolution timed at the threads a quiet machine gets) and
     `confirm_plan` it. Returns the lines still to print before measuring: the plan's warnings, then
     `plan: N points, about T ..., peak memory about B ...`. A refusal prints nothing but its one error line;
     a question prints them first."""

@@ -1,19 +1,20 @@
 """Before a run: how long it will take and how much memory its largest point needs, estimated.
 
 Pure functions of the plan (its PointSpecs and timing policy) and one number per device and dtype, the
-machine's matrix-multiply rate in FLOP/s: measured in a fraction of a second by `quick_matmul_rate`, or read
-from a stored run's compute peak (`rates_from_meta`: its square matmul's rate), which is how the tests check the model against the
-reference run without timing anything on a shared machine. An estimate, not a measurement: within a factor
+machine's compute rate in FLOP/s, the better of a dense matmul's and a convolution's (bench.peak: on some CPUs
+oneDNN's convolution runs twice as fast as the BLAS matmul): measured in a fraction of a second by
+`quick_rate`, or read from a stored run's compute peak (`rates_from_meta`), which is how the tests check the
+model against the reference run without timing anything on a shared machine. An estimate, not a measurement: within a factor
 of 2 of the reference run's duration is what it is held to (tests/test_estimate.py).
 
 One forward call of a point (`call_time_s`): a roofline, plus the costs a call adds besides its work,
 
     call = CALL_OVERHEAD_S + max(compute, memory) + steps · STEP_OVERHEAD_S
-    compute = flops_analytic / (MATMUL_EFFICIENCY · rate)                 the matrix products
+    compute = flops_analytic / (COMPUTE_EFFICIENCY · rate)                the matrix products
     memory = activation_bytes · ACTIVATION_FLOPS_PER_BYTE / rate          the element-wise work (softmax,
                                                                           gathers, gates) on the activations
 
-with `rate` the matmul FLOP/s, the memory side in units of the same rate (so one number calibrates both), and
+with `rate` the compute rate, the memory side in units of the same rate (so one number calibrates both), and
 `steps` the dependent steps of the layer's sequential-operations cell beyond its one pass
 (`table1.sequential_steps`): a recurrence's n, a parallel scan's ⌈log₂ n⌉ levels, 0 for the layers of O(1)
 sequential operations. Nothing here names a layer: every term comes from models/.
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -47,19 +47,19 @@ import models
 from . import peak
 from .peak import stored_peaks
 from .spec import PointSpec, device_key
-from .timing import WARMUP_ROUNDS, TimingPolicy, calibrate, synced, time_rounds
+from .timing import WARMUP_ROUNDS, TimingPolicy
 
-# The model's constants, per device kind where they differ. CPU values: from the reference run of the quick
-# preset (results/reference/, a 2-core VM, 1 thread): calls of under 0.3 ms at 25 MFLOP say the per-call cost
-# is tens of microseconds; convolutions, the LSTM and attention at d = 128 reach 0.55-0.7 of the matmul
-# peak; the explicit and local attention at large n run at about 1.2-2 GB/s of their activation bytes,
+# The model's constants, per device kind where they differ. CPU values: from the reference runs of the quick
+# preset (results/reference/, 2-core VMs, 1 thread): calls of under 0.3 ms at 25 MFLOP say the per-call cost
+# is tens of microseconds; convolutions, the LSTM and attention at d = 128 reach 0.3-0.9 of the compute
+# rate; the explicit and local attention at large n run at about 1.2-2 GB/s of their activation bytes,
 # 95-160 FLOPs of the peak per byte; the GRU's and RNN's per-step operator loops add 6-17 µs a step; the FLOP
 # counter and the memory profiler add about 1 ms a step to a GRU of 256 steps, less to the RNN's fewer operators
 # and nothing to the fused LSTM, so half that a step for a recurrence (PROBE_STEP_S). CUDA values: not fitted to a
 # stored GPU run; the element-wise rate from an H100's ratio of FP32 FLOP/s to memory bandwidth (about 15
 # FLOPs a byte), doubled since activations are written and read again; cuDNN runs a recurrence fused.
 CALL_OVERHEAD_S = {"cpu": 50e-6, "cuda": 50e-6}
-MATMUL_EFFICIENCY = 0.5  # the share of the measured matmul rate a layer's matrix products reach
+COMPUTE_EFFICIENCY = 0.5  # the share of the measured compute rate a layer's matrix products reach
 ACTIVATION_FLOPS_PER_BYTE = {"cpu": 128.0, "cuda": 32.0}
 STEP_OVERHEAD_S = {"cpu": 10e-6, "cuda": 5e-6}
 PROBE_STEP_S = {"cpu": 0.5e-3, "cuda": 0.0}
@@ -75,9 +75,9 @@ TRAIN_STEP_CHAINS = 2
 TRAIN_HELD_COPIES = 2
 CALIBRATION_CALLS = 2  # bench.timing.calibrate: a call that pays lazy initialisation, then the timed one
 
-# The quick calibration: one square matmul, large enough to leave the per-call overhead behind on a CPU or a
-# GPU, small enough to stay well under a second with its warm-up; a few rounds of it, the median.
-QUICK_SIZE = {"cpu": 512, "cuda": 4096}
+# The quick calibration (bench.peak.quick_rate): the peak's smallest matmul and first convolution, large enough
+# to leave the per-call overhead behind, small enough to stay well under a second with their warm-up; a few
+# rounds of each, the better median.
 QUICK_POLICY = TimingPolicy(min_rounds=3, max_rounds=10, target_s=0.05, min_round_s=0.005, passes=1)
 
 LONG_RUN_S = 30 * 60  # above this estimate `run` asks before measuring (or wants --yes without a terminal)
@@ -119,7 +119,7 @@ def call_time_s(spec: PointSpec, rate: float) -> float:
     train = spec.trains
     flops = models.analytic_flops(spec.layer, spec.batch, spec.n, cfg, spec.mode, spec.device)
     activations = models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg)
-    compute_s = flops / (MATMUL_EFFICIENCY * rate)
+    compute_s = flops / (COMPUTE_EFFICIENCY * rate)
     memory_s = activations * (TRAIN_ACTIVATION_PASSES if train else 1) * ACTIVATION_FLOPS_PER_BYTE[kind] / rate
     steps = sequential_steps(spec) * (TRAIN_STEP_CHAINS if train else 1)
     return CALL_OVERHEAD_S[kind] + max(compute_s, memory_s) + steps * STEP_OVERHEAD_S[kind]
@@ -206,12 +206,12 @@ class PlanEstimate:
 
 
 def estimate_plan(specs: Iterable[PointSpec], policy: TimingPolicy, rates: Mapping[str, float]) -> PlanEstimate:
-    """The estimate of a run of `specs` under `policy`; `rates`: matmul FLOP/s by `device_key(device, dtype)`
+    """The estimate of a run of `specs` under `policy`; `rates`: compute FLOP/s by `device_key(device, dtype)`
     (the keys of meta.json's `compute_peak`), one for every device and dtype of the plan."""
     specs = list(specs)
     missing = sorted({device_key(s.device, s.dtype) for s in specs} - set(rates))
     if missing:
-        raise ValueError(f"no matmul rate for {', '.join(missing)}")
+        raise ValueError(f"no compute rate for {', '.join(missing)}")
     points = tuple(
         PointEstimate(
             spec=s,
@@ -228,11 +228,9 @@ def estimate_plan(specs: Iterable[PointSpec], policy: TimingPolicy, rates: Mappi
 
 
 def rates_from_meta(meta: dict) -> dict[str, float]:
-    """The matmul rates a stored run measured (meta.json `compute_peak`: its square matmul's median rate; an
-    older run's `matmul_peak`), in the form `estimate_plan` takes."""
-    return {
-        key: float(value.get("matmul_flops_per_s", value["flops_per_s"])) for key, value in stored_peaks(meta).items()
-    }
+    """The compute rates a stored run measured (meta.json `compute_peak`; an older run's `matmul_peak`, its square
+    matmul's), in the form `estimate_plan` takes."""
+    return {key: float(value["flops_per_s"]) for key, value in stored_peaks(meta).items()}
 
 
 # ------------------------------------------------------------------------------------------- judging
@@ -335,28 +333,11 @@ def format_bytes(n: float) -> str:
 
 
 # ----------------------------------------------------------------------------------------- measuring
-def quick_matmul_rate(device: str, dtype: str = "float32") -> float:
-    """This machine's matmul FLOP/s on `device` and `dtype`, from a few rounds of one QUICK_SIZE square
-    product (a fraction of a second, warm-up included): a quick stand-in for the matmul rate of
-    bench.peak.compute_peak, which a run measures properly at its start. Uses the torch threads in force; the
-    caller pins them."""
-    m = QUICK_SIZE[_kind(device)]
-    torch_dtype = models.DTYPES[dtype]
-    a = torch.randn(m, m, device=device, dtype=torch_dtype)
-    b = torch.randn(m, m, device=device, dtype=torch_dtype)
-    sync = torch.cuda.synchronize if device.startswith("cuda") else None
-    target = synced(lambda: a @ b, sync)
-    with torch.inference_mode():
-        rounds, iterations = calibrate(target, QUICK_POLICY, time.perf_counter)
-        times = time_rounds(target, rounds, iterations).wall_s
-    median_s = sorted(times)[len(times) // 2]
-    return 2 * m**3 / max(median_s, 1e-12)
-
-
 def quick_rates(specs: Iterable[PointSpec]) -> dict[str, float]:
-    """`quick_matmul_rate` of every device and dtype of the plan, keyed as `estimate_plan` wants."""
+    """bench.peak.quick_rate of every device and dtype of the plan (QUICK_POLICY), keyed as `estimate_plan`
+    wants; the torch threads in force (the caller pins them)."""
     return {
-        device_key(device, dtype): quick_matmul_rate(device, dtype)
+        device_key(device, dtype): peak.quick_rate(device, models.DTYPES[dtype], QUICK_POLICY)
         for device, dtype in sorted({(s.device, s.dtype) for s in specs})
     }
 

@@ -56,15 +56,16 @@ def kernel_flops(kind: str) -> list[int]:
     ]
 
 
-def _kernels(device: str, dtype: torch.dtype) -> dict[str, tuple[int, Callable[[], object]]]:
-    """{name: (FLOPs of one call, the call)} of every kernel of the device's peak."""
+def _kernels(device: str, dtype: torch.dtype, quick: bool = False) -> dict[str, tuple[int, Callable[[], object]]]:
+    """{name: (FLOPs of one call, the call)} of every kernel of the device's peak; `quick`: the smallest matmul
+    and the first convolution alone (bench.estimate's calibration)."""
     kind = "cuda" if device.startswith("cuda") else "cpu"
     out = {}
-    for m in MATMUL_SIZES[kind]:
+    for m in MATMUL_SIZES[kind][:1] if quick else MATMUL_SIZES[kind]:
         a, b = (torch.randn(m, m, device=device, dtype=dtype) for _ in range(2))
         out[f"matmul {m}x{m}"] = (2 * m**3, lambda a=a, b=b: a @ b)
     conv = models.ROLES.convolution
-    for batch, n, d, k in CONV_SHAPES[kind]:
+    for batch, n, d, k in CONV_SHAPES[kind][:1] if quick else CONV_SHAPES[kind]:
         cfg = models.LayerConfig(d=d, k=k, dtype=str(dtype).removeprefix("torch."))  # the layer's weights: dtype
         layer = models.build(conv, cfg, device=device)
         x = torch.randn(batch, n, d, device=device, dtype=dtype)
@@ -121,6 +122,18 @@ def _affordable(kernels: dict, sync) -> dict:
         for index, (name, (flops, fn)) in enumerate(kernels.items())
         if index == 0 or seconds * flops / first_flops <= MAX_CALL_S
     }
+
+
+def quick_rate(device: str, dtype: torch.dtype, policy: TimingPolicy) -> float:
+    """The device's compute rate in a fraction of a second: the better median rate of its smallest matmul and its
+    first convolution, a few rounds of each (`policy`), warm-up included. Uses the torch threads in force."""
+    on_gpu = device.startswith("cuda")
+    with torch.inference_mode():
+        kernels = _affordable(_kernels(device, dtype, quick=True), torch.cuda.synchronize if on_gpu else None)
+        timings = interleaved(
+            {name: fn for name, (_, fn) in kernels.items()}, policy, sync=torch.cuda.synchronize if on_gpu else None
+        )
+    return max(flops / timings[name].wall.median_s for name, (flops, _) in kernels.items())
 
 
 def stored_peaks(meta: dict) -> dict[str, dict]:
