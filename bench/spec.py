@@ -62,6 +62,13 @@ class PointSpec:
         return asdict(self)
 
 
+# A point's fields by role: every list of sizes or of what makes a point derives from these.
+SIZES = ("n", "d", "batch", "k", "heads", "window", "dilation")
+LAYER_SIZES = SIZES[3:]  # the sizes only some layers use (None elsewhere): models' `uses`
+WHERE = ("device", "dtype", "mode")  # where a point runs and what one call runs
+IDENTITY = ("layer", *SIZES, *WHERE)  # what makes a point: PointSpec's fields; equal identity, same point
+
+
 def device_key(device: str, dtype: str) -> str:
     """A device and dtype as one short name: `cpu`, `cuda`, `cuda-bfloat16` (float32 is left unsaid). It keys
     each run's compute peak in meta.json and is the report's source label."""
@@ -157,7 +164,7 @@ def expand_grid(
         cls = models.LAYERS[layer]
         if "dilation" in cls.uses and dil is None and isinstance(kk, int):
             dil = cls.path.stack_dilation(SWEPT_STACK_LAYER, kk)
-        sizes = {"k": kk, "heads": hh, "window": ww, "dilation": dil}
+        sizes = dict(zip(LAYER_SIZES, (kk, hh, ww, dil)))
         spec = PointSpec(
             layer=layer,
             n=nn,

@@ -96,3 +96,13 @@ def test_device_key_leaves_float32_unsaid():
     assert device_key("cpu", "float32") == "cpu" and device_key("cuda", "bfloat16") == "cuda-bfloat16"
     rows = {"device": ["cpu", "cuda", "cuda"], "dtype": ["float32", "float32", "float16"]}
     assert device_keys(rows) == ["cpu", "cuda", "cuda-float16"]
+
+
+def test_a_points_fields_are_named_once_by_role():
+    from dataclasses import fields
+
+    from bench.spec import IDENTITY, LAYER_SIZES, SIZES, PointSpec
+
+    assert IDENTITY == tuple(f.name for f in fields(PointSpec))
+    assert set(LAYER_SIZES) == {s for cls in models.LAYERS.values() for s in cls.uses}
+    assert set(SIZES) - set(LAYER_SIZES) == {"n", "d", "batch"}
