@@ -363,9 +363,8 @@ def _run_on(args, argv, cluster) -> int:
     from .fits import plan_warnings  # noqa: PLC0415
     from .run import Run  # noqa: PLC0415
 
-    measure_with = cluster.measure if cluster is not None else None
     if args.resume is not None:
-        run = Run.resume(args.resume) if cluster is None else Run.resume(args.resume, measure_with=measure_with)
+        run = Run.resume(args.resume, cluster=cluster)
         if cluster is None and run.meta.get("ray"):
             run.log(f"measuring the rest here, not on Ray (it was begun on {run.meta['ray'].get('address')})")
     else:
@@ -396,7 +395,7 @@ def _run_on(args, argv, cluster) -> int:
             preset=args.preset,
             threads=args.threads,
             seed=args.seed or 0,
-            measure_with=measure_with,
+            cluster=cluster,
         )
         _print_lines(lines)  # before measuring, which goes ahead
     try:
