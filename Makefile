@@ -50,7 +50,7 @@ test: lint
 	$(PYTEST)
 
 # The inner loop: the lint and every test not marked slow (real sweeps, subprocesses, the claims), in one
-# process: two workers gain nothing here (70-75 s against 65 s on 2 cores).
+# process: two workers gain nothing for so short a suite.
 test-fast: lint
 	$(PY) -m pytest -q -m "not slow"
 

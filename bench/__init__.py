@@ -1,7 +1,5 @@
 """seqlayer-bench: measures the complexity table of sequence layers (Vaswani et al. 2017, Table 1).
-
-One sweep point travels: cli.py (parse, validate) -> spec.py (frozen PointSpec) -> run.py (the run's
-life: interleaved passes, load, sampling until known) -> point.py (one pass: build the layer, timing.py; on the
-first pass flops.py and memory.py) -> storage.py (timings.jsonl per pass, a row of points.csv) ->
-report/ (clock.py, fits.py, figures, verdicts) -> reports/. The public interface: bench/interface.md.
-"""
+A point's path: cli.py -> commands.py (preflight.py: what is said before measuring) -> run.py (ray_phase.py on
+a cluster) -> point.py (timing.py; first pass flops.py, memory.py) -> folder.py (the run folder's one writer)
+-> report/ (fits.py, sweeps.py) -> reports/. The public interface: bench/interface.md; the method:
+docs/method.md."""

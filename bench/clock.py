@@ -1,11 +1,5 @@
-"""A points table's times on one clock: which clock a fit, or any number derived from several points' times,
-uses, and each point's time, interval and reliability on it.
-
-Each point names the clock its time is to be read on (`time_clock`, chosen by bench.timing.choose_clock from
-the load and the data). A number made of several points' times uses one clock for all of them: the CPU clock
-where any of them needs it and every one has its own thread's CPU clock (on one thread, quiet, the two agree),
-else the wall clock. Runs from before the CPU clock have the wall clock alone.
-"""
+"""A points table's times on one clock: the clock a number made of several points' times uses (the CPU clock
+where any needs it and all have their own thread's, else the wall clock), and each point's figures on it."""
 
 from __future__ import annotations
 
@@ -30,8 +24,7 @@ def _stored_false(values: pd.Series) -> pd.Series:
 
 
 def reliable_on(points: pd.DataFrame, clock: str) -> pd.Series:
-    """Whether each point's median on `clock` is to be trusted. A run from before the CPU clock stored the wall
-    clock's verdict in `time_reliable` (every point reliable where it stored none); it has no CPU clock."""
+    """Whether each point's median on `clock` is to be trusted; older runs: `time_reliable`, wall clock only."""
     if FLAG_COLUMN[clock] in points:
         return _no_flag(points[FLAG_COLUMN[clock]])
     if clock == CPU:
@@ -42,22 +35,20 @@ def reliable_on(points: pd.DataFrame, clock: str) -> pd.Series:
 
 
 def reliable(points: pd.DataFrame) -> pd.Series:
-    """Whether each point's time is to be trusted on its own clock (`time_reliable`; every point where a run
-    stored no such column)."""
+    """Whether each point's time is to be trusted on its own clock (all, where no `time_reliable` column)."""
     if "time_reliable" not in points:
         return pd.Series(True, index=points.index)
     return ~_stored_false(points["time_reliable"])
 
 
 def has_cpu_clock(points: pd.DataFrame) -> pd.Series:
-    """Whether each point has the CPU clock of its own thread (one intra-op thread, on the CPU)."""
+    """Whether each point has the CPU clock of its own thread."""
     if "time_cpu_clock" not in points or TIME_COLUMNS[CPU][0] not in points:
         return pd.Series(False, index=points.index)
     return (points["time_cpu_clock"] == THREAD) & points[TIME_COLUMNS[CPU][0]].notna()
 
 
 def group_clock(points: pd.DataFrame) -> str:
-    """The one clock for a number made of these points' times (module docstring)."""
     if "time_clock" not in points or points.empty:
         return WALL
     wants_cpu = (points["time_clock"] == CPU).any()
@@ -65,8 +56,7 @@ def group_clock(points: pd.DataFrame) -> str:
 
 
 def on_clock(points: pd.DataFrame, clock: str | None = None) -> pd.DataFrame:
-    """The points with their time on `clock` (default: `group_clock`): `time_s`, `time_s_ci_low`,
-    `time_s_ci_high`, `time_s_iqr`, `time_ok` (to be trusted on it) and `clock`."""
+    """The points with `time_s` (its interval and IQR beside), `time_ok` and `clock`, on `clock`."""
     clock = clock or group_clock(points)
     median, low, high, iqr = TIME_COLUMNS[clock]
 
@@ -84,8 +74,7 @@ def on_clock(points: pd.DataFrame, clock: str | None = None) -> pd.DataFrame:
 
 
 def each_on_own_clock(points: pd.DataFrame) -> pd.DataFrame:
-    """The points with their time on their own clock (`time_clock`), each apart: for per-point figures such as
-    a fraction of peak."""
+    """The points with their time on their own clock (`time_clock`), for per-point figures."""
     own = points["time_clock"] if "time_clock" in points else pd.Series(WALL, index=points.index)
     parts = [on_clock(points[own.fillna(WALL) == clock], clock) for clock in (WALL, CPU)]
     return pd.concat([p for p in parts if len(p)]).loc[points.index] if len(points) else on_clock(points, WALL)

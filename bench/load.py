@@ -1,19 +1,5 @@
-"""The machine's load, measured with psutil: how much CPU other processes take, and what thread count that
-leaves us. Pure probes: they return values; the run stores them (meta.json, timings.jsonl).
-
-Why it matters: a torch operator with T intra-op threads ends at a barrier where every thread waits for the
-slowest. If another process holds one of those T cores, the whole operator waits for the scheduler to give
-that core back (a time slice, milliseconds), so a sub-millisecond call comes out 5x to 300x slower, and
-often every round alike, so no spread flags it. The remedy is to run fewer threads than there are free cores.
-
-Method:
-- `others_busy_cores`: CPU seconds the whole machine spent busy (psutil.cpu_times: everything but idle
-  and iowait) minus the CPU seconds of this process, divided by the wall seconds of the window. 1.0 means
-  other processes kept one core busy.
-- `choose_threads`: the physical cores, less the cores other processes keep busy (rounded), less
-  RESERVED_CORES for the operating system and whatever starts during the run, at least 1.
-- A machine is called busy when other processes take at least BUSY_CORES cores.
-"""
+"""The machine's load, measured with psutil: the cores other processes keep busy, and the thread count that
+leaves us. Pure probes; the run stores what they return. Method: docs/method.md."""
 
 from __future__ import annotations
 
@@ -40,9 +26,7 @@ def _own_cpu_s(process: psutil.Process) -> float:
 
 @dataclass(frozen=True)
 class Load:
-    """What other processes did over a window of `wall_s` seconds."""
-
-    others_busy_cores: float
+    others_busy_cores: float  # CPU seconds of all but this process (busy: not idle, not iowait) per wall second
     loadavg_1m: float
     logical_cores: int
     wall_s: float
@@ -103,7 +87,6 @@ def choose_threads(load: Load, cores: int) -> tuple[int, str]:
 
 
 def busy_warning(load: Load) -> str | None:
-    """One line when the machine is busy, else None."""
     if not load.busy:
         return None
     return (

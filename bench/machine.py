@@ -1,6 +1,4 @@
-"""Provenance of a run: the machine, its devices, the software and the commit, returned as dicts. Not pure in
-one respect: `commit_info` runs git in the harness's repository by changing the working directory for the
-call (pytest-benchmark's get_commit_info reads the cwd) and restores it in a `finally`."""
+"""Provenance of a run: the machine, its devices, the software and the commit, returned as dicts."""
 
 from __future__ import annotations
 
@@ -24,10 +22,8 @@ GENERATED_PATHS = ("reports", "results")
 
 
 def commit_info() -> dict:
-    """pytest-benchmark's commit_info for the harness's own repository, not the caller's cwd, with `dirty`
-    counting only changes outside GENERATED_PATHS (a regenerated report or a stored run leaves the code
-    clean). Not pure: pytest-benchmark asks git in the working directory, so this changes into the
-    repository for the call and back (contextlib.chdir), which a thread running beside it would see."""
+    """pytest-benchmark's commit_info of the harness's repository, `dirty` only outside GENERATED_PATHS. Not
+    pure: pytest-benchmark asks git in the cwd, so this changes into the repository and back."""
     with chdir(REPO_ROOT):
         info = get_commit_info("seqlayer-bench")
         if info.get("id") is not None:
@@ -54,8 +50,7 @@ def _slug(text: str) -> str:
 
 
 def short_model(model: str) -> str:
-    """A CPU or GPU name without its trademarks and clock: "Intel(R) Xeon(R) Processor" -> "Intel Xeon",
-    "AMD EPYC 7763 64-Core Processor" -> "AMD EPYC 7763", "NVIDIA H100 80GB HBM3" stays."""
+    """Without trademarks and clock: "AMD EPYC 7763 64-Core Processor" -> "AMD EPYC 7763"."""
     text = re.sub(r"\((R|TM|tm|r)\)", "", model)
     text = re.sub(r"@.*$", "", text)  # "@ 2.20GHz"
     text = re.sub(r"\b(CPU|Processor|\d+-Core)\b", "", text)
@@ -63,9 +58,8 @@ def short_model(model: str) -> str:
 
 
 def machine_identity(meta: dict) -> tuple[str, str]:
-    """(id, label) of the machine a run's meta.json describes: its CPU model, physical cores and host. The id
-    is a stable slug for cite keys and folders ("intel-xeon-2c-vm"); the label is for readers
-    ("Intel Xeon, 2 cores (vm)")."""
+    """(id, label) of the machine a meta.json describes: a slug for cite keys and folders ("intel-xeon-2c-vm")
+    and a label for readers ("Intel Xeon, 2 cores (vm)")."""
     model = short_model(meta.get("cpu_model") or "unknown CPU")
     cores = meta.get("cpu_cores")
     host = meta.get("hostname") or "unknown host"
@@ -74,10 +68,7 @@ def machine_identity(meta: dict) -> tuple[str, str]:
 
 
 def node_facts(meta: dict, node) -> dict | None:
-    """The facts of the Ray node a row of a cluster sweep names (`node` in points.csv), from its run's
-    meta.json `nodes` (bench.cluster): its machine's identity fields (a dict machine_identity reads), devices,
-    software and compute peak. None for a row measured in the run's own process (no node), or a node the meta
-    does not list."""
+    """The meta.json `nodes` entry (bench.cluster) of the Ray node a row names; None for none or an unlisted one."""
     nodes = meta.get("nodes")
     if not isinstance(nodes, dict) or not isinstance(node, str) or not node:
         return None
@@ -86,7 +77,6 @@ def node_facts(meta: dict, node) -> dict | None:
 
 
 def machine_info() -> dict:
-    """pytest-benchmark's machine_info (platform, CPU brand and flags via py-cpuinfo)."""
     return pytest_benchmark_generate_machine_info()
 
 
@@ -117,7 +107,6 @@ def devices(cpu_name: str) -> list[dict]:
 
 
 def _identity_fields(info: dict) -> dict:
-    """The meta.json fields a machine is known by (see machine_identity)."""
     return {
         "cpu_model": cpu_model(info),
         "cpu_cores": psutil.cpu_count(logical=False) or psutil.cpu_count(),
@@ -126,13 +115,11 @@ def _identity_fields(info: dict) -> dict:
 
 
 def this_machine() -> tuple[str, str]:
-    """machine_identity of the machine this process runs on."""
     return machine_identity(_identity_fields(machine_info()))
 
 
 def run_meta(threads: int) -> dict:
-    """The machine and software fields of meta.json (the interface's list), plus the raw
-    pytest-benchmark machine_info and commit_info they come from."""
+    """The machine and software fields of meta.json, with pytest-benchmark's machine_info and commit_info."""
     info = machine_info()
     commit = commit_info()
     identity = _identity_fields(info)

@@ -1,53 +1,5 @@
-"""Peak memory of one call: `mem_peak_bytes` from the allocator, `mem_rss_peak_bytes` from the OS.
-
-`measure_memory(fn, device)` runs `fn()` once and returns a `MemoryPeak`: the peak, and what `fn` left
-allocated when it returned (`end_bytes`: its result and whatever the result keeps alive, such as the
-tensors autograd saved for a backward pass). It measures memory only; the
-runner times in a separate pass, because both probes below slow the call down.
-
-Allocator peak (`peak_bytes`, the interface's `mem_peak_bytes`): the largest number of bytes that `fn`
-had allocated and not yet freed at any moment, counted from zero at the start, so tensors that were live
-before the call (inputs, weights) are excluded. The tensor `fn` returns is live at its end and counts.
-
-- On a GPU, from the CUDA caching allocator's statistics: synchronize, reset the peak counter, read
-  `memory_allocated`, run, synchronize, and take `max_memory_allocated - before`. Sizes are the
-  allocator's block sizes (rounded up to 512 bytes); a free of a block that was live before `fn` lowers
-  the running count, so it can offset `fn`'s own allocations (a forward pass whose caller holds its input
-  and weights frees none). The peak counter is reset by the call and left describing it.
-- On the CPU, from allocation events: `torch.profiler.profile(profile_memory=True)` records every
-  allocation and free of PyTorch's CPU allocator with its address, signed size (free < 0) and time.
-  `peak_live_bytes` replays them in time order. A free counts only if its address was allocated inside
-  the window, with the size recorded at that allocation; frees of blocks allocated before `fn` are
-  skipped. So the running count is exactly the bytes of `fn`'s own blocks still live, never below zero,
-  and the peak is its maximum. Skipping those frees is needed, not cosmetic: PyTorch's CPU reporter keeps
-  its table of block sizes across profiler sessions, so a block allocated under an earlier profile and
-  freed inside this one is reported with a negative size, and a stale entry (its free happened with the
-  profiler off, then the address was reused) would be reported with the wrong size. Blocks allocated
-  before any profiling are reported with no free at all (c10 logs "Memory block of unknown size was
-  allocated before the profiling started").
-  Sizes are the requested bytes (a float32 tensor of m elements is 4·m bytes), so the peak is exact to the
-  byte for memory that goes through PyTorch's allocator. Not seen: memory a library takes from malloc
-  directly (MKL's or oneDNN's internal buffers, thread stacks) and tensors allocated on another thread
-  than the caller's (the profiler follows the thread it was started on; a tensor made in a Python thread
-  during `fn` is not recorded). RSS below includes both. For the matched layers on torch 2.13 the events
-  do include oneDNN's weight reorders and RNN workspace (ideep takes them from PyTorch's allocator) and
-  the fused CPU attention kernel's scratch, all on the calling thread.
-
-RSS peak (`rss_peak_bytes`, the interface's `mem_rss_peak_bytes`): the process's peak resident set while
-`fn` ran, bytes, everything included (the interpreter, weights, inputs, malloc's arenas, the profiler's
-own buffers during a CPU measurement). `rss_base_bytes` is the resident set just before the call, so
-`rss_peak_bytes - rss_base_bytes` is comparable with `peak_bytes` (it is usually smaller where malloc
-reuses freed pages, larger where libraries allocate outside PyTorch). How it is read, in `rss_method`:
-
-- `"vmhwm-reset"` (Linux): writing "5" to /proc/self/clear_refs resets the kernel's high-water mark
-  VmHWM to the current RSS; VmHWM in /proc/self/status after the call is the exact peak during it.
-- `"vmhwm-grew"` (Linux, clear_refs not writable): VmHWM is then the lifetime peak; if it grew during the
-  call, its new value was reached during the call and is exact.
-- `"rss-sampled"`: otherwise (VmHWM did not grow, or there is no /proc), a thread samples the RSS with
-  psutil every `RSS_SAMPLE_INTERVAL_S` during the call; the maximum of those samples and the RSS before
-  and after is a measured lower bound of the peak, not the peak itself.
-- `None` and both RSS fields None: only where psutil cannot read this process's RSS at all.
-"""
+"""Peak memory of one call: `mem_peak_bytes` from the allocator (CUDA statistics, or the profiler's CPU
+allocation events replayed), `mem_rss_peak_bytes` from the OS. Method: docs/method.md."""
 
 from __future__ import annotations
 
@@ -84,7 +36,7 @@ class MemoryPeak:
     rss_peak_bytes: int | None  # -> mem_rss_peak_bytes: peak resident set of the process during fn
     rss_base_bytes: int | None  # resident set just before fn
     method: str  # how peak_bytes was read: METHOD_CUDA or METHOD_CPU
-    rss_method: str | None = None  # how rss_peak_bytes was read (see the module docstring)
+    rss_method: str | None = None  # how rss_peak_bytes was read: "vmhwm-reset", "vmhwm-grew", "rss-sampled"
     end_bytes: int = 0  # bytes fn allocated and had not freed when it returned, its result included
 
 
@@ -95,9 +47,7 @@ class AllocationEvent(NamedTuple):
 
 
 def measure_memory(fn: Callable[[], object], device: str | torch.device) -> MemoryPeak:
-    """Run `fn()` once on `device` ("cpu" or "cuda[:i]") and return its memory peaks (see the module
-    docstring for the method). Call `fn` once before, as the timing pass does, if first-call allocations
-    (cuBLAS workspaces, lazily built caches) should not count."""
+    """Run `fn()` once on "cpu" or "cuda[:i]"; call it once before if first-call allocations should not count."""
     device = torch.device(device)
     if device.type == "cuda":
         return _measure_cuda(fn, device)
@@ -107,12 +57,7 @@ def measure_memory(fn: Callable[[], object], device: str | torch.device) -> Memo
 
 
 def live_bytes(events: Iterable[AllocationEvent]) -> tuple[int, int]:
-    """(peak, end): the maximum over time of the bytes allocated inside the window and not yet freed, from 0,
-    and those bytes at the window's end.
-
-    Events are replayed in time order (ties keep the given order). A free whose address was not
-    allocated inside the window belongs to a block that was live before it and is skipped; a free counts
-    the size recorded at its allocation."""
+    """(peak, end) of the bytes allocated inside the window and not yet freed (docs/method.md)."""
     live: dict[int, int] = {}  # address -> bytes, blocks allocated inside the window
     current = peak = 0
     for event in sorted(events, key=lambda e: e.time_ns):
@@ -126,13 +71,11 @@ def live_bytes(events: Iterable[AllocationEvent]) -> tuple[int, int]:
 
 
 def peak_live_bytes(events: Iterable[AllocationEvent]) -> int:
-    """The peak of `live_bytes`."""
     return live_bytes(events)[0]
 
 
 def _measure_cpu(fn: Callable[[], object]) -> MemoryPeak:
     result = None
-    # The profiler's __exit__ stops it whatever fn raises.
     with _kineto_quiet(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         with _RssWatch() as rss:  # after the profiler started, so its start-up is not in the RSS peak
             result = fn()
@@ -172,17 +115,14 @@ _KINETO_NOISE = (
     "USDT:",
     "profiler_start",
     "profiler_stop",
-    # c10, when a block allocated before the session is freed in it (a train call drops the last gradients):
-    # expected, and handled by live_bytes (module docstring)
+    # c10, when a block allocated before the session is freed in it: expected, live_bytes skips such frees
     "Memory block of unknown size was allocated before the profiling started",
 )
 
 
 @contextmanager
 def _kineto_quiet():
-    """Kineto writes `USDT: ... profiler_start/stop` lines straight to file descriptor 2 on every session,
-    with no setting to turn them off; they would break the progress bar of every sweep point. Capture fd 2
-    for the session and pass on every other line (warnings, errors) unchanged."""
+    """Pass on fd 2 but Kineto's lines, written there every session with no way to turn them off."""
     try:
         saved = os.dup(2)
     except OSError:  # no usable stderr: nothing to keep quiet
@@ -209,7 +149,7 @@ def _kineto_quiet():
 
 
 class _RssWatch:
-    """Context manager: the process's peak RSS while its body runs (see the module docstring)."""
+    """Context manager: the process's peak RSS while its body runs."""
 
     def __init__(self) -> None:
         self.base_bytes: int | None = None

@@ -1,13 +1,5 @@
-"""A device's compute peak, measured: the ceiling that a point's fraction of peak divides by.
-
-The peak is the best rate any of a few dense kernels reaches on the device: square matrix products (BLAS,
-cuBLAS) and convolutions of the layer in the convolution role (oneDNN's direct kernels, which on some CPUs
-run twice as fast as the BLAS product: a ceiling from the matmul alone would put a convolution above 100 %).
-The kernels are timed by the sweep's engine (bench.timing.interleaved), on the same two clocks as the points,
-and each clock's ceiling is the best kernel's rate over its fastest round: the best the machine did, which a
-busy phase cannot lower the way it lowers a median. A point's fraction divides its rate on its clock by the
-ceiling on the same clock.
-"""
+"""A device's compute peak, measured on each clock: the ceiling a point's fraction of peak divides by.
+Method: docs/method.md."""
 
 from __future__ import annotations
 
@@ -25,14 +17,12 @@ MATMUL_SIZES = {"cpu": (512, 1024), "cuda": (4096, 8192, 16384)}
 # Convolutions (batch, n, d, k) at which oneDNN's and cuDNN's kernels run at their best rate.
 CONV_SHAPES = {"cpu": ((4, 512, 256, 9), (4, 2048, 128, 3)), "cuda": ((8, 4096, 1024, 3),)}
 PEAK_POLICY = TimingPolicy(min_rounds=6, max_rounds=20, target_s=0.3, passes=3)
-# A kernel whose one call would take longer than this (judged from one call, after a warm-up one) is left out:
-# a dtype without a fast kernel (float16 on many CPUs) would otherwise spend minutes.
+# A kernel whose one call would take longer is left out (float16 on many CPUs would spend minutes).
 MAX_CALL_S = 0.25
 
 
 def with_measurement(entry: dict | None, when: str, value: dict) -> dict:
-    """A device's stored peak entry with `value` (a compute_peak) measured at `when` ("start", "end") added to
-    its `measured`: on each clock the better of them is the peak (a ceiling: a slow phase can only lower it)."""
+    """A stored peak entry with `value` measured at `when` ("start", "end") added; the better one is the peak."""
     measured = dict((entry or {}).get("measured", {}), **{when: value})
     best = dict(max(measured.values(), key=lambda m: m["flops_per_s"]), measured=measured)
     cpu = [m["flops_per_s_cpu"] for m in measured.values() if m.get("flops_per_s_cpu")]
@@ -49,7 +39,7 @@ def peak_on(entry: dict, clock: str) -> float | None:
 
 
 def kernel_flops(kind: str) -> list[int]:
-    """The FLOPs of one call of each kernel of a device kind's ("cpu", "cuda") peak, in `_kernels`' order."""
+    """The FLOPs of one call of each kernel of a device kind's peak, in `_kernels`' order."""
     conv = models.ROLES.convolution
     return [2 * m**3 for m in MATMUL_SIZES[kind]] + [
         models.analytic_flops(conv, batch, n, models.LayerConfig(d=d, k=k)) for batch, n, d, k in CONV_SHAPES[kind]
@@ -57,8 +47,7 @@ def kernel_flops(kind: str) -> list[int]:
 
 
 def _kernels(device: str, dtype: torch.dtype, quick: bool = False) -> dict[str, tuple[int, Callable[[], object]]]:
-    """{name: (FLOPs of one call, the call)} of every kernel of the device's peak; `quick`: the smallest matmul
-    and the first convolution alone (bench.estimate's calibration)."""
+    """{name: (FLOPs of one call, the call)}; `quick`: the smallest matmul and the first convolution alone."""
     kind = "cuda" if device.startswith("cuda") else "cpu"
     out = {}
     for m in MATMUL_SIZES[kind][:1] if quick else MATMUL_SIZES[kind]:
@@ -77,9 +66,7 @@ def _kernels(device: str, dtype: torch.dtype, quick: bool = False) -> dict[str, 
 
 
 def compute_peak(device: str, dtype: torch.dtype = torch.float32) -> dict:
-    """The device's ceiling on each clock (module docstring), the best kernel's name, the square matmul's median
-    rate (what bench.estimate's model is calibrated on) and every kernel's figures. Uses the torch threads in
-    force: the caller pins them to the run's."""
+    """The ceiling on each clock, the best kernel, the matmul's median rate and every kernel's figures."""
     on_gpu = device.startswith("cuda")
     sync = torch.cuda.synchronize if on_gpu else None
     with torch.inference_mode():
@@ -108,8 +95,7 @@ def compute_peak(device: str, dtype: torch.dtype = torch.float32) -> dict:
 
 
 def _affordable(kernels: dict, sync) -> dict:
-    """The kernels whose one call would take at most MAX_CALL_S, judged from one call of the first (the smallest
-    matmul, always kept; after a warm-up call) at the same rate per FLOP."""
+    """The kernels whose one call would take at most MAX_CALL_S at the rate of the first, which is kept."""
     (first_flops, first), *_ = kernels.values()
     for _ in range(2):  # the first call warms up; the second is timed
         started = time.perf_counter()
@@ -125,8 +111,7 @@ def _affordable(kernels: dict, sync) -> dict:
 
 
 def quick_rate(device: str, dtype: torch.dtype, policy: TimingPolicy) -> float:
-    """The device's compute rate in a fraction of a second: the better median rate of its smallest matmul and its
-    first convolution, a few rounds of each (`policy`), warm-up included. Uses the torch threads in force."""
+    """The better median rate of the smallest matmul and the first convolution, in a fraction of a second."""
     on_gpu = device.startswith("cuda")
     with torch.inference_mode():
         kernels = _affordable(_kernels(device, dtype, quick=True), torch.cuda.synchronize if on_gpu else None)
@@ -137,6 +122,5 @@ def quick_rate(device: str, dtype: torch.dtype, policy: TimingPolicy) -> float:
 
 
 def stored_peaks(meta: dict) -> dict[str, dict]:
-    """The peaks a run's meta.json (or a node's facts in it) stores, by device key: `compute_peak`, or for a run
-    from before the convolutions and the CPU clock, `matmul_peak` (the square matmuls' median rate)."""
+    """The peaks a run's meta.json (or a node's facts) stores by device key; older runs' `matmul_peak`."""
     return meta.get("compute_peak") or meta.get("matmul_peak") or {}

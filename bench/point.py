@@ -1,16 +1,5 @@
-"""One point of a sweep, one pass at a time: build its layer and input, time a share of its rounds, and on
-its first pass count its FLOPs and measure its memory (after the timed rounds, since both probes slow the
-call down). Returns values; bench.run schedules the passes and stores what comes back.
-
-What one call runs depends on the point's mode (bench.spec.MODES), and time, FLOPs and memory all measure
-that call: in inference mode the forward pass under torch.inference_mode; in train mode one training step of
-the layer, as inside a network: the layer in training mode, the input requiring grad, one forward pass and
-one backward pass from a fixed random upstream gradient that computes the input's and every parameter's
-gradient (set to None before each call, so no call adds to the last one's). A train point also measures what
-the forward pass leaves allocated for the backward (`mem_saved_bytes`).
-
-The row of a finished point (`point_row`) joins the statistics of all its passes (bench.timing.summarize)
-with the probes of its first pass."""
+"""One pass over one point of a sweep: build its layer, time a share of its rounds, and on its first pass count
+FLOPs and measure memory after them (both probes slow the call). bench.run schedules and stores the passes."""
 
 from __future__ import annotations
 
@@ -34,8 +23,7 @@ OOM_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memor
 
 
 def is_oom(exc: BaseException) -> bool:
-    """CUDA raises torch.OutOfMemoryError; the CPU allocator raises it in recent releases and a
-    RuntimeError ("DefaultCPUAllocator: can't allocate memory") in others."""
+    """torch.OutOfMemoryError, or the CPU allocator's RuntimeError of older releases ("can't allocate memory")."""
     if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
         return True
     return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MESSAGES)
@@ -43,14 +31,11 @@ def is_oom(exc: BaseException) -> bool:
 
 @dataclass(frozen=True)
 class PassResult:
-    """What one pass over one point measured. `probes` only on a point's first pass."""
-
     rounds_planned: int  # the point's rounds over all passes (its calibration)
     iterations: int
-    record: dict  # pytest-benchmark's JSON of this pass's rounds (per-call wall times in stats.data, CPU times and
-    # page faults in extra_info)
+    record: dict  # pytest-benchmark's JSON of this pass's rounds (bench.timing.record_of)
     others_busy_cores: float  # CPU other processes took while this pass timed the point
-    probes: dict | None = None
+    probes: dict | None = None  # FLOPs and memory, on a point's first pass only
 
 
 @dataclass(frozen=True)
@@ -63,8 +48,7 @@ class PassFailure:
 def one_call(
     spec: PointSpec, layer: torch.nn.Module, x: torch.Tensor, seed: int
 ) -> tuple[Callable[[], object], Callable[[], object]]:
-    """(call, forward): what one timed call of the point runs (module docstring), and its forward pass alone.
-    In train mode `x` is made to require grad and the upstream gradient is drawn from `seed`."""
+    """(call, forward): one timed call of the point (train: forward and backward), and its forward pass alone."""
     if not spec.trains:
         forward = lambda: layer(x)  # noqa: E731
         return forward, forward
@@ -83,19 +67,15 @@ def one_call(
 
 
 def autograd_mode(trains: bool) -> AbstractContextManager:
-    """The autograd mode of a call: autograd on for a forward and backward pass, inference mode otherwise."""
     return torch.enable_grad() if trains else torch.inference_mode()
 
 
 def grad_mode(spec: PointSpec) -> AbstractContextManager:
-    """The autograd mode a call of the point runs under."""
     return autograd_mode(spec.trains)
 
 
 def _free(device: str, collect: bool) -> None:
-    """Free what the pass allocated. Dropping the references frees the tensors at once (reference counting);
-    a full gc.collect (tens of ms with torch loaded, at every visit of every pass) only after a failure,
-    whose traceback holds frames in reference cycles."""
+    # Dropped tensors are freed at once; a costly gc.collect only after a failure (its traceback holds cycles).
     if collect:
         gc.collect()
     if device.startswith("cuda"):
@@ -105,9 +85,7 @@ def _free(device: str, collect: bool) -> None:
 def measure_pass(
     spec: PointSpec, policy: TimingPolicy, plan: tuple[int, int] | None, seed: int = 0, with_probes: bool = False
 ) -> PassResult | PassFailure:
-    """Time one pass of `spec`: calibrate first if `plan` (rounds, iterations) is None, then time
-    policy.rounds_per_pass(rounds) rounds; with `with_probes`, count FLOPs and measure memory after.
-    Frees what it allocated (and empties the CUDA cache) before it returns."""
+    """One pass of `spec`, calibrated first where `plan` (rounds, iterations) is None; frees what it allocated."""
     cfg = spec.config()
     layer = x = None
     failed = True
@@ -152,14 +130,12 @@ def measure_pass(
 
 
 def saved_bytes(forward: Callable[[], object], spec: PointSpec) -> int:
-    """What a training forward pass leaves allocated for its backward, from the allocator: the bytes it
-    allocated and had not freed when it returned, its output and every tensor autograd saved (the graph is
-    alive until the output is dropped). Tensors live before it (input, weights) are not counted."""
+    """What a training forward pass leaves allocated for its backward: its output and what autograd saved."""
     return measure_memory(forward, spec.device).end_bytes
 
 
 def base_row(spec: PointSpec, threads: int) -> dict:
-    """The columns every row has, measured or not: the spec, its id, the threads, the closed forms."""
+    """The columns every row has, measured or not."""
     cfg = spec.config()
     return dict(
         spec.as_row(),
@@ -177,8 +153,7 @@ def base_row(spec: PointSpec, threads: int) -> dict:
 def point_row(
     spec: PointSpec, threads: int, timing: Timing, probes: dict, clock: tuple[str, str], others_busy_cores: float
 ) -> dict:
-    """The points.csv row of a point whose passes are all done; `clock`: the clock its time fits use, and why
-    (bench.timing.choose_clock)."""
+    """The points.csv row of a point whose passes are all done; `clock`: bench.timing.choose_clock's."""
     wall, cpu = timing.wall, timing.cpu
     chosen = timing.on(clock[0])
     return dict(

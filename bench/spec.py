@@ -10,10 +10,7 @@ import models
 
 from .errors import BadInput
 
-# What one call of a point runs (bench.point): "inference", the forward pass in inference mode; "train", one
-# forward and one backward pass, the input requiring grad as inside a network, every parameter's gradient
-# computed, driven by a fixed random upstream gradient.
-MODES = ("inference", "train")
+MODES = ("inference", "train")  # what one call of a point runs (bench.point.one_call)
 DEFAULT_MODE, TRAIN_MODE = MODES
 
 
@@ -35,13 +32,11 @@ class PointSpec:
 
     @property
     def trains(self) -> bool:
-        """Whether one call of the point is a training step (forward and backward)."""
         return self.mode == TRAIN_MODE
 
     @property
     def key(self) -> str:
-        """A stable id of the point inside a run: what --resume uses to know a point is done. The default mode
-        is left unsaid, so an inference point keeps the id it had before modes existed."""
+        """A stable id inside a run (for --resume); the default mode left unsaid, as before modes existed."""
         return "|".join(
             f"{f.name}={getattr(self, f.name)}"
             for f in fields(self)
@@ -50,7 +45,7 @@ class PointSpec:
 
     @property
     def point_id(self) -> str:
-        """The short id of the point in points.csv and timings.jsonl (a hash of `key`)."""
+        """The short id in points.csv and timings.jsonl, a hash of `key`."""
         return hashlib.sha1(self.key.encode()).hexdigest()[:12]
 
     def config(self) -> models.LayerConfig:
@@ -70,13 +65,11 @@ IDENTITY = ("layer", *SIZES, *WHERE)  # what makes a point: PointSpec's fields; 
 
 
 def device_key(device: str, dtype: str) -> str:
-    """A device and dtype as one short name: `cpu`, `cuda`, `cuda-bfloat16` (float32 is left unsaid). It keys
-    each run's compute peak in meta.json and is the report's source label."""
+    """`cpu`, `cuda`, `cuda-bfloat16` (float32 left unsaid): the key of a compute peak and a source label."""
     return device if dtype == "float32" else f"{device}-{dtype}"
 
 
 def device_keys(points) -> list[str]:
-    """`device_key` of every row of a table with `device` and `dtype` columns."""
     return [device_key(str(device), str(dtype)) for device, dtype in zip(points["device"], points["dtype"])]
 
 
@@ -88,14 +81,12 @@ def mode_of(points) -> list[str]:
 
 
 def source_key(device: str, dtype: str, mode: str) -> str:
-    """`device_key` and the mode, the measurements that may share a fit: `cpu`, `cpu-train`,
-    `cuda-bfloat16-train` (inference is left unsaid). The report's sources and fits keep each apart."""
+    """`device_key` and the mode (inference left unsaid), the measurements that may share a fit: `cpu-train`."""
     key = device_key(device, dtype)
     return key if mode == DEFAULT_MODE else f"{key}-{mode}"
 
 
 def source_keys(points) -> list[str]:
-    """`source_key` of every row of a points table."""
     return [
         source_key(str(device), str(dtype), mode)
         for device, dtype, mode in zip(points["device"], points["dtype"], mode_of(points))
@@ -109,9 +100,7 @@ def _positive(name: str, value) -> int:
 
 
 def validate(spec: PointSpec) -> PointSpec:
-    """Raise BadInput naming the bad value and what is allowed; return the spec unchanged if fine. The sizes
-    a layer reads must be positive integers; what else it needs (an odd k, heads dividing d, a window of at
-    most n) the layer's own `check` says (models/)."""
+    """The spec unchanged, or BadInput naming the bad value and what is allowed (models' `check` included)."""
     if spec.layer not in models.LAYERS:
         raise BadInput(f"layer {spec.layer!r} is not built; allowed: {', '.join(models.LAYERS)}")
     for name in ("n", "d", "batch"):
@@ -133,9 +122,8 @@ def validate(spec: PointSpec) -> PointSpec:
     return spec
 
 
-SWEPT_STACK_LAYER = (
-    1  # a layer whose dilation grows along its stack is swept as the stack's layer 1 (k for conv_dilated)
-)
+# A layer whose dilation grows along its stack is swept as the stack's layer 1 (k for conv_dilated).
+SWEPT_STACK_LAYER = 1
 
 
 def expand_grid(
@@ -151,9 +139,7 @@ def expand_grid(
     dilation=(None,),
     modes=(DEFAULT_MODE,),
 ) -> list[PointSpec]:
-    """The cartesian product, with sizes a layer does not use set to None, so no point is repeated.
-    Order: layer, then device, dtype, mode, batch, d, k, heads, window, n (n innermost, so a layer's n-sweep
-    runs smallest first)."""
+    """The product, unused sizes None so no point repeats; n innermost, so an n-sweep runs smallest first."""
     specs: list[PointSpec] = []
     seen: set[PointSpec] = set()
     for layer, device, dtype, mode, b, dd, kk, hh, ww, dil, nn in itertools.product(

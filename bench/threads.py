@@ -1,8 +1,4 @@
-"""torch's intra-op thread count, pinned for a block of work and restored after, whatever happens.
-
-A context manager that also works as a decorator (`@pinned_threads(1)`). The sweep pins the threads it
-records in meta.json; the path and claims probes pin one thread, since they run many tiny operators
-whose thread barriers cost more than the threads bring on a small shared machine."""
+"""torch's intra-op thread count, pinned for a block of work (or a function, as a decorator) and restored after."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Timing of one call on two clocks, wall and CPU, in rounds split over interleaved passes; pytest-benchmark's
-statistics over them, and the flags that say whether a clock's median can be trusted.
-
-The method is written once, in `method_text` (rendered from the constants below and a run's stored policy),
-which the report prints and the README quotes. The caller sets the autograd mode and pins the threads; this
-module only times.
-"""
+statistics, and flags that say whether a clock's median can be trusted. The method: `method_text`.
+The caller sets the autograd mode and pins the threads."""
 
 from __future__ import annotations
 
@@ -31,10 +27,7 @@ CI_RELATIVE_WIDTH = 0.25  # (interval high − low) / median above this: the med
 
 WALL, CPU = "wall", "cpu"
 CLOCK_CHOICES = ("auto", WALL, CPU)  # TimingPolicy.clock, `run --clock`
-# The CPU clock of a call: the calling thread's CPU time where torch runs the call on that thread alone (one
-# intra-op thread), else the whole process's, which counts threads spinning at a barrier for a descheduled
-# sibling too, so it does not measure the layer on a busy machine and no fit uses it.
-THREAD, PROCESS = "thread", "process"
+THREAD, PROCESS = "thread", "process"  # the CPU clock read: the calling thread's (one thread), or the process's
 
 
 @dataclass(frozen=True)
@@ -58,8 +51,7 @@ class TimingPolicy:
 
     @classmethod
     def stored(cls, stored: dict) -> TimingPolicy:
-        """The policy a plan.json stored. Runs from before sampling until known stored `remeasure` (a second
-        set of passes over the unreliable points); the fields it lacks take their defaults."""
+        """The policy a plan.json stored; missing fields take their defaults (old `remeasure` False: no extra)."""
         known = {f.name for f in fields(cls)}
         unknown = set(stored) - known - {"remeasure"}
         if unknown:
@@ -70,7 +62,6 @@ class TimingPolicy:
         return cls(**policy)
 
     def plan(self, one_call_s: float) -> tuple[int, int]:
-        """(rounds, iterations) for a call that took `one_call_s` once."""
         one_call_s = max(one_call_s, 1e-9)
         iterations = max(1, math.ceil(self.min_round_s / one_call_s - 1e-9))  # 1e-9: float noise in the ratio
         rounds = math.ceil(self.target_s / (one_call_s * iterations))
@@ -84,7 +75,7 @@ class TimingPolicy:
 
 
 def method_constants() -> dict:
-    """The thresholds of this module, stored with each run so its report states the method it used."""
+    """Stored with each run, so its report states the method it used."""
     return {
         "noisy_iqr_ratio": NOISY_IQR_RATIO,
         "warmup_rounds": WARMUP_ROUNDS,
@@ -98,15 +89,14 @@ def method_constants() -> dict:
 
 
 def pass_order(keys: Sequence[Hashable], pass_index: int, seed: int = 0) -> list:
-    """The order a pass visits `keys` in: a fresh shuffle for every pass, reproducible from the seed."""
+    """A fresh shuffle for every pass, reproducible from the seed."""
     order = list(keys)
     random.Random(f"{seed}:{pass_index}").shuffle(order)
     return order
 
 
 def median_interval(times: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Distribution-free interval of the median from order statistics; NaN where too few rounds reach
-    the confidence (5 or fewer at 95 %)."""
+    """Distribution-free interval of the median from order statistics; NaN with too few rounds."""
     if len(times) < 2:
         return math.nan, math.nan
     ci = scipy_stats.quantile_test(np.asarray(times, float), q=float(np.median(times))).confidence_interval(confidence)
@@ -120,8 +110,7 @@ def _minor_faults(who: int) -> Callable[[], int]:
 
 @dataclass(frozen=True)
 class Clocks:
-    """What a round reads before and after its calls: the wall clock, a CPU clock (None on a GPU, where the
-    call's time is the device's) and the minor page faults of the same thread or process. Fakes in tests."""
+    """What a round reads around its calls: wall clock, CPU clock (None on a GPU), minor page faults."""
 
     wall: Callable[[], float] = time.perf_counter
     cpu: Callable[[], float] | None = time.thread_time
@@ -130,7 +119,6 @@ class Clocks:
 
     @classmethod
     def for_call(cls, threads: int, on_gpu: bool = False) -> Clocks:
-        """The clocks of a call on the CPU with `threads` intra-op threads, or on a GPU (wall only)."""
         if on_gpu:
             return cls(cpu=None, cpu_kind="")
         if threads == 1:
@@ -144,7 +132,7 @@ WALL_ONLY = Clocks(cpu=None, cpu_kind="")
 
 @dataclass(frozen=True)
 class Rounds:
-    """One pass's timed rounds: seconds per call on each clock, and the page faults over all its calls."""
+    """One pass's timed rounds: seconds per call on each clock; page faults over all its calls."""
 
     wall_s: tuple[float, ...]
     cpu_s: tuple[float, ...]  # empty without a CPU clock
@@ -153,8 +141,7 @@ class Rounds:
 
 
 def time_rounds(target: Callable[[], object], rounds: int, iterations: int, clocks: Clocks = WALL_ONLY) -> Rounds:
-    """One pass: an untimed warm call, WARMUP_ROUNDS untimed rounds, then `rounds` rounds of `iterations` calls,
-    each read on both clocks (the CPU clock inside the wall clock's reading)."""
+    """One pass: a warm call, WARMUP_ROUNDS untimed rounds, then `rounds` rounds of `iterations` calls."""
     target()
     for _ in range(WARMUP_ROUNDS * iterations):
         target()
@@ -175,8 +162,7 @@ def time_rounds(target: Callable[[], object], rounds: int, iterations: int, cloc
 
 
 def record_of(rounds: Rounds, iterations: int, name: str, clocks: Clocks = WALL_ONLY) -> dict:
-    """One pass as a pytest-benchmark record (its `stats` of the wall clock, as pytest-benchmark.json holds
-    them), the CPU clock's rounds and the page faults in its `extra_info`."""
+    """One pass as a pytest-benchmark record: wall clock in `stats`, CPU clock and faults in `extra_info`."""
     st = Stats()
     for t in rounds.wall_s:
         st.update(t)
@@ -198,7 +184,7 @@ def record_of(rounds: Rounds, iterations: int, name: str, clocks: Clocks = WALL_
 
 
 def rounds_of(record: dict) -> Rounds:
-    """The Rounds a pass record holds (`record_of`); records from before the CPU clock hold the wall only."""
+    """The inverse of `record_of`; records from before the CPU clock hold the wall only."""
     extra = record.get("extra_info") or {}
     wall = tuple(float(t) for t in record["stats"]["data"])
     calls = extra.get("calls", len(wall) * int(record["stats"].get("iterations", 1)))
@@ -244,7 +230,6 @@ def assess(median_s: float, min_s: float, pass_spread: float, ci: tuple[float, f
 
 
 def clock_stats(passes: Sequence[Sequence[float]]) -> tuple[ClockStats, Stats]:
-    """One clock's statistics over the rounds of all passes (pytest-benchmark's Stats), and the Stats."""
     st = Stats()
     for p in passes:
         for t in p:
@@ -258,8 +243,6 @@ def clock_stats(passes: Sequence[Sequence[float]]) -> tuple[ClockStats, Stats]:
 
 @dataclass(frozen=True)
 class Timing:
-    """A point's passes (per-call times of each round, by pass) and their statistics on each clock."""
-
     wall: ClockStats
     cpu: ClockStats | None  # None without a CPU clock (a GPU, or runs from before it)
     cpu_clock: str  # THREAD, PROCESS or "" (none)
@@ -281,8 +264,7 @@ class Timing:
 
 
 def summarize(passes: Sequence[Rounds], iterations: int, name: str = "point", template: dict | None = None) -> Timing:
-    """The statistics of a point over the rounds of all its passes, on each clock, and one pytest-benchmark
-    record holding them all (built on `template`, a record of one of its passes)."""
+    """A point's statistics over all its passes, and one pytest-benchmark record of them built on `template`."""
     passes = [p for p in passes if len(p.wall_s)]
     if not passes:
         raise ValueError(f"{name}: no timed rounds")
@@ -305,11 +287,7 @@ def summarize(passes: Sequence[Rounds], iterations: int, name: str = "point", te
 
 # ------------------------------------------------------------------------------------ which clock
 def choose_clock(timing: Timing, others_busy_cores: float, policy_clock: str = "auto") -> tuple[str, str]:
-    """(clock, why): the clock a point's time fits use. The wall clock is what a user waits for, and is used
-    where it measures the layer: on a quiet machine, or where the call has no CPU clock of its own thread (a
-    GPU, several threads). Where other programs took at least BUSY_CORES cores while the point was timed, or
-    its wall clock was not to be trusted, a one-thread call is timed by its thread's CPU time, which the
-    scheduler does not inflate. `policy_clock` ("wall", "cpu") forces one where it can be had."""
+    """(clock, why): the clock a point's time fits use, by `method_text`'s rule unless `policy_clock` forces one."""
     own_cpu = timing.cpu is not None and timing.cpu_clock == THREAD
     if policy_clock == WALL:
         return WALL, "asked for (--clock wall)"
@@ -327,7 +305,7 @@ def choose_clock(timing: Timing, others_busy_cores: float, policy_clock: str = "
 
 
 def plain_flag(stats: ClockStats, clock: str, passes: int) -> str:
-    """Why a point's time on `clock` stays unreliable, in words a user reads first, then the thresholds."""
+    """Why a point's time on `clock` stays unreliable: words a user reads first, then the thresholds."""
     if stats.reliable:
         return ""
     if "stalled" in stats.flag or "passes disagree" in stats.flag:
@@ -340,7 +318,6 @@ def plain_flag(stats: ClockStats, clock: str, passes: int) -> str:
 
 
 def synced(fn: Callable[[], object], sync: Callable[[], None] | None) -> Callable[[], object]:
-    """`fn` followed by `sync` (e.g. torch.cuda.synchronize) inside the same call."""
     if sync is None:
         return fn
 
@@ -354,7 +331,7 @@ def synced(fn: Callable[[], object], sync: Callable[[], None] | None) -> Callabl
 def calibrate(
     target: Callable[[], object], policy: TimingPolicy, clock: Callable[[], float] = time.perf_counter
 ) -> tuple[int, int]:
-    """(rounds, iterations) of a point from one warm call; the first call pays lazy initialisation."""
+    """(rounds, iterations) from one warm call; the first call pays lazy initialisation."""
     target()
     start = clock()
     target()
@@ -369,10 +346,7 @@ def interleaved(
     clocks: Clocks = WALL_ONLY,
     seed: int = 0,
 ) -> dict[Hashable, Timing]:
-    """Time several callables against each other: calibrated one by one, then `policy.passes` passes,
-    each timing a share of every callable's rounds in a shuffled order. For callables that stay built
-    between passes (the claims, the compute peak); a sweep, which rebuilds its layers, runs the same steps
-    through bench.run. `clocks`: the wall clock alone unless given (Clocks.for_call: the threads in force)."""
+    """Time callables that stay built (claims, compute peak) against each other, in shuffled passes."""
     targets = {key: synced(fn, sync) for key, fn in fns.items()}
     plans = {key: calibrate(target, policy, clocks.wall) for key, target in targets.items()}
     times: dict[Hashable, list[Rounds]] = {key: [] for key in fns}
@@ -385,8 +359,7 @@ def interleaved(
 
 
 def method_text(policy: dict, constants: dict | None = None) -> str:
-    """The timing method of a run in one paragraph, from its stored policy and this module's constants as
-    they were when it ran (meta.json `timing_policy`, `timing_method`), for the report and the README."""
+    """A run's timing method in one paragraph, from its meta.json `timing_policy` and `timing_method`."""
     c = dict(method_constants(), **(constants or {}))
     stored = dict(policy)
     p = TimingPolicy.stored(stored).as_dict() if "remeasure" not in stored else dict(asdict(TimingPolicy()), **stored)

@@ -1,14 +1,6 @@
-"""Recurrent layers: tanh RNN, GRU and LSTM, fused (PyTorch's nn.RNN/GRU/LSTM) and step by step.
-
-Cost (Vaswani et al. 2017, Table 1): O(n·d²) per layer, O(n) sequential operations, O(n) maximum path
-length. Each of the n steps multiplies the input x_t (d) and the previous hidden state h_{t-1} (d) by
-g weight blocks of d×d, g = 1 (RNN), 3 (GRU), 4 (LSTM): 2·g·(d² + d²) FLOPs per sequence element.
-Biases and the gate arithmetic (sigmoid, tanh, products) are not in the count (bench/interface.md, Conventions).
-
-The fused layers run as one library kernel (oneDNN on the CPU, cuDNN on a GPU) that hides its loop over
-time. `reference()` runs the same weights as a transparent Python loop over cells, one step per
-position, so the chain of n dependent steps is visible to operator-level probes (`bench.paths`).
-"""
+"""Recurrent layers: tanh RNN, GRU and LSTM (Vaswani et al. 2017, Table 1: O(n·d²) per layer, O(n) sequential
+operations and path length), fused (nn.RNN/GRU/LSTM) and as a transparent loop, `reference()`, whose n
+dependent steps operator-level probes can see. FLOPs: 2·b·n·g·2d², g = 1, 3, 4 gate blocks."""
 
 from __future__ import annotations
 
@@ -21,18 +13,16 @@ from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any
 class _Recurrent(nn.Module):
     gates: int
     fused_cls: type[nn.RNNBase]
-    # Whether PyTorch runs it on the CPU as one fused operator (oneDNN), which FlopCounterMode counts as it is,
-    # or as ATen's loop of per-step operators, which it decomposes to count (bench/flops.py, bench/estimate.py).
+    # Whether PyTorch runs it on the CPU as one fused oneDNN operator rather than ATen's per-step loop.
     cpu_fused: bool = False
     uses: tuple[str, ...] = ()
     table1 = Table1Row(lambda n, d, k, r: n * d**2, "O(n·d²)", "O(n)", "O(n)")
-    path = CONSTANT_PATH  # causal, left to right: x_0 reaches every later output within one layer
+    path = CONSTANT_PATH  # causal: x_0 reaches every later output within one layer
     check = staticmethod(accept_any)
 
     def __init__(self, cfg: LayerConfig):
         super().__init__()
         self.cfg = cfg
-        # One layer, one direction, hidden size d: the layer is d in and d out like every other.
         self.fused = self.fused_cls(cfg.d, cfg.d, num_layers=1, batch_first=True, **self._extra())
 
     def _extra(self) -> dict:
@@ -43,7 +33,7 @@ class _Recurrent(nn.Module):
         return out
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
-        """The same layer as an explicit loop over time steps (same weights as `forward`)."""
+        """The same weights as an explicit loop over time steps."""
         w_ih, w_hh = self.fused.weight_ih_l0, self.fused.weight_hh_l0  # (g·d, d) each
         b_ih, b_hh = self.fused.bias_ih_l0, self.fused.bias_hh_l0  # (g·d,)
         batch, n, d = x.shape
@@ -64,27 +54,22 @@ class _Recurrent(nn.Module):
 
     @classmethod
     def flops(cls, batch: int, n: int, cfg: LayerConfig) -> int:
-        # n steps × (input and hidden products) × g blocks of d×d MACs × 2 FLOPs: O(n·d²).
+        # n steps × (input and hidden products) × g blocks of d×d.
         return 2 * batch * n * cls.gates * (cfg.d * cfg.d + cfg.d * cfg.d)
 
     @classmethod
     def backward_flops(cls, batch: int, n: int, cfg: LayerConfig, device: str) -> int:
-        """Twice the forward (the input's and the weights' gradients of every product), less one product where
-        ATen's loop runs the backward: the gradient of the initial state h_0 (zeros, not learned) is never
-        asked for, so its step-0 product with W_hh (2·b·g·d² FLOPs) is skipped. The fused kernels (oneDNN's
-        LSTM on the CPU, cuDNN's on a GPU) compute it anyway."""
+        """Twice the forward, less the step-0 product for h_0's gradient where ATen's loop (not fused) skips it."""
         skipped = 0 if cls.fused_on(device) else 2 * batch * cls.gates * cfg.d * cfg.d
         return 2 * cls.flops(batch, n, cfg) - skipped
 
     @classmethod
     def fused_on(cls, device: str) -> bool:
-        """Whether PyTorch runs the layer as one fused kernel on `device` (cuDNN on every GPU)."""
         return cls.cpu_fused if str(device).split(":")[0] == "cpu" else True
 
     @classmethod
     def activation_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
-        # The output sequence, plus the gate pre-activations for all steps, which fused kernels keep
-        # (g·d per position): O(n·d).
+        # The output and the gate pre-activations of every step, which fused kernels keep.
         return batch * n * cfg.d * (1 + cls.gates) * elem_bytes
 
 

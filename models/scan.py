@@ -1,27 +1,7 @@
-"""A diagonal linear recurrence computed by a parallel scan, the layer of S4D/S5, the LRU and Mamba with its
-input-dependence left out:
-
-    h_t = a ⊙ h_{t−1} + B x_t,   y_t = C h_t,   h_{−1} = 0
-
-state size d, B and C d×d projections (with biases), a ∈ (0, 1)^d a learned per-channel decay (sigmoid of a
-parameter). Being linear in h, the recurrence is associative: (a^s, u) pairs compose, so every h_t follows
-from a parallel scan (Blelloch 1990; Martin & Cundy 2018 for linear recurrences; Smith et al. 2023, S5) in
-⌈log₂ n⌉ levels instead of n steps. `parallel_scan` is the work-efficient (Blelloch) form, written with
-torch operators: an up-sweep that pairs neighbouring segments level by level (a pair's total is its right
-segment's plus the left one's decayed across the right one, a^s ⊙ left + right, s = 2^level), then a down-sweep
-that hands every segment the prefix ending before it. Each level is one shifted multiply-add over the whole
-tensor, n/2 + n/4 + ... of them in all: O(n·d) work, where the simpler Hillis–Steele scan would do
-O(n·d·log n).
-
-Cost: FLOPs = 2 · 2·b·n·d² (B and C; 2 per multiply-accumulate of every matrix product). The scan's
-multiply-adds are element-wise (a diagonal a), not matrix products, so they are not in the count
-(bench/interface.md, Conventions) but in the element-wise estimate: O(n·d). Sequential operations O(log n)
-(the levels of the scan), maximum path length O(log n): the levels information from x_0 passes on its way
-to y_{n−1}; one layer already links them (causal: y_t depends on x_0..x_t).
-
-`reference()` is the same layer as the textbook loop over time steps, h_t from h_{t−1}: n dependent steps, the
-O(n) that a nonlinear recurrence (models/recurrent.py) cannot avoid and this one can.
-"""
+"""A diagonal linear recurrence computed by a parallel scan (the layer of S4D/S5, the LRU and Mamba without
+input dependence): h_t = a ⊙ h_{t−1} + B x_t, y_t = C h_t. Linear in h, it is associative, so a scan computes
+it in ⌈log₂ n⌉ levels of O(n·d) work in all (Blelloch 1990; Martin & Cundy 2018; Smith et al. 2023). FLOPs:
+2 · 2·b·n·d² (B and C); the scan is element-wise. Method: docs/method.md."""
 
 from __future__ import annotations
 
@@ -31,20 +11,17 @@ from torch import nn
 
 from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any
 
-DECAY_RANGE = (0.5, 0.99)  # the initial per-channel decays a, drawn uniformly: memories of 2 to 100 steps
+DECAY_RANGE = (0.5, 0.99)  # the initial per-channel decays a: memories of 2 to 100 steps
 
 
 def scan_levels(n: int) -> int:
-    """The levels of the scan over n positions, ⌈log₂ n⌉ (0 for n = 1): the height of its tree."""
+    """The height of the scan's tree over n positions, ⌈log₂ n⌉ (0 for n = 1)."""
     return (n - 1).bit_length()
 
 
 def parallel_scan(u: torch.Tensor, decay: torch.Tensor, levels: int | None = None) -> torch.Tensor:
-    """Every h_t = decay ⊙ h_{t−1} + u_t (h_{−1} = 0) at once, by a work-efficient parallel scan.
-
-    u: (B, n, d); decay: (d,). `levels`: the height of the scan's tree, ⌈log₂ n⌉ by default (the whole
-    sequence); a lower tree scans blocks of 2^levels positions apart, each from a zero state (what the paths
-    study measures: the fewest levels after which y_{n−1} depends on x_0). Returns (B, n, d)."""
+    """Every h_t = decay ⊙ h_{t−1} + u_t (h_{−1} = 0) by a work-efficient scan; fewer `levels` than ⌈log₂ n⌉
+    scan blocks of 2^levels positions apart (the paths study)."""
     b, n, d = u.shape
     height = scan_levels(n) if levels is None else levels
     block = 1 << height
@@ -58,9 +35,8 @@ def parallel_scan(u: torch.Tensor, decay: torch.Tensor, levels: int | None = Non
         evens.append((even, decay_s))
         h = torch.addcmul(odd, decay_s, even)  # the pair's total: right + a^s ⊙ left
         decay_s = decay_s * decay_s
-    # h now holds each block's total, the prefix ending at its last position. Down-sweep: at every level
-    # h holds the prefixes ending at the right segments; a left segment's is the prefix before its pair,
-    # decayed across it, plus its own total.
+    # Down-sweep: h holds the prefixes ending at the right segments; a left segment's is the prefix before
+    # its pair, decayed across it, plus its own total.
     for even, decay_s in reversed(evens):
         before = F.pad(h[:, :-1], (0, 0, 1, 0))  # (R, m/2, d): the prefix ending before each pair, 0 first
         h = torch.stack((torch.addcmul(even, decay_s, before), h), dim=2).flatten(1, 2)  # (R, m, d)
@@ -86,7 +62,7 @@ class Scan(nn.Module):
             "Its step-by-step reference still takes n steps."
         ),
     )
-    path = CONSTANT_PATH  # causal, left to right: x_0 reaches every later output within one layer
+    path = CONSTANT_PATH  # causal: x_0 reaches every later output within one layer
     check = staticmethod(accept_any)
     scan_levels = staticmethod(scan_levels)
 
@@ -103,12 +79,11 @@ class Scan(nn.Module):
         return torch.sigmoid(self.decay_logit)  # (d,), in (0, 1)
 
     def forward(self, x: torch.Tensor, levels: int | None = None) -> torch.Tensor:
-        """`levels`: the scan's tree height (parallel_scan); the default scans the whole sequence."""
         h = parallel_scan(self.in_proj(x), self.decay, levels)  # (B, n, d)
         return self.out_proj(h)  # (B, n, d)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
-        """The same layer as an explicit loop over time steps (same weights as `forward`)."""
+        """The same weights as an explicit loop over time steps."""
         a = self.decay  # (d,)
         batch, n, d = x.shape
         h = x.new_zeros(batch, d)
@@ -120,14 +95,13 @@ class Scan(nn.Module):
 
     @staticmethod
     def flops(batch: int, n: int, cfg: LayerConfig) -> int:
-        # B x_t and C h_t at every position: two d×d products; the scan is element-wise (not counted).
+        # B x_t and C h_t; the scan is element-wise (not counted).
         return 2 * 2 * batch * n * cfg.d * cfg.d
 
     @staticmethod
     def activation_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
-        # B x and its copy padded to the next power of two P, the up-sweep's totals (P/2 + P/4 + ... < P),
-        # the down-sweep's pair of tensors at its last level (2P) and the output: O(n·d) (the allocator's
-        # peak on the CPU is 0.9-1 of this).
+        # B x and its copy padded to a power of two P, the up-sweep's totals (< P), the down-sweep's last
+        # pair (2P) and the output.
         padded = 1 << scan_levels(n)
         return batch * cfg.d * (2 * n + 4 * padded) * elem_bytes
 

@@ -7,6 +7,6 @@ FAKE_PEAK = {"flops_per_s": 1e11, "size": 512, "time_median_s": 2.7e-3, "time_iq
 
 
 def fake_peak() -> None:
-    import bench.cluster  # noqa: PLC0415
+    import bench.ray_worker  # noqa: PLC0415
 
-    bench.cluster._peak = lambda device, dtype: dict(FAKE_PEAK, dtype=dtype)
+    bench.ray_worker._peak = lambda device, dtype: dict(FAKE_PEAK, dtype=dtype)

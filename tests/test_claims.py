@@ -386,10 +386,10 @@ def test_every_claim_is_in_the_catalogue_and_its_note_lines_say_it():
 
 
 def test_every_claims_random_stream_is_its_own():
-    """record._generator promises one independent stream per claim: no offset is used in two places."""
+    """record.generator_for promises one independent stream per claim: no offset is used in two places."""
     offsets = [
         int(m)
         for path in sorted(Path(C.__file__).parent.glob("*.py"))
-        for m in re.findall(r"_generator\(seed, (\d+)\)", path.read_text())
+        for m in re.findall(r"generator_for\(seed, (\d+)\)", path.read_text())
     ]
     assert offsets and len(offsets) == len(set(offsets))

@@ -31,22 +31,23 @@ def test_fitted_exponent_sees_a_lower_order_term():
 
 @pytest.mark.parametrize(("batch", "n", "d"), [(1, 16, 8), (2, 64, 32)])
 def test_attention_counted_flops_match_hand_formula(batch, n, d):
+    # What attention_complexity sets beside the count: the layer's own analytic FLOPs.
     layer = models.build(models.ROLES.attention, LayerConfig(d=d))
     x = torch.randn(batch, n, d)
     hand = 2 * 4 * batch * n * d * d + 2 * 2 * batch * n * n * d  # 4 projections; QKᵀ and AV
-    assert X.attention_flops_formula(batch, n, d) == hand
+    assert models.analytic_flops(models.ROLES.attention, batch, n, LayerConfig(d=d)) == hand
     assert X.counted_flops(lambda: layer(x)) == hand
 
 
 @pytest.mark.parametrize(("gates", "name"), [(1, "rnn"), (3, "gru"), (4, "lstm")])
 def test_recurrent_formula(gates, name):
-    # n steps × g blocks × (W_ih x_t + W_hh h) × d² MACs × 2 FLOPs.
-    assert X.recurrent_flops_formula(2, 5, 8, gates) == 2 * 2 * 5 * gates * (8 * 8 + 8 * 8)
-    assert models.LAYERS[name].gates == gates
+    # n steps × g blocks × (W_ih x_t + W_hh h) × d² MACs × 2 FLOPs, what rnn_complexity sets beside the count.
+    assert models.analytic_flops(name, 2, 5, LayerConfig(d=8)) == 2 * 2 * 5 * gates * (8 * 8 + 8 * 8)
+    assert name in models.recurrent()
 
 
 def test_conv_formula():
-    assert X.conv_flops_formula(2, 10, 4, 3) == 2 * 2 * 10 * 3 * 16
+    assert models.analytic_flops(models.ROLES.convolution, 2, 10, LayerConfig(d=4, k=3)) == 2 * 2 * 10 * 3 * 16
 
 
 @pytest.mark.parametrize("d", [2, 7, 16])

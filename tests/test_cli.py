@@ -16,7 +16,9 @@ from conftest import cuda
 
 import models
 from bench import storage
-from bench.cli import DESCRIPTION, build_parser, first_sentence, main
+from bench.cli import DESCRIPTION, build_parser, main
+from bench.commands import first_sentence
+from bench.folder import read_timing_records
 from bench.report import load as report_load
 from bench.spec import PointSpec
 
@@ -175,7 +177,7 @@ def test_run_writes_the_interface_files(tmp_path, capsys):
         assert key in meta, key
     assert len(meta["load_passes"]) >= 3 and meta["timing_policy"]["passes"] == 3
     # every pass of every point is kept raw in timings.jsonl
-    records = storage.read_timing_records(out)
+    records = read_timing_records(out)
     assert sorted({(r["point_id"], r["pass"]) for r in records if r["attempt"] == 0}) == sorted(
         (pid, p) for pid in df["point_id"] for p in range(3)
     )
@@ -273,7 +275,7 @@ def test_killed_run_resumes_with_every_point_exactly_once(tmp_path):
     # nothing lost, nothing measured twice: the passes stored before the kill are kept as they were, and
     # each (point, attempt, pass) is stored once
     assert timings.read_text().startswith(passes_before)
-    records = storage.read_timing_records(out)
+    records = read_timing_records(out)
     keys = [(r["point_id"], r["attempt"], r["pass"]) for r in records]
     assert len(keys) == len(set(keys)) and len([k for k in keys if k[1] == 0]) == 30 * 3
 

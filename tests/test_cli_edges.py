@@ -9,22 +9,14 @@ import io
 import psutil
 import pytest
 
-import bench.cli as cli
-from bench import estimate, machine
-from bench.cli import (
-    MAX_PASSES,
-    MAX_PATHS_N,
-    MAX_ROUNDS,
-    MAX_SEED,
-    MAX_TARGET_TIME_S,
-    RESUME_READS,
-    build_parser,
-    confirm_plan,
-    main,
-    wide_kernel_warnings,
-)
+from bench import machine, preflight
+from bench.cli import MAX_PASSES, MAX_ROUNDS, MAX_SEED, MAX_TARGET_TIME_S, build_parser, main
+from bench.commands import MAX_PATHS_N, RESUME_READS, check_preset_device
 from bench.errors import BadInput
 from bench.estimate import PlanEstimate, PointEstimate
+from bench.folder import RunFolder
+from bench.preflight import confirm_plan, wide_kernel_warnings
+from bench.presets import get_preset
 from bench.run import Run
 from bench.spec import PointSpec
 from bench.timing import TimingPolicy
@@ -141,7 +133,9 @@ def test_resume_names_every_ignored_option_at_once(capsys, tmp_path):
 
 def test_resume_with_what_it_reads_goes_ahead(capsys, tmp_path, no_measuring, monkeypatch):
     """--no-progress and --debug beside --resume: the run is resumed (Run.resume stubbed: this tests the CLI)."""
-    monkeypatch.setattr(Run, "resume", classmethod(lambda cls, run_dir: cls(run_dir, {}, [], TimingPolicy())))
+    monkeypatch.setattr(
+        Run, "resume", classmethod(lambda cls, run_dir, cluster=None: cls(RunFolder(run_dir), [], TimingPolicy()))
+    )
     assert main(["run", "--resume", str(tmp_path / "r"), "--no-progress", "--debug"]) == 0
     assert no_measuring == [tmp_path / "r"]
     assert "plan:" not in capsys.readouterr().err  # a resumed run is not estimated again
@@ -192,8 +186,8 @@ def test_the_gpu_preset_without_a_gpu_is_refused_with_the_presets_for_a_cpu(caps
 
 def test_the_gpu_preset_with_a_gpu_passes_the_check(monkeypatch):
     monkeypatch.setattr(machine, "cuda_available", lambda: True)
-    cli._check_preset_device("gpu")  # no BadInput
-    cli._check_preset_device("quick")
+    check_preset_device(get_preset("gpu"))  # no BadInput
+    check_preset_device(get_preset("quick"))
 
 
 def test_device_cuda_without_a_gpu_is_refused(capsys, no_gpu):
@@ -211,7 +205,7 @@ def _plan(time_s: float, memory: dict[str, int]) -> PlanEstimate:
 
 
 GB = 10**9
-LONG = 4 * estimate.LONG_RUN_S  # 2 h
+LONG = 4 * preflight.LONG_RUN_S  # 2 h
 
 
 def _confirm(plan, *, yes=False, interactive=False, answer=None, available=100 * GB, total=200 * GB):
@@ -313,8 +307,8 @@ def test_run_refuses_a_point_beyond_the_machines_memory_and_creates_nothing(caps
 )
 def test_run_above_the_long_run_threshold(capsys, tmp_path, no_measuring, monkeypatch, terminal, answer, yes, measured):
     """The threshold lowered to 0 s, so a tiny grid is a "long" plan; stdin a terminal or not, as given."""
-    monkeypatch.setattr(estimate, "LONG_RUN_S", 0)
-    monkeypatch.setattr(cli, "stdin_is_terminal", lambda: terminal)
+    monkeypatch.setattr(preflight, "LONG_RUN_S", 0)
+    monkeypatch.setattr(preflight, "stdin_is_terminal", lambda: terminal)
     monkeypatch.setattr("sys.stdin", io.StringIO(answer))
     out = tmp_path / "run"
     code, err = _main(capsys, [*GRID, "--out", str(out), "--no-progress", *(["--yes"] if yes else [])])

@@ -20,10 +20,11 @@ from cluster_stub import FAKE_PEAK
 
 import bench.run
 from bench import cluster as C
-from bench import storage
+from bench import ray_phase, ray_worker
 from bench.cli import main
+from bench.folder import read_timing_records
 from bench.report.build import assign_sources, build_report
-from bench.report.scaling import point_peaks
+from bench.report.peak_fraction import point_peaks
 from bench.spec import PointSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +71,7 @@ def _node_ids(cluster) -> set[str]:
 
 
 def _each_pass_once(run_dir: Path) -> list[dict]:
-    records = storage.read_timing_records(run_dir)
+    records = read_timing_records(run_dir)
     keys = [(r["point_id"], r["attempt"], r["pass"]) for r in records]
     assert len(keys) == len(set(keys))
     assert {(pid, p) for pid, a, p in keys if a == 0} == {(pid, p) for pid in _plan_ids(run_dir) for p in (0, 1)}
@@ -127,7 +128,7 @@ def test_the_report_takes_each_rows_machine_from_its_node(swept, tmp_path):
 @pytest.mark.slow
 def test_a_node_killed_mid_sweep_loses_and_doubles_nothing(cluster, tmp_path, monkeypatch):
     victim = next(iter(cluster.worker_nodes))
-    handle, killed = C._Phase._handle, []
+    handle, killed = ray_phase.Phase._handle, []
 
     def handle_then_kill(phase, worker, what, payload):
         handle(phase, worker, what, payload)
@@ -136,7 +137,7 @@ def test_a_node_killed_mid_sweep_loses_and_doubles_nothing(cluster, tmp_path, mo
             os.kill(worker.facts["worker"]["pid"], signal.SIGKILL)  # as a machine fails: its worker at once,
             cluster.remove_node(victim, allow_graceful=False)  # and its node (raylet, object store)
 
-    monkeypatch.setattr(C._Phase, "_handle", handle_then_kill)
+    monkeypatch.setattr(ray_phase.Phase, "_handle", handle_then_kill)
     out = tmp_path / "run"
     try:
         assert main([*PLAN, "--ray", cluster.address, "--out", str(out)]) == 0
@@ -193,7 +194,7 @@ def test_a_cluster_run_is_finished_here_by_a_resume_without_ray(swept, tmp_path,
     df = pd.read_csv(copy / "points.csv")
     lost = set(df.loc[df["layer"] == "lstm", "point_id"])
     df[~df["point_id"].isin(lost)].to_csv(copy / "points.csv", index=False)
-    kept = [r for r in storage.read_timing_records(copy) if r["point_id"] not in lost]
+    kept = [r for r in read_timing_records(copy) if r["point_id"] not in lost]
     (copy / "timings.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
     (copy / "pytest-benchmark.json").unlink()
     meta = json.loads((copy / "meta.json").read_text())
@@ -248,7 +249,7 @@ NODES = [_node("cpu-node", 8), _node("gpu-node", 16, gpus=2), _node("dead", 4, a
     ],
 )
 def test_placement_holds_a_nodes_cpus_or_one_gpu_with_its_share(device, exclusive, expected):
-    got = C.placements(NODES, device, exclusive_node=exclusive)
+    got = ray_worker.placements(NODES, device, exclusive_node=exclusive)
     assert [(p.node, p.cpus, p.gpus) for p in got] == expected
 
 
@@ -256,7 +257,7 @@ def test_chunks_are_layer_sweeps_in_plan_order_largest_first():
     specs = [PointSpec(layer="conv", n=n, d=4, k=3) for n in (8, 16)]
     specs += [PointSpec(layer="lstm", n=n, d=d) for d in (4, 8) for n in (8, 16)]
     specs += [PointSpec(layer="conv", n=8, d=4, k=3, mode="train")]
-    got = C.chunks(specs)
+    got = ray_worker.chunks(specs)
     assert [[(s.layer, s.mode, s.n, s.d) for s in c] for c in got] == [
         [
             ("lstm", "inference", 8, 4),
@@ -274,14 +275,14 @@ def test_a_death_reason_is_one_line_without_the_actors_name():
         "The actor died unexpectedly before finishing this task.\n\tclass_name: NodeWorker\n\tactor_id: ab12\n"
         "\tpid: 7\n\tnamespace: x\n\tip: 10.0.0.1\nThe actor died because its node has died. Node Id: 0a1b\n"
     )
-    assert C.death_reason(RuntimeError(text)) == (
+    assert ray_worker.death_reason(RuntimeError(text)) == (
         "The actor died unexpectedly before finishing this task. The actor died because its node has died. "
         "Node Id: 0a1b"
     )
 
 
 class _FakeRay:
-    """What _Phase asks of Ray when a death is charged: nothing (no worker is placed or killed here)."""
+    """What a Phase asks of Ray when a death is charged: nothing (no worker is placed or killed here)."""
 
     def remote(self, cls):
         return cls
@@ -297,10 +298,9 @@ def test_a_point_whose_worker_dies_twice_is_killed_and_its_larger_siblings_skipp
     lines = []
     cluster = C.Cluster(_FakeRay(), "test", False, None, lines.append)
     run = Run.create(specs, bench.run.TimingPolicy(), out=tmp_path / "run", command=["test"], preset=None)
-    run.meta.update(nodes={}, machines={})
-    state = run._stored_state()
-    phase = C._Phase(cluster, run, state, "cpu", None, tqdm(disable=True))
-    chunk = C._Chunk(list(specs))
+    run.folder.update_meta(nodes={}, machines={})
+    phase = ray_phase.Phase(cluster, C.Sweep(run.folder, run.policy, 0, None), "cpu", tqdm(disable=True))
+    chunk = ray_phase._Chunk(list(specs))
 
     def dies(node: str, running: str | None, reason: str) -> None:
         facts = {
@@ -308,7 +308,8 @@ def test_a_point_whose_worker_dies_twice_is_killed_and_its_larger_siblings_skipp
             "host": f"host-{node}",
             "devices": [{"device": "cpu", "name": "CPU X", "memory_bytes": 8}],
         }
-        worker = C._Worker((node, 0), C.Placement(node, "10.0.0.1", 1.0), actor=None, facts=facts, chunk=chunk)
+        placement = ray_worker.Placement(node, "10.0.0.1", 1.0)
+        worker = ray_phase._Worker((node, 0), placement, actor=None, facts=facts, chunk=chunk)
         worker.running = running
         phase.queue.clear()
         phase._charge(worker, reason)
@@ -332,4 +333,4 @@ def test_a_point_whose_worker_dies_twice_is_killed_and_its_larger_siblings_skipp
     assert list(rows.loc[[specs[0].point_id, specs[3].point_id], "status"]) == ["error", "error"]
     deaths = json.loads((run.dir / "meta.json").read_text())["worker_deaths"]
     assert [len(d["given_up"]) for d in deaths] == [0, 1, 0, 2]
-    run.lock.release()
+    run.folder.release()

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import models
-from bench import estimate
+from bench import estimate, preflight
 from bench.estimate import (
     ACTIVATION_FLOPS_PER_BYTE,
     CALIBRATION_CALLS,
@@ -198,31 +198,31 @@ def _plan(memory: dict[str, list[int]], time_s: float = 60.0) -> PlanEstimate:
 
 
 def test_a_long_plan_is_asked_about_and_a_short_one_is_not():
-    assert estimate.reasons_to_ask(_plan({"cpu": [10]}, time_s=estimate.LONG_RUN_S - 1), {"cpu": 100}) == []
-    (reason,) = estimate.reasons_to_ask(_plan({"cpu": [10]}, time_s=2 * 3600), {"cpu": 100})
+    assert preflight.reasons_to_ask(_plan({"cpu": [10]}, time_s=preflight.LONG_RUN_S - 1), {"cpu": 100}) == []
+    (reason,) = preflight.reasons_to_ask(_plan({"cpu": [10]}, time_s=2 * 3600), {"cpu": 100})
     assert "about 2.0 h (estimate)" in reason and "30 min" in reason
 
 
 def test_cpu_points_beyond_memory_are_named_and_gpu_ones_only_warned_about():
     plan = _plan({"cpu": [10, 5000, 3000], "cuda": [10, 9000]})
-    (ask,) = estimate.reasons_to_ask(plan, {"cpu": 1000, "cuda": 1000})
+    (ask,) = preflight.reasons_to_ask(plan, {"cpu": 1000, "cuda": 1000})
     assert ask.startswith("attention_math n=128 d=8 batch=1 heads=1 on cpu and 1 smaller point(s)")
     assert "5 kB" in ask and "1 kB available on cpu now" in ask
-    (refused,) = estimate.too_large(plan, {"cpu": 4000, "cuda": 4000})
+    (refused,) = preflight.too_large(plan, {"cpu": 4000, "cuda": 4000})
     assert refused.startswith("attention_math n=128 d=8 batch=1 heads=1 on cpu needs about 5 kB")
-    (warned,) = estimate.expected_ooms(plan, {"cpu": 4000, "cuda": 4000})
+    (warned,) = preflight.expected_ooms(plan, {"cpu": 4000, "cuda": 4000})
     assert "on cuda needs about 9 kB" in warned and "oom" in warned
-    assert estimate.too_large(plan, {"cpu": 5000, "cuda": 9000}) == []
+    assert preflight.too_large(plan, {"cpu": 5000, "cuda": 9000}) == []
 
 
 def test_the_summary_line():
     plan = _plan({"cpu": [10, 579_000_000]}, time_s=140)
-    assert estimate.summary_line(plan) == (
+    assert preflight.summary_line(plan) == (
         "plan: 2 points, about 2.3 min on this machine (estimate), peak memory about 579 MB on cpu "
         "(attention_math n=128 d=8 batch=1 heads=1)"
     )
     with_budget = dataclasses.replace(plan, extra_s=70)
-    assert estimate.summary_line(with_budget).startswith(
+    assert preflight.summary_line(with_budget).startswith(
         "plan: 2 points, about 2.3 min on this machine (estimate; at most 70 s more where points need more "
         "rounds), peak memory"
     )
@@ -242,7 +242,7 @@ def test_the_extra_passes_budget_is_the_policys_share_of_the_points_time():
     "seconds,text", [(45, "45 s"), (140, "2.3 min"), (1800, "30 min"), (5400, "1.5 h"), (50 * 3600, "2.1 days")]
 )
 def test_durations_read_in_their_unit(seconds, text):
-    assert estimate.format_duration(seconds) == text
+    assert preflight.format_duration(seconds) == text
 
 
 # ----------------------------------------------------------------------------------- measuring

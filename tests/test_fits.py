@@ -115,3 +115,34 @@ def test_two_term_fit_recovers_both_terms():
     c, a, b, rms = fits.two_term_fit(df)
     assert c == pytest.approx(3e-5, rel=1e-5) and rms < 1e-6
     assert a == pytest.approx(2e-9, rel=1e-5) and b == pytest.approx(5e-10, rel=1e-5)
+
+
+def _conv_dilated(ns, ks, dilation):
+    """conv_dilated points, d = 8, with FLOPs 2·k·n·d² (Table 1's k·n·d²), time and memory proportional to them."""
+    rows = [(n, k, k if dilation is None else dilation) for n in ns for k in ks]
+    df = pd.DataFrame(rows, columns=["n", "k", "dilation"]).assign(
+        layer="conv_dilated", device="cpu", dtype="float32", batch=1, d=8, heads=np.nan, window=np.nan, status="ok"
+    )
+    flops = 2.0 * df["k"] * df["n"] * 8**2
+    return df.assign(flops_counted=flops, time_median_s=1e-9 * flops, mem_peak_bytes=4.0 * df["n"] * 8, run_id="r")
+
+
+def test_two_dilations_at_the_same_sizes_are_two_sweeps_none_dropped():
+    ns = [64, 128, 256, 512]
+    table = fits.fit_table(pd.concat([_conv_dilated(ns, [3], 1), _conv_dilated(ns, [3], 4)], ignore_index=True))
+    flops = table[(table.metric == "flops") & (table.variable == "n")]
+    assert sorted(flops["fixed"]) == ["d=8, k=3, dilation=1", "d=8, k=3, dilation=4"]
+    assert list(flops["sweep_points"]) == [4, 4]  # each sweep keeps its own 4 points
+    assert flops["exponent"].to_numpy() == pytest.approx([1.0, 1.0])
+    assert len(table) == 2 * len(fits.METRIC_COLUMN)  # no k- or d-sweep: one k, one d
+
+
+def test_a_k_sweep_moves_the_dilation_with_k_and_keeps_another_dilation_apart():
+    """The default dilation of conv_dilated is k itself (bench.spec.expand_grid): k = 3, 5, 7 at their own
+    dilations are one k-sweep; the same k at dilation 2 are another."""
+    ks = [3, 5, 7]
+    table = fits.fit_table(pd.concat([_conv_dilated([64], ks, None), _conv_dilated([64], ks, 2)], ignore_index=True))
+    flops = table[(table.metric == "flops") & (table.variable == "k")]
+    assert sorted(flops["fixed"]) == ["n=64, d=8", "n=64, d=8, dilation=2"]
+    assert list(flops["sweep_points"]) == [3, 3]
+    assert flops["exponent"].to_numpy() == pytest.approx([1.0, 1.0])  # k·n·d²: 1 in k

@@ -4,6 +4,7 @@ biases and softmax excluded), for every matched layer, and the rules for operato
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -41,27 +42,36 @@ def local_pairs_by_hand(n: int, r: int) -> int:
     return blocked if blocked < n * n else n * n
 
 
+def _projections(b: int, n: int, d: int) -> int:
+    return 4 * (2 * b * n * d * d)  # Q, K, V and output: (b·n, d) × (d, d) each
+
+
+# Written out from the layers' definitions, not from models' flops(): one formula per registered layer, checked
+# by test_every_layer_has_its_hand_formulas.
+HAND_FLOPS: dict[str, Callable[[int, int, LayerConfig], int]] = {
+    "conv": lambda b, n, c: 2 * b * n * c.d * c.d * c.k,  # each of b·n·d outputs sums d inputs × k taps
+    "conv_dilated": lambda b, n, c: 2 * b * n * c.d * c.d * c.k,  # dilation spreads the k taps, adds none
+    "conv_separable": lambda b, n, c: 2 * b * n * c.d * c.k + 2 * b * n * c.d * c.d,  # depthwise, then d×d
+    "rnn": lambda b, n, c: 2 * b * n * (c.d * c.d + c.d * c.d),  # W_ih x_t and W_hh h_{t-1}, d×d each
+    "gru": lambda b, n, c: 2 * b * n * 3 * (c.d * c.d + c.d * c.d),  # 3 gate blocks
+    "lstm": lambda b, n, c: 2 * b * n * 4 * (c.d * c.d + c.d * c.d),  # 4 gate blocks
+    "attention": lambda b, n, c: _projections(b, n, c.d) + 2 * (2 * b * n * n * c.d),  # Q·Kᵀ and P·V, all heads
+    "attention_math": lambda b, n, c: _projections(b, n, c.d) + 2 * (2 * b * n * n * c.d),
+    # Every computed pair, masked ones too: d MACs for its score and d for its share of the mix.
+    "attention_local": lambda b, n, c: _projections(b, n, c.d) + 2 * (2 * b * local_pairs_by_hand(n, c.window) * c.d),
+    # per head of e = d/h: (e × n)·(n × e) for φ(K)ᵀV, (n × e)·(e × e) for φ(Q)(φ(K)ᵀV), (n × e)·(e × 1) for
+    # the normaliser φ(Q)(φ(K)ᵀ1)
+    "attention_linear": lambda b, n, c: (
+        _projections(b, n, c.d) + 2 * 2 * b * n * (c.d // c.heads) ** 2 * c.heads + 2 * b * n * c.d
+    ),
+    "scan": lambda b, n, c: 2 * (2 * b * n * c.d * c.d),  # B x_t and C h_t; the diagonal scan is element-wise
+}
+
+
 def hand_flops(name: str, b: int, n: int, cfg: LayerConfig) -> int:
-    """Written out from the layers' definitions, not from models' flops()."""
-    d, k, r = cfg.d, cfg.k, cfg.window
-    e = d // cfg.heads  # head size
-    projections = 4 * (2 * b * n * d * d)  # Q, K, V and output: (b·n, d) × (d, d) each
-    return {
-        "conv": 2 * b * n * d * d * k,  # each of b·n·d outputs sums d inputs × k taps
-        "conv_dilated": 2 * b * n * d * d * k,  # dilation spreads the k taps, it does not add any
-        "conv_separable": 2 * b * n * d * k + 2 * b * n * d * d,  # depthwise k taps, then pointwise d×d
-        "rnn": 2 * b * n * (d * d + d * d),  # W_ih x_t and W_hh h_{t-1}, one d×d block each
-        "gru": 2 * b * n * 3 * (d * d + d * d),  # 3 gate blocks
-        "lstm": 2 * b * n * 4 * (d * d + d * d),  # 4 gate blocks
-        "attention": projections + 2 * (2 * b * n * n * d),  # Q·Kᵀ and P·V: n·n·d MACs each, all heads
-        "attention_math": projections + 2 * (2 * b * n * n * d),
-        # Every computed pair, masked ones too: d MACs for its score and d for its share of the mix.
-        "attention_local": projections + 2 * (2 * b * local_pairs_by_hand(n, r) * d),
-        # per head (e × n)·(n × e) for φ(K)ᵀV, (n × e)·(e × e) for φ(Q)(φ(K)ᵀV), (n × e)·(e × 1) for the
-        # normaliser φ(Q)(φ(K)ᵀ1); h heads of size e make d
-        "attention_linear": projections + 2 * b * n * e * e * cfg.heads * 2 + 2 * b * n * e * cfg.heads,
-        "scan": 2 * (2 * b * n * d * d),  # B x_t and C h_t; the diagonal scan is element-wise
-    }[name]
+    if name not in HAND_FLOPS:
+        pytest.fail(f"layer {name!r}: write its forward FLOPs by hand in HAND_FLOPS, tests/test_flops.py")
+    return HAND_FLOPS[name](b, n, cfg)
 
 
 # (batch, n, d, heads, k, window, dilation): odd n, n = 1, heads 3 and 5 with odd head sizes, odd k.
@@ -87,24 +97,37 @@ def test_counted_flops_equal_the_hand_formula_and_the_analytic_count(name, size)
     assert count.total == sum(count.by_op.values())
 
 
+# b=2, n=7, d=30, heads=3, k=3, r=5: e.g. conv 2·2·7·30·30·3 = 75,600; attention 100,800 + 11,760; the
+# restricted attention scores all 7×7 pairs at n = 7 (one block), masked ones included: as attention.
+ONE_POINT_FLOPS = {
+    "conv": 75_600,
+    "conv_dilated": 75_600,
+    "conv_separable": 27_720,
+    "rnn": 50_400,
+    "gru": 151_200,
+    "lstm": 201_600,
+    "attention": 112_560,
+    "attention_math": 112_560,
+    "attention_local": 112_560,
+    "attention_linear": 118_440,  # 100,800 + 2·(2·2·7·30·10) + 2·2·7·30
+    "scan": 50_400,  # 2·(2·2·7·30·30)
+}
+
+
+def test_every_layer_has_its_hand_formulas():
+    """A new layer fails here until its FLOPs are written by hand: a formula and one point in plain numbers."""
+    for table, where in ((HAND_FLOPS, "HAND_FLOPS"), (ONE_POINT_FLOPS, "ONE_POINT_FLOPS")):
+        missing = [name for name in models.LAYERS if name not in table]
+        unknown = [name for name in table if name not in models.LAYERS]
+        assert not missing and not unknown, f"tests/test_flops.py {where}: add {missing}, remove {unknown}"
+
+
 def test_one_point_in_plain_numbers():
-    # b=2, n=7, d=30, heads=3, k=3, r=5: e.g. conv 2·2·7·30·30·3 = 75,600; attention 100,800 + 11,760; the
-    # restricted attention scores all 7×7 pairs at n = 7 (one block), masked ones included: as attention.
     cfg = LayerConfig(d=30, k=3, heads=3, window=5, dilation=2)
-    expected = {
-        "conv": 75_600,
-        "conv_dilated": 75_600,
-        "conv_separable": 27_720,
-        "rnn": 50_400,
-        "gru": 151_200,
-        "lstm": 201_600,
-        "attention": 112_560,
-        "attention_math": 112_560,
-        "attention_local": 112_560,
-        "attention_linear": 118_440,  # 100,800 + 2·(2·2·7·30·10) + 2·2·7·30
-        "scan": 50_400,  # 2·(2·2·7·30·30)
-    }
-    assert {name: counted(name, cfg, 2, 7).total for name in models.LAYERS} == expected
+    for name in models.LAYERS:
+        if name not in ONE_POINT_FLOPS:
+            pytest.fail(f"layer {name!r}: add its FLOPs at this point, worked by hand, to ONE_POINT_FLOPS")
+        assert counted(name, cfg, 2, 7).total == ONE_POINT_FLOPS[name], name
 
 
 @pytest.mark.parametrize("name", list(models.LAYERS))

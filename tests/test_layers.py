@@ -19,7 +19,7 @@ def _cfg(name, d=24, k=3):
 @pytest.mark.parametrize("batch,n", [(1, 1), (2, 7), (3, 16)])
 def test_output_shape_is_batch_n_d(name, batch, n):
     cfg = _cfg(name)
-    if name == "attention_local":
+    if "window" in models.LAYERS[name].uses:  # a window r <= n
         cfg = LayerConfig(d=24, heads=3, window=min(5, n))
     layer = models.build(name, cfg)
     x = torch.randn(batch, n, cfg.d)

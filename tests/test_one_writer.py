@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import storage
+from bench import folder, storage
 from bench.cli import main
 from bench.errors import BadInput
 
@@ -90,11 +90,11 @@ def _plan_ids(run_dir: Path) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ one writer
 def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
-    lock = storage.hold(tmp_path)
+    lock = folder.hold(tmp_path)
     with pytest.raises(BadInput, match=rf"{tmp_path}: another process is writing this run folder \(pid {os.getpid()}"):
-        storage.hold(tmp_path)
+        folder.hold(tmp_path)
     lock.release()
-    storage.hold(tmp_path).release()  # released: the next writer gets it
+    folder.hold(tmp_path).release()  # released: the next writer gets it
 
 
 def test_a_killed_holder_leaves_no_lock(tmp_path):
@@ -102,7 +102,7 @@ def test_a_killed_holder_leaves_no_lock(tmp_path):
         [
             sys.executable,
             "-c",
-            f"from bench import storage; import time; lock = storage.hold(__import__('pathlib').Path({str(tmp_path)!r})); print('held', flush=True); time.sleep(60)",
+            f"from bench import folder; import time; lock = folder.hold(__import__('pathlib').Path({str(tmp_path)!r})); print('held', flush=True); time.sleep(60)",
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -110,10 +110,10 @@ def test_a_killed_holder_leaves_no_lock(tmp_path):
     )
     assert child.stdout.readline().strip() == "held"
     with pytest.raises(BadInput, match=f"pid {child.pid}"):
-        storage.hold(tmp_path)
+        folder.hold(tmp_path)
     child.kill()
     child.wait()
-    storage.hold(tmp_path).release()  # the kernel dropped the dead process's lock
+    folder.hold(tmp_path).release()  # the kernel dropped the dead process's lock
 
 
 @pytest.mark.slow
@@ -131,7 +131,7 @@ def test_two_resumes_at_once_one_proceeds_the_other_is_refused(tmp_path):
     first = _bench("run", "--resume", str(out), "--no-progress", delay_s=0.3)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # until the first holds the folder
-        owner = out / storage.OWNER_NAME
+        owner = out / folder.OWNER_NAME
         if owner.exists() and json.loads(owner.read_text())["pid"] == first.pid:
             break
         time.sleep(0.05)
@@ -197,7 +197,7 @@ def test_an_interrupted_pass_is_no_death(tmp_path, monkeypatch):
     for _ in range(3):
         args = ["run", *GRID, "--out", str(out)] if not calls else ["run", "--resume", str(out), "--no-progress"]
         assert main(args) == 1
-    started = storage.read_started(out)
+    started = folder.read_started(out)
     assert [e.get("stopped", False) for e in started] == [False, True] * 3
     assert not (out / "points.csv").exists()  # nothing recorded as killed
 
@@ -242,21 +242,21 @@ def test_finished_is_written_last(tmp_path, monkeypatch):
 def test_resume_of_a_finished_run_changes_nothing(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["run", *GRID, "--out", str(out)]) == 0
-    before = {p.name: p.read_bytes() for p in out.iterdir() if p.name not in storage.WRITER_FILES}
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.name not in folder.WRITER_FILES}
     assert main(["run", "--resume", str(out), "--no-progress"]) == 0
     assert "finished already" in capsys.readouterr().err
-    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name not in storage.WRITER_FILES} == before
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name not in folder.WRITER_FILES} == before
 
 
 def test_a_whole_last_row_without_its_newline_is_kept(tmp_path):
-    path = tmp_path / "points.csv"
+    path, run = tmp_path / "points.csv", folder.RunFolder(tmp_path)
     row = {c: None for c in storage.POINT_COLUMNS} | {"layer": "conv", "n": 8, "d": 4, "batch": 1, "status": "ok"}
-    storage.append_row(path, row | {"point_id": "a", "finished_utc": storage.utc_now()}, storage.POINT_COLUMNS)
+    run.append_point(row | {"point_id": "a", "finished_utc": storage.utc_now()})
     path.write_text(path.read_text().rstrip("\n"))  # a hand edit drops the final newline
-    storage.append_row(path, row | {"point_id": "b", "finished_utc": storage.utc_now()}, storage.POINT_COLUMNS)
+    run.append_point(row | {"point_id": "b", "finished_utc": storage.utc_now()})
     assert list(pd.read_csv(path)["point_id"]) == ["a", "b"]
     path.write_text(path.read_text() + "conv,cpu,float32,1,8,4,,,,,0.1,")  # a row cut off mid-write
-    storage.append_row(path, row | {"point_id": "c", "finished_utc": storage.utc_now()}, storage.POINT_COLUMNS)
+    run.append_point(row | {"point_id": "c", "finished_utc": storage.utc_now()})
     assert list(pd.read_csv(path)["point_id"]) == ["a", "b", "c"]
 
 
@@ -270,9 +270,9 @@ def test_a_file_with_no_whole_line_is_damaged_not_emptied(tmp_path):
 
 def test_a_point_is_never_appended_twice(tmp_path):
     row = {"layer": "conv", "n": 8, "d": 4, "batch": 1, "status": "ok", "point_id": "a"}
-    storage.append_point(tmp_path, row | {"finished_utc": storage.utc_now()})
+    folder.RunFolder(tmp_path).append_point(row | {"finished_utc": storage.utc_now()})
     with pytest.raises(storage.RunFailed, match="point a .* is already stored"):
-        storage.append_point(tmp_path, row | {"finished_utc": storage.utc_now()})
+        folder.RunFolder(tmp_path).append_point(row | {"finished_utc": storage.utc_now()})
 
 
 @pytest.mark.slow

@@ -121,7 +121,15 @@ def test_conv_dilated_by_hand():
         layers_to_cross("conv_dilated", 8, 3, margin=0)
 
 
-@pytest.mark.parametrize("layer", ["attention", "attention_math", "attention_linear", "rnn", "gru", "lstm", "scan"])
+# The layers one of which links every pair of positions, by hand; a new one must be added here.
+ONE_LAYER = ["attention", "attention_math", "attention_linear", "rnn", "gru", "lstm", "scan"]
+
+
+def test_one_layer_lists_every_layer_whose_path_is_one():
+    assert sorted(ONE_LAYER) == sorted(name for name, cls in models.LAYERS.items() if cls.path.text == "1")
+
+
+@pytest.mark.parametrize("layer", ONE_LAYER)
 def test_one_layer_crosses(layer):
     assert layers_to_cross(layer, 64) == 1 == layers_to_cross_formula(layer, 64)
 
@@ -334,7 +342,7 @@ def test_conv_dilated_grows_logarithmically(quick_table):
     assert (lo.layers_to_cross, hi.layers_to_cross) == (5, 6)  # ceil(log_3 127) = 5, ceil(log_3 511) = 6
 
 
-@pytest.mark.parametrize("layer", ["attention", "attention_math", "attention_linear", "rnn", "gru", "lstm", "scan"])
+@pytest.mark.parametrize("layer", ONE_LAYER)
 def test_quick_one_layer_and_hops(quick_table, layer):
     for n in NS:
         row = _row(quick_table, layer, n)

@@ -1,4 +1,4 @@
-"""A grid that cannot give a FLOPs or memory fit is warned about before measuring (bench.fits.plan_warnings),
+"""A grid that cannot give a FLOPs or memory fit is warned about before measuring (bench.preflight.plan_warnings),
 with sizes that would serve; `run` prints the warnings for a new run and measures anyway."""
 
 import re
@@ -6,12 +6,13 @@ import re
 import pytest
 
 import models
-from bench import fits
+from bench import preflight
 from bench.cli import main
-from bench.fits import MIN_FIT_POINTS, plan_warnings
+from bench.preflight import plan_warnings
 from bench.presets import get_preset
 from bench.run import Run
 from bench.spec import expand_grid
+from bench.sweeps import MIN_FIT_POINTS
 
 ATTENTION = models.ROLES.attention  # a layer whose Table 1 row restricts the fit range to n >= 8·d
 
@@ -146,6 +147,6 @@ def test_resume_warns_about_nothing(capsys, tmp_path, no_measuring, monkeypatch)
     run = Run.create(specs, get_preset("quick").timing, out=tmp_path / "run", command=["x"], preset=None)
     run.lock.release()  # created, never executed: let the resume below hold the folder
     capsys.readouterr()
-    monkeypatch.setattr(fits, "plan_warnings", lambda specs: pytest.fail("a resumed run is not warned about"))
+    monkeypatch.setattr(preflight, "plan_warnings", lambda specs: pytest.fail("a resumed run is not warned about"))
     assert main(["run", "--resume", str(run.dir), "--no-progress"]) == 0
     assert no_measuring == [run.dir] and "fits" not in capsys.readouterr().err

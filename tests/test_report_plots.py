@@ -16,7 +16,8 @@ import models  # noqa: E402
 from bench import fits  # noqa: E402
 from bench.report import style  # noqa: E402
 from bench.report.context import ReportContext  # noqa: E402
-from bench.report.scaling import cite_fits, crossover_section, scaling_section  # noqa: E402
+from bench.report.crossover import crossover_section  # noqa: E402
+from bench.report.scaling import cite_fits, scaling_section  # noqa: E402
 
 SOURCES = {"intel-xeon-2c-vm.cpu": "Intel Xeon, 2 cores (vm) · cpu", "amd-epyc-8c.cpu": "AMD EPYC, 8 cores · cpu"}
 

@@ -33,7 +33,7 @@ def results(tmp_path, monkeypatch):
     return root
 
 
-def _numbers(out):
+def numbers_of(out):
     return json.loads((out / "numbers.json").read_text())["numbers"]
 
 
@@ -42,7 +42,7 @@ def test_without_a_run_of_this_machine_the_reference_is_shown_and_said(results, 
     build_report(None, out)
     md = (out / "report.md").read_text()
     assert "No run of this machine (Intel Xeon, 2 cores (laptop))" in md
-    assert all(key.startswith("reference.amd-epyc-7763-64c-server.") for key in _numbers(out))
+    assert all(key.startswith("reference.amd-epyc-7763-64c-server.") for key in numbers_of(out))
 
 
 def test_this_machine_first_and_alone_then_side_by_side_with_the_reference(results, tmp_path):
@@ -51,7 +51,7 @@ def test_this_machine_first_and_alone_then_side_by_side_with_the_reference(resul
     _run(results, "elsewhere", THERE, "2026-03-02T00:00:00+00:00")  # copied from another machine
     out = tmp_path / "mine"
     build_report(None, out)
-    md, numbers = (out / "report.md").read_text(), _numbers(out)
+    md, numbers = (out / "report.md").read_text(), numbers_of(out)
     assert {v["run_id"] for v in numbers.values()} == {"new"}  # the newest run of this machine, nothing else
     assert "Older runs of the same machine and device, not shown (the newest is): old." in md
     assert "1 stored run(s) of other machines in results/ are not shown" in md
@@ -61,7 +61,7 @@ def test_this_machine_first_and_alone_then_side_by_side_with_the_reference(resul
 
     both = tmp_path / "both"
     build_report(None, both, compare_reference=True)
-    compared = _numbers(both)
+    compared = numbers_of(both)
     assert compared[key] == numbers[key]  # a key means the same with the reference beside it
     assert "reference.amd-epyc-7763-64c-server.cpu.attention.time.exponent_n" in compared
     html = (both / "report.html").read_text()
@@ -72,7 +72,7 @@ def test_results_named_show_every_machine_apart(results, tmp_path):
     _run(results, "here", HERE, "2026-02-01T00:00:00+00:00")
     out = tmp_path / "all"
     build_report([results], out)
-    runs = {v["run_id"] for v in _numbers(out).values()}
+    runs = {v["run_id"] for v in numbers_of(out).values()}
     assert runs == {"here", "ref1"}
 
 
@@ -81,5 +81,5 @@ def test_two_machines_with_the_same_run_id_are_told_apart(results, tmp_path):
     _run(tmp_path / "b", "same", THERE, "2026-02-01T00:00:00+00:00")
     out = tmp_path / "r"
     build_report([tmp_path / "a", tmp_path / "b", tmp_path / "a"], out)  # a folder named twice is read once
-    runs = {v["run_id"] for v in _numbers(out).values()}
+    runs = {v["run_id"] for v in numbers_of(out).values()}
     assert runs == {"same", "same@amd-epyc-7763-64c-server"}

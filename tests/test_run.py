@@ -6,9 +6,9 @@ import json
 import pandas as pd
 import pytest
 
-from bench import storage
 from bench import timing as T
 from bench.cli import main
+from bench.folder import read_timing_records
 from bench.run import Run
 from bench.spec import PointSpec
 
@@ -41,7 +41,7 @@ def test_first_pass_in_plan_order_then_shuffled_passes(tmp_path):
     out = tmp_path / "run"
     assert main([*GRID, "--out", str(out)]) == 0
     plan_ids = [s.point_id for s in _plan(out)]
-    records = [r for r in storage.read_timing_records(out) if r["attempt"] == 0]
+    records = [r for r in read_timing_records(out) if r["attempt"] == 0]
     order = {p: [r["point_id"] for r in records if r["pass"] == p] for p in range(3)}
     assert order[0] == plan_ids  # smallest first: an out-of-memory point stops its larger siblings
     assert sorted(order[1]) == sorted(plan_ids) and sorted(order[2]) == sorted(plan_ids)
@@ -51,7 +51,7 @@ def test_first_pass_in_plan_order_then_shuffled_passes(tmp_path):
     df = pd.read_csv(out / "points.csv")
     # each row's rounds are those of all its passes, and its medians on both clocks are theirs
     for row in df.itertuples():
-        mine = [r for r in storage.read_timing_records(out) if r["point_id"] == row.point_id]
+        mine = [r for r in read_timing_records(out) if r["point_id"] == row.point_id]
         data = [t for r in mine for t in r["stats"]["data"]]
         cpu = [t for r in mine for t in r["extra_info"]["cpu_data"]]
         assert row.rounds == len(data) == len(cpu) and row.passes == len(mine)
@@ -64,10 +64,10 @@ def test_first_pass_in_plan_order_then_shuffled_passes(tmp_path):
 def test_points_are_sampled_until_known_and_no_further(tmp_path, monkeypatch):
     """A point whose time is not known gets one more pass at a time, interleaved over the unknown points alone,
     and no more once it is known: here a point is known once it has 5 passes, 2 more than the plan's 3."""
-    monkeypatch.setattr(Run, "_known", lambda run, spec, state: len(run._records(spec, state)) >= 5)
+    monkeypatch.setattr(Run, "_known", lambda run, spec: len(run._records(spec)) >= 5)
     out = tmp_path / "run"
     assert main([*GRID, "--out", str(out)]) == 0
-    records = storage.read_timing_records(out)
+    records = read_timing_records(out)
     assert sorted({(r["attempt"], r["pass"]) for r in records}) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
     df = pd.read_csv(out / "points.csv")
     assert (df["passes"] == 5).all() and len(records) == 5 * len(df)
@@ -83,7 +83,7 @@ def test_points_that_stay_unreliable_stop_at_the_budget_and_stay_flagged(tmp_pat
     df = pd.read_csv(out / "points.csv")
     assert (~df["time_reliable"]).all() and df["time_flag"].str.contains("uncertain").all()
     assert df["time_flag"].str.startswith("its rounds still spread too widely after").all()
-    records = storage.read_timing_records(out)
+    records = read_timing_records(out)
     first = sum(r["visit_s"] for r in records if r["attempt"] == 0)
     extra = [r for r in records if r["attempt"] == 1]
     policy = T.TimingPolicy.stored(json.loads((out / "plan.json").read_text())["timing_policy"])

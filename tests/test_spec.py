@@ -22,17 +22,20 @@ def test_grid_expands_to_the_cartesian_product_without_repeating_unused_sizes():
 
 
 def test_quick_preset_spans_what_the_issue_names():
-    quick = get_preset("quick")
-    specs = quick.specs(["cpu"])
+    """Every registered layer; n over 16x, d over 8x, 5 odd k; each layer whose Table 1 row fits only n >= r·d
+    (models: `fit_n_over_d`) reaches that n at its largest."""
+    specs = get_preset("quick").specs(["cpu"])
     ns, ds = [s.n for s in specs], [s.d for s in specs]
     assert max(ns) / min(ns) >= 16
     assert max(ds) / min(ds) >= 8
     ks = {s.k for s in specs if s.k is not None}
     assert len(ks) >= 5 and all(k % 2 == 1 for k in ks)
-    attention = [s for s in specs if s.layer in ("attention", "attention_math")]
-    largest = max(attention, key=lambda s: s.n)
-    assert largest.n >= 8 * largest.d
     assert {s.layer for s in specs} == set(models.LAYERS)
+    ratios = {name: cls.table1.fit_n_over_d for name, cls in models.LAYERS.items() if cls.table1.fit_n_over_d}
+    assert ratios  # attention's n²·d term: a rule to reach
+    for name, ratio in ratios.items():
+        largest = max((s for s in specs if s.layer == name), key=lambda s: s.n)
+        assert largest.n >= ratio * largest.d, name
 
 
 def test_preset_expands_to_the_grid_it_states():

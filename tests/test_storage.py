@@ -1,8 +1,8 @@
-"""Run folders: whole-row appends, cut-off lines, atomic JSON, never overwritten."""
+"""Durable files: whole-row appends, cut-off lines, atomic JSON; run folders never overwritten."""
 
 import pytest
 
-from bench import storage
+from bench import folder, storage
 from bench.errors import BadInput, RunFailed
 
 
@@ -45,14 +45,14 @@ def test_json_is_written_atomically_and_damage_is_named(tmp_path):
 
 
 def test_run_folders_are_never_reused(tmp_path):
-    a = storage.new_run_dir(tmp_path, "r")
-    b = storage.new_run_dir(tmp_path, "r")
+    a = folder.new_run_dir(tmp_path, "r")
+    b = folder.new_run_dir(tmp_path, "r")
     assert a.name == "r" and b.name == "r-2"
 
 
 def test_out_dir_must_be_new_or_empty(tmp_path):
-    storage.claim_out_dir(tmp_path / "new")
+    folder.claim_out_dir(tmp_path / "new")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "points.csv").write_text("x")
     with pytest.raises(BadInput, match="never overwritten"):
-        storage.claim_out_dir(tmp_path / "full")
+        folder.claim_out_dir(tmp_path / "full")

@@ -116,12 +116,12 @@ def test_a_run_folders_files_are_named_in_one_module():
 
 
 def _code_lines(path: Path) -> list[tuple[int, str]]:
-    """(line number, text without indentation) of the lines that carry code: not blank, not a comment, not a
-    lone bracket."""
+    """(line number, text without indentation) of the lines that carry logic: not blank, not a comment, not an
+    import, not a lone bracket."""
     kept = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         text = line.strip()
-        if text and not text.startswith("#") and re.search(r"\w", text):
+        if text and not text.startswith(("#", "import ", "from ")) and re.search(r"\w", text):
             kept.append((number, text))
     return kept
 

@@ -16,6 +16,7 @@ from bench import storage
 from bench.cli import main
 from bench.errors import BadInput, RunFailed
 from bench.flops import FLOP_FORMULAS, count_flops
+from bench.folder import RunFolder
 from bench.point import grad_mode, one_call, saved_bytes
 from bench.presets import get_preset
 from bench.spec import PointSpec, expand_grid, source_key, validate
@@ -44,10 +45,11 @@ def counted_train(spec: PointSpec) -> int:
     return count.total
 
 
-def hand_train_flops(name: str, b: int, n: int, d: int, k: int) -> int:
-    """Written out from the layers' definitions and their gradients, not from models."""
+def hand_train_flops(name: str, b: int, n: int, d: int, k: int, heads: int) -> int:
+    """Written out from the layers' definitions and their gradients, not from models: one per registered layer."""
     dense = 2 * b * n * d * d  # one (b·n, d) × (d, d) product
     scores = 2 * b * n * n * d  # Q·Kᵀ (or P·V) over all heads
+    e = d // heads
     h0 = {"rnn": 1, "gru": 3}  # gate blocks whose step-0 product with h_0 ATen's loop skips in backward
     forward = {
         "conv": dense * k,
@@ -60,21 +62,23 @@ def hand_train_flops(name: str, b: int, n: int, d: int, k: int) -> int:
         # r = 8, every computed pair: one dense 37×37 block at n = 37; at n = 300, blocks of 32 queries (320 in
         # all) scoring spans of 32 + 8 − 1 = 39 keys. Its backward: two products for each of the forward's.
         "attention_local": 4 * dense + 2 * 2 * b * {37: 37 * 37, 300: 320 * 39}[n] * d,
+        # φ(K)ᵀV and φ(Q)(φ(K)ᵀV), e×e a head, and the normaliser φ(Q)(φ(K)ᵀ1); each product's backward is two.
+        "attention_linear": 4 * dense + 2 * (2 * b * n * e * e * heads) + 2 * b * n * d,
+        "scan": 2 * dense,  # B x_t and C h_t; the scan's multiply-adds are element-wise
     }
     if name == "attention":  # the projections 3x; the scores: 2 products forward, 5 backward (recomputed)
         return 3 * 4 * dense + (2 + 5) * scores
+    if name not in forward:
+        pytest.fail(f"layer {name!r}: write its training FLOPs by hand in hand_train_flops, tests/test_train.py")
     return 3 * forward[name] - 2 * b * h0.get(name, 0) * d * d
 
 
 @pytest.mark.parametrize("n", [37, 300])
-@pytest.mark.parametrize(
-    "name",
-    ["conv", "conv_dilated", "conv_separable", "rnn", "gru", "lstm", "attention_math", "attention", "attention_local"],
-)
+@pytest.mark.parametrize("name", list(models.LAYERS))
 def test_counted_train_flops_equal_the_hand_formula(name, n):
     spec = _point(name, n)
     total = counted_train(spec)
-    assert total == hand_train_flops(name, 2, n, 24, 5)
+    assert total == hand_train_flops(name, 2, n, 24, 5, 3)
     forward = models.analytic_flops(name, 2, n, spec.config())
     if name in ("rnn", "gru"):  # 3x less the one product nobody asks for: the gradient of h_0
         assert 3 * forward - total == 2 * 2 * models.LAYERS[name].gates * 24 * 24
@@ -189,11 +193,11 @@ def test_a_train_row_is_refused_by_a_folder_stored_without_the_mode_column(tmp_p
         "point_id": "a",
         "finished_utc": storage.utc_now(),
     }
-    storage.append_point(tmp_path, row)  # an inference row: stored in the folder's own columns
+    RunFolder(tmp_path).append_point(row)  # an inference row: stored in the folder's own columns
     header = (tmp_path / "points.csv").read_text().splitlines()[0].split(",")
     assert header == old_columns and len(pd.read_csv(tmp_path / "points.csv")) == 1
     with pytest.raises(RunFailed, match="mode"):
-        storage.append_point(tmp_path, row | {"point_id": "b", "mode": "train"})
+        RunFolder(tmp_path).append_point(row | {"point_id": "b", "mode": "train"})
     assert len(pd.read_csv(tmp_path / "points.csv")) == 1
 
 

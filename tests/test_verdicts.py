@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import fits
+from bench import fits, sweeps
 
 
 def _sweep(layer="lstm", variable="n", xs=(64, 128, 256, 512), time_s=None, flops=None, **extra):
@@ -95,7 +95,7 @@ def test_time_cannot_test_table1_where_its_flops_do_not_follow_it():
     # than the FLOP tolerance from 2: f/n = 8d² + 4nd, so the exponent from n to 2n is 1 + log2((8d + 8n)/(8d + 4n))
     ns = np.array([64, 128, 256, 512, 1024, 2048, 4096, 8192], float)
     flops = 8 * ns * 128**2 + 4 * ns**2 * 128
-    start = fits.table1_regime_start(_sweep("attention", xs=ns, flops=flops), "n", "attention")
+    start = sweeps.table1_regime_start(_sweep("attention", xs=ns, flops=flops), "n", "attention")
     local = [1 + math.log2((8 * 128 + 8 * n) / (8 * 128 + 4 * n)) for n in ns[:-1]]
     by_hand = max(i + 1 for i, e in enumerate(local) if abs(e - 2) > fits.TOLERANCE["flops"])
     assert start == by_hand and ns[start] == 2048  # 1024 -> 2048: exponent 1.848; 2048 -> 4096: 1.918
@@ -105,7 +105,7 @@ def test_plateau_range_starts_at_the_first_point_within_the_fraction_of_the_best
     # u = 1, 2, 4, 8, 16, 32: rate/R = u/(1+u) = 0.5, 0.667, 0.8, 0.889, 0.941, 0.970; 0.8 × 0.970 = 0.776,
     # so the first point at or above it is the third (u = 4, n = 256).
     sweep = _per_call_sweep([1, 2, 4, 8, 16, 32])
-    assert fits.plateau_start(sweep.flops_counted / sweep.time_median_s) == 2
+    assert sweeps.plateau_start(sweep.flops_counted / sweep.time_median_s) == 2
     row = _time_row(fits.fit_table(sweep))
     assert (row.x_min, row.x_max, row.points, row.range_rule) == (256, 2048, 4, "plateau")
 
@@ -150,7 +150,7 @@ def test_not_asymptotic_yet_quotes_the_device_peak_where_known():
 
 def test_overhead_fit_recovers_the_per_call_cost_and_rate():
     f = np.array([1e5, 1e6, 1e7, 1e8])
-    fit = fits.overhead_fit(f, 2e-4 + f / 5e10)
+    fit = sweeps.overhead_fit(f, 2e-4 + f / 5e10)
     assert fit.per_call_s == pytest.approx(2e-4, rel=1e-6) and fit.rate_flops_per_s == pytest.approx(5e10, rel=1e-6)
     # 0.8·R from f = c·R·0.8/0.2 = 2e-4 × 5e10 × 4 = 4e7 FLOPs
     assert fit.flops_to_plateau() == pytest.approx(4e7, rel=1e-6)

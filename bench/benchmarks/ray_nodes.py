@@ -2,17 +2,11 @@
 
     .venv/bin/python -m bench.benchmarks.ray_nodes [--repeats 2] [--out DIR]
 
-Each repeat starts a local cluster (ray.cluster_utils.Cluster: a head node, and for two nodes one more, each
-of one CPU), sweeps PLAN on it with `python -m bench run ... --ray ADDRESS` in this process, and stops it; the
-configurations alternate (1, 2, 1, 2, ...) so a slow phase of the machine lands on both. It prints, per run,
-the wall time of the command (connecting, starting the workers, measuring, the compute peaks, writing) and the
-run's own measure_s, then the medians and the load average before and after (`uptime`): on one machine the
-two "nodes" share its cores with everything else that runs there. A benchmark for the record, not a test."""
+The configurations alternate (1, 2, 1, 2, ...) so a slow phase of the machine lands on both."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -36,6 +30,7 @@ def sweep(nodes: int, out: Path) -> tuple[float, float]:
     from ray.cluster_utils import Cluster  # noqa: PLC0415
 
     from bench.cli import main  # noqa: PLC0415
+    from bench.folder import read_meta  # noqa: PLC0415
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:
@@ -51,7 +46,7 @@ def sweep(nodes: int, out: Path) -> tuple[float, float]:
         cluster.shutdown()
     if code != 0:
         raise SystemExit(f"the sweep on {nodes} node(s) failed (exit {code})")
-    meta = json.loads((out / "meta.json").read_text())
+    meta = read_meta(out)
     assert len(meta["nodes"]) == nodes, meta["nodes"].keys()
     return wall, float(meta["measure_s"])
 

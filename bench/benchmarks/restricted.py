@@ -1,27 +1,10 @@
 """Restricted attention at the speed the hardware allows: time, GFLOP/s and share of the compute peak.
 
     python -m bench.benchmarks.restricted                       # the table of issue 19
-    python -m bench.benchmarks.restricted --sizes 4096x256 --layers attention_local,attention_local_unfold
     python -m bench.benchmarks.restricted --layers conv_dilated,conv_separable,conv --sizes 2048x128 --k 3
 
-For each size (n×d) and layer: one forward pass in inference mode, timed by torch.utils.benchmark's
-`Timer.blocked_autorange` (a warm-up call, then blocks of calls for at least --min-run-time seconds; median and
-IQR over the blocks) with torch's intra-op threads pinned to --threads. GFLOP/s come from the layer's analytic
-FLOP count (`flops`: what its kernels compute, 2 per multiply-accumulate); for a layer that also states
-`useful_flops` (attention_local: the pairs inside the window), the useful GFLOP/s and their share of the peak
-are shown beside them. `of peak` is the achieved rate over the compute peak that bench.peak measures at the start
-on the same threads. The cores other processes took while a point was timed (bench.load) are shown beside
-it, and the load average and those cores before and during the whole measurement above the table. On a shared
-machine, `--quiet CORES` waits (up to --quiet-wait seconds a point) until other processes take fewer than CORES
-cores, and times a point again (up to --retries times) when they took more while it was timed; the table says
-how many attempts each point took.
-
-The implementations before issue 19, kept here (not registered) for the before/after comparison:
-`attention_local_unfold`, the r keys and values of every query gathered with unfold (r·n·d each) and one r-long
-matrix-vector product per query, memory traffic rather than arithmetic; `conv_channels_first`,
-`conv_dilated_channels_first` and `conv_separable_channels_first`, Conv1d on the channels-first transpose of
-the (B, n, d) input.
-"""
+Also times the implementations before issue 19, kept here unregistered (REFERENCES). What it measures:
+docs/usage.md."""
 
 from __future__ import annotations
 
@@ -53,8 +36,8 @@ DEFAULT_LAYERS = ("attention", "attention_local", "attention_math", "attention_l
 
 
 class AttentionLocalUnfold(AttentionLocal):
-    """attention_local as it was before issue 19 (banded): the r keys (and values) of every query gathered by
-    unfold, r scores and one (1, r)·(r, d_head) product per query. Same weights and outputs as AttentionLocal."""
+    """attention_local before issue 19: every query's r keys and values gathered by unfold, one (1, r)·(r, d_head)
+    product per query (memory traffic rather than arithmetic). Same weights and outputs."""
 
     def _windows(self, t: torch.Tensor) -> torch.Tensor:
         # (B, h, n, d_head) -> (B, h, n, r, d_head): the r keys (or values) each query sees.
@@ -83,8 +66,7 @@ class AttentionLocalUnfold(AttentionLocal):
 
 
 class ConvChannelsFirst(Conv):
-    """conv as it was before issue 19: Conv1d on the channels-first transpose of the (B, n, d) input (a copy in,
-    oneDNN's reorders to and from its blocked layout), its weight laid out channels-first."""
+    """conv before issue 19: Conv1d on the channels-first transpose of the (B, n, d) input."""
 
     def __init__(self, cfg: LayerConfig, dilation: int = 1):
         super().__init__(cfg, dilation)
@@ -100,8 +82,7 @@ class ConvDilatedChannelsFirst(ConvChannelsFirst):
 
 
 class ConvSeparableChannelsFirst(ConvSeparable):
-    """conv_separable as it was before issue 19: depthwise and pointwise Conv1d, channels-first (for k >= 15
-    oneDNN's depthwise kernel gives way to an im2col product)."""
+    """conv_separable before issue 19: depthwise and pointwise Conv1d, channels-first."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.pointwise(self.depthwise(x.transpose(1, 2))).transpose(1, 2)  # (B, n, d)
@@ -130,8 +111,7 @@ class Row:
 
 
 def build(name: str, n: int, d: int, args: argparse.Namespace) -> tuple[torch.nn.Module, type, LayerConfig]:
-    """The layer `name` (registered or in REFERENCES) at this size, in eval mode, and its class and config;
-    sizes a layer does not read are dropped as in a sweep (bench.spec.expand_grid: conv_dilated's dilation k)."""
+    """The layer `name` (registered or in REFERENCES) in eval mode, its class and config, sized as in a sweep."""
     cls, registered = REFERENCES.get(name, (models.LAYERS.get(name), name))
     (spec,) = expand_grid(
         [registered], [n], [d], k=[args.k], heads=[args.heads], window=[args.window], batch=[args.batch]
@@ -147,8 +127,7 @@ QUIET_SAMPLE_S = 0.5  # each look at the load while waiting for a quiet machine
 
 
 def wait_for_quiet(max_cores: float, timeout_s: float) -> Load:
-    """The first load sample in which other processes take fewer than `max_cores` cores, or the last one when
-    `timeout_s` runs out first."""
+    """The first load sample with others under `max_cores` cores, or the last when `timeout_s` runs out."""
     deadline = time.monotonic() + timeout_s
     while True:
         load = sample_load(QUIET_SAMPLE_S)
@@ -157,9 +136,7 @@ def wait_for_quiet(max_cores: float, timeout_s: float) -> Load:
 
 
 def quietly(measure_once: Callable[[], T], args: argparse.Namespace) -> tuple[T, Load, int]:
-    """(what `measure_once()` returned, the load while it ran, attempts); with --quiet, measured after waiting
-    for a quiet machine, and again while other processes took --quiet cores or more during it (up to --retries
-    more times, the last one kept)."""
+    """(`measure_once()`, the load while it ran, attempts): with --quiet, on a quiet machine, retried under load."""
     attempts = 0
     while True:
         attempts += 1

@@ -1,12 +1,6 @@
-"""Complexity: the FLOPs of the layers and of their parts, sequential steps and path lengths, as the study notes state them.
-
-Every number is computed here, never taken from a formula: FLOPs are counted by `counted_flops` on the real
-layers (`models.build`), growth is the fitted exponent of a log-log least-squares line (`fitted_exponent`),
-sequential steps are the operator depth of one forward pass (`bench.paths.layer_seq_depth`), path lengths
-are `bench.paths.layers_to_cross` / `path_hops`, and receptive fields are the inputs an output's gradient
-touches (`receptive_field`, float64, exact zeros where nothing depends). The closed forms are set beside
-each measurement. No verdict here rests on a time.
-"""
+"""Complexity: FLOPs of the layers and their parts, sequential steps and path lengths, as the study notes state
+them. Every number is measured on the real layers (counted FLOPs, fitted exponents, operator depths, path
+lengths, gradient-based receptive fields) and set beside the closed forms; no verdict rests on a time."""
 
 from __future__ import annotations
 
@@ -22,13 +16,13 @@ from bench import paths
 from bench.memory import measure_memory
 from models import LayerConfig
 
-from .record import D2L_SELF_ATTENTION, PAPER, _generator, _num, _numbers, claim, counted_flops
+from .record import D2L_SELF_ATTENTION, PAPER, claim, counted_flops, generator_for, numbers_of, rounded
 from .verdict import Outcome, Rule, above, all_met, at_least, below, equals, is_true, within
 
 TABLE1 = f"{PAPER}, §4 and Table 1"
 D2L_CNN_RNN_SA = f"{D2L_SELF_ATTENTION} (§11.6.2 Comparing CNNs, RNNs, and Self-Attention)"
-EXPONENT_TOL = 0.05  # |fitted exponent − predicted| for a count that is an exact power law (rounding only)
-ASYMPTOTIC_EXPONENT_TOL = 0.2  # the same where a lower-order term still weighs (attention's n·d² at n ≥ 8d)
+EXPONENT_TOL = 0.05  # |fitted exponent − predicted| for an exact power law (rounding only)
+ASYMPTOTIC_EXPONENT_TOL = 0.2  # the same where a lower-order term still weighs
 CONSTANT_FACTOR_TOL = 0.25  # a "≈" constant holds if measured/stated lies within 1 ± this
 
 
@@ -45,26 +39,19 @@ def _layer_flops(name: str, n: int, cfg: LayerConfig, gen: torch.Generator, batc
 
 
 def _measured_first(layers, measured: str) -> list[str]:
-    """The layers' names, the one whose number is `measured` first (its checks open `expected`)."""
+    """The layers' names, `measured` first (its checks open `expected`)."""
     return sorted(layers, key=lambda name: name != measured)
 
 
 def _dilated_conv() -> str:
-    """The registered convolution whose stack grows its dilation (k^l), found by its path rule."""
+    """The registered convolution whose stack grows its dilation (k^l)."""
     return next(name for name, cls in models.LAYERS.items() if "k" in cls.uses and cls.path.dilation is not None)
 
 
-# ------------------------------------------------------------------------ attention FLOPs
 ATTENTION_D = 16
 ATTENTION_NS = (16, 32, 64, 128, 256, 512, 1024)
-ATTENTION_N_OVER_D = 8  # from n = 8d on, 4n²d is ≥ 80 % of the count: the exponent in n is fitted there
 ATTENTION_DS = (8, 16, 32)  # the exponent in d, at the largest n (n ≫ d: linear in d)
 ATTENTION_BATCH = 1
-
-
-def attention_flops_formula(batch: int, n: int, d: int) -> int:
-    """8·b·n·d² (Q, K, V, O projections) + 4·b·n²·d (QKᵀ and AV), 2 FLOPs per multiply-accumulate."""
-    return 8 * batch * n * d * d + 4 * batch * n * n * d
 
 
 @claim(
@@ -74,13 +61,16 @@ def attention_flops_formula(batch: int, n: int, d: int) -> int:
     notes=("attention_complexity",),
 )
 def _claim_attention_complexity(seed: int) -> Outcome:
-    gen = _generator(seed, 121)
+    gen = generator_for(seed, 121)
     names = (models.ROLES.attention, models.ROLES.attention_explicit)
     b, d = ATTENTION_BATCH, ATTENTION_D
     counts = {name: [_layer_flops(name, n, LayerConfig(d=d), gen, b) for n in ATTENTION_NS] for name in names}
-    formula = [attention_flops_formula(b, n, d) for n in ATTENTION_NS]
-    exact = equals("counted FLOPs", counts, {name: formula for name in names}, "8bnd² + 4bn²d")
-    large = [i for i, n in enumerate(ATTENTION_NS) if n >= ATTENTION_N_OVER_D * d]
+    analytic = {name: [models.analytic_flops(name, b, n, LayerConfig(d=d)) for n in ATTENTION_NS] for name in names}
+    formula = analytic[names[0]]
+    exact = equals("counted FLOPs", counts, analytic, "8bnd² + 4bn²d")
+    # The exponent in n is fitted where the table's term carries the count, as the sweep's fits do.
+    n_over_d = models.LAYERS[names[0]].table1.fit_n_over_d
+    large = [i for i, n in enumerate(ATTENTION_NS) if n >= n_over_d * d]
     n_exp = fitted_exponent([ATTENTION_NS[i] for i in large], [counts[names[0]][i] for i in large])
     n_big = ATTENTION_NS[-1]
     d_counts = [_layer_flops(names[0], n_big, LayerConfig(d=dd), gen, b) for dd in ATTENTION_DS]
@@ -88,9 +78,9 @@ def _claim_attention_complexity(seed: int) -> Outcome:
     share = [4 * b * n * n * d / f for n, f in zip(ATTENTION_NS, formula)]
     tol = ASYMPTOTIC_EXPONENT_TOL
     return Outcome(
-        measured=_num(n_exp),
+        measured=rounded(n_exp),
         rule=all_met(
-            within(f"exponent in n of the counted FLOPs (d = {d}, n ≥ {ATTENTION_N_OVER_D}d)", n_exp, 2, abs_tol=tol),
+            within(f"exponent in n of the counted FLOPs (d = {d}, n ≥ {n_over_d}d)", n_exp, 2, abs_tol=tol),
             within(f"exponent in d at n = {n_big}", d_exp, 1, abs_tol=tol),
             exact,
         ),
@@ -102,10 +92,10 @@ def _claim_attention_complexity(seed: int) -> Outcome:
             "n": list(ATTENTION_NS),
             "flops_counted": counts,
             "flops_formula": formula,
-            "n2d_share": [_num(s) for s in share],
+            "n2d_share": [rounded(s) for s in share],
             "d_values": list(ATTENTION_DS),
             "flops_by_d": d_counts,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 exponent_d=(d_exp, "1", f"fitted exponent in d at n = {n_big}"),
                 n2d_share_smallest_n=(share[0], "1", f"share of 4bn²d in the count at n = {ATTENTION_NS[0]}"),
                 counts_exact=("yes" if exact.met else "no", "1", "counted FLOPs equal 8bnd² + 4bn²d"),
@@ -114,20 +104,17 @@ def _claim_attention_complexity(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ QKᵀ operation count
 SCORE_N, SCORE_D = 100, 64
-SCORE_ATOL = 1e-9  # |explicit sum of products − q @ kᵀ| in float64 (the same sums, another order)
+SCORE_ATOL = 1e-9  # |explicit sum of products − q @ kᵀ| in float64: the same sums in another order
 
 
 def score_op_counts(q: torch.Tensor, k: torch.Tensor) -> dict:
-    """The scalar operations of QKᵀ done one by one: every product q_i,c·k_j,c is an element of the
-    broadcast product (n·n·d multiplications); summing d products per score takes d − 1 additions. Also
-    the counted FLOPs of q @ kᵀ and whether the explicit sum equals it."""
+    """The multiplications and additions of QKᵀ done one by one, and the counted FLOPs of q @ kᵀ."""
     n, d = q.shape
     products = q[:, None, :] * k[None, :, :]  # (n, n, d): one multiplication per element
     scores = products[..., 0].clone()
     additions = 0
-    for c in range(1, d):  # one addition per score per remaining term
+    for c in range(1, d):
         scores = scores + products[..., c]
         additions += scores.numel()
     flops = counted_flops(lambda: q @ k.T)
@@ -147,7 +134,7 @@ def score_op_counts(q: torch.Tensor, k: torch.Tensor) -> dict:
     notes=("attention_score_op_count",),
 )
 def _claim_attention_score_op_count(seed: int) -> Outcome:
-    gen = _generator(seed, 122)
+    gen = generator_for(seed, 122)
     n, d = SCORE_N, SCORE_D
     q, k = (torch.randn(n, d, generator=gen, dtype=torch.float64) for _ in range(2))
     c = score_op_counts(q, k)
@@ -163,7 +150,7 @@ def _claim_attention_score_op_count(seed: int) -> Outcome:
             "n": n,
             "d": d,
             **c,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 additions=(c["additions"], "1", "additions of QKᵀ"),
                 flops_counted=(c["flops_counted"], "FLOP", "counted FLOPs of q @ kᵀ"),
             ),
@@ -171,16 +158,10 @@ def _claim_attention_score_op_count(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ recurrent FLOPs
-RNN_NS = (16, 32, 64, 128)  # at d = RNN_D
+RNN_NS = (16, 32, 64, 128)
 RNN_D = 16
-RNN_DS = (16, 32, 64, 128)  # at n = RNN_N
+RNN_DS = (16, 32, 64, 128)
 RNN_N = 16
-
-
-def recurrent_flops_formula(batch: int, n: int, d: int, gates: int) -> int:
-    """2·b·n·g·2d²: per step, g gate blocks of W_ih x_t and W_hh h_{t−1}, d×d each."""
-    return 2 * batch * n * gates * 2 * d * d
 
 
 @claim(
@@ -190,19 +171,18 @@ def recurrent_flops_formula(batch: int, n: int, d: int, gates: int) -> int:
     notes=("rnn_complexity",),
 )
 def _claim_rnn_complexity(seed: int) -> Outcome:
-    gen = _generator(seed, 123)
+    gen = generator_for(seed, 123)
     by_n, by_d, exponents, formula = {}, {}, {}, {}
     for name in models.recurrent():
-        gates = models.LAYERS[name].gates
         by_n[name] = [_layer_flops(name, n, LayerConfig(d=RNN_D), gen) for n in RNN_NS]
         by_d[name] = [_layer_flops(name, RNN_N, LayerConfig(d=d), gen) for d in RNN_DS]
         formula[name] = {
-            "n": [recurrent_flops_formula(1, n, RNN_D, gates) for n in RNN_NS],
-            "d": [recurrent_flops_formula(1, RNN_N, d, gates) for d in RNN_DS],
+            "n": [models.analytic_flops(name, 1, n, LayerConfig(d=RNN_D)) for n in RNN_NS],
+            "d": [models.analytic_flops(name, 1, RNN_N, LayerConfig(d=d)) for d in RNN_DS],
         }
         exponents[name] = {
-            "n": _num(fitted_exponent(RNN_NS, by_n[name])),
-            "d": _num(fitted_exponent(RNN_DS, by_d[name])),
+            "n": rounded(fitted_exponent(RNN_NS, by_n[name])),
+            "d": rounded(fitted_exponent(RNN_DS, by_d[name])),
         }
     counted = {name: {"n": by_n[name], "d": by_d[name]} for name in by_n}
     exact = equals("counted FLOPs", counted, formula, "2·b·n·g·2d² (g = gate blocks)")
@@ -233,7 +213,7 @@ def _claim_rnn_complexity(seed: int) -> Outcome:
             "flops_by_n": by_n,
             "flops_by_d": by_d,
             "exponents": exponents,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 exponent_n=(exponents[rec]["n"], "1", f"fitted exponent in n of {rec}"),
                 counts_exact=("yes" if exact.met else "no", "1", "counted FLOPs equal 2·b·n·g·2d²"),
             ),
@@ -241,12 +221,11 @@ def _claim_rnn_complexity(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ d×d matrix product
 MATMUL_DS = (32, 64, 128, 256, 512)
 
 
 def matmul_flops(d: int, gen: torch.Generator) -> tuple[int, int]:
-    """(counted FLOPs of torch.mm of two d×d matrices, of torch.mv of a d×d matrix and a d-vector)."""
+    """(counted FLOPs of d×d by d×d, of d×d by a d-vector)."""
     a, b, v = torch.randn(d, d, generator=gen), torch.randn(d, d, generator=gen), torch.randn(d, generator=gen)
     return counted_flops(lambda: torch.mm(a, b)), counted_flops(lambda: torch.mv(a, v))
 
@@ -258,24 +237,24 @@ def matmul_flops(d: int, gen: torch.Generator) -> tuple[int, int]:
     notes=("dxd_matmul_cost",),
 )
 def _claim_dxd_matmul_cost(seed: int) -> Outcome:
-    gen = _generator(seed, 124)
+    gen = generator_for(seed, 124)
     mm, mv = zip(*(matmul_flops(d, gen) for d in MATMUL_DS))
     mm_exp, mv_exp = fitted_exponent(MATMUL_DS, mm), fitted_exponent(MATMUL_DS, mv)
     exact = list(mm) == [2 * d**3 for d in MATMUL_DS] and list(mv) == [2 * d**2 for d in MATMUL_DS]
     return Outcome(
-        measured=_num(mm_exp),
+        measured=rounded(mm_exp),
         rule=all_met(
             within(
                 "exponent in d of the counted FLOPs of a d×d by d×d product (the note)", mm_exp, 2, abs_tol=EXPONENT_TOL
             )
         ),
-        note=f"counted 2·d³, exponent 3. The RNN step is a matrix-vector product, 2·d² (exponent {_num(mv_exp)}), "
+        note=f"counted 2·d³, exponent 3. The RNN step is a matrix-vector product, 2·d² (exponent {rounded(mv_exp)}), "
         "so the note's O(n·d²) is right for the wrong reason",
         details={
             "d": list(MATMUL_DS),
             "mm_flops": list(mm),
             "mv_flops": list(mv),
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 mv_exponent=(mv_exp, "1", "fitted exponent in d of d×d times a d-vector"),
                 counts_exact=("yes" if exact else "no", "1", "mm counts 2·d³ and mv 2·d² exactly"),
             ),
@@ -283,17 +262,11 @@ def _claim_dxd_matmul_cost(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ convolution FLOPs
-CONV_NS = (64, 128, 256, 512, 1024)  # at d = CONV_D, k = 3
+CONV_NS = (64, 128, 256, 512, 1024)
 CONV_D = 32
-CONV_DS = (16, 32, 64, 128)  # at n = CONV_N, k = 3
+CONV_DS = (16, 32, 64, 128)
 CONV_N = 64
-CONV_KS = (3, 5, 9)  # at n = CONV_N, d = CONV_D
-
-
-def conv_flops_formula(batch: int, n: int, d: int, k: int) -> int:
-    """2·b·n·k·d²: each of the n·d outputs sums k taps over d input channels."""
-    return 2 * batch * n * k * d * d
+CONV_KS = (3, 5, 9)
 
 
 @claim(
@@ -304,15 +277,15 @@ def conv_flops_formula(batch: int, n: int, d: int, k: int) -> int:
     notes=("conv_complexity",),
 )
 def _claim_conv_complexity(seed: int) -> Outcome:
-    gen = _generator(seed, 125)
+    gen = generator_for(seed, 125)
     name = models.ROLES.convolution
     by_n = [_layer_flops(name, n, LayerConfig(d=CONV_D), gen) for n in CONV_NS]
     by_d = [_layer_flops(name, CONV_N, LayerConfig(d=d), gen) for d in CONV_DS]
     by_k = [_layer_flops(name, CONV_N, LayerConfig(d=CONV_D, k=k), gen) for k in CONV_KS]
     formula = {
-        "n": [conv_flops_formula(1, n, CONV_D, 3) for n in CONV_NS],
-        "d": [conv_flops_formula(1, CONV_N, d, 3) for d in CONV_DS],
-        "k": [conv_flops_formula(1, CONV_N, CONV_D, k) for k in CONV_KS],
+        "n": [models.analytic_flops(name, 1, n, LayerConfig(d=CONV_D)) for n in CONV_NS],
+        "d": [models.analytic_flops(name, 1, CONV_N, LayerConfig(d=d)) for d in CONV_DS],
+        "k": [models.analytic_flops(name, 1, CONV_N, LayerConfig(d=CONV_D, k=k)) for k in CONV_KS],
     }
     exact = equals("counted FLOPs", {"n": by_n, "d": by_d, "k": by_k}, formula, "2·b·n·k·d²")
     exps = {
@@ -321,7 +294,7 @@ def _claim_conv_complexity(seed: int) -> Outcome:
         "k": fitted_exponent(CONV_KS, by_k),
     }
     return Outcome(
-        measured=_num(exps["d"]),
+        measured=rounded(exps["d"]),
         rule=all_met(
             within("exponent in d of the counted FLOPs", exps["d"], 2, abs_tol=EXPONENT_TOL),
             within("in n", exps["n"], 1, abs_tol=EXPONENT_TOL),
@@ -335,7 +308,7 @@ def _claim_conv_complexity(seed: int) -> Outcome:
             "flops_by_n": by_n,
             "flops_by_d": by_d,
             "flops_by_k": by_k,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 exponent_n=(exps["n"], "1", "fitted exponent in n"),
                 exponent_k=(exps["k"], "1", "fitted exponent in k"),
                 counts_exact=("yes" if exact.met else "no", "1", "counted FLOPs equal 2·b·n·k·d²"),
@@ -344,7 +317,6 @@ def _claim_conv_complexity(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ sequential operations
 SEQ_PARALLEL_NS = (16, 64, 256, 1024, 4096)
 SEQ_RNN_NS = (8, 16, 32, 64)
 RECEPTIVE_D = 4  # channels of the receptive-field probes (the structure does not depend on d)
@@ -352,8 +324,7 @@ LOCALITY_K, LOCALITY_N, LOCALITY_POSITION = 3, 32, 16  # the conv whose output w
 
 
 def receptive_field(fn, n: int, d: int, position: int, gen: torch.Generator) -> list[int]:
-    """The input positions output `position` of fn depends on: those where the gradient of that output's
-    sum is nonzero (float64, so a structural zero is exact and a real dependence is not lost)."""
+    """The inputs output `position` of fn depends on: a nonzero gradient, in float64 (a structural zero exact)."""
     x = torch.randn(1, n, d, generator=gen, dtype=torch.float64, requires_grad=True)
     (grad,) = torch.autograd.grad(fn(x)[0, position].sum(), x)
     return torch.nonzero((grad[0] != 0).any(dim=-1)).flatten().tolist()
@@ -371,12 +342,11 @@ def _float64(name: str, cfg: LayerConfig, seed: int = 0) -> nn.Module:
     notes=("seq_ops_attention", "seq_ops_conv"),
 )
 def _claim_seq_ops_parallel(seed: int) -> Outcome:
-    gen = _generator(seed, 126)
+    gen = generator_for(seed, 126)
     names = (models.ROLES.attention, models.ROLES.attention_explicit, models.ROLES.convolution)
     depths = {name: [paths.layer_seq_depth(name, n)[0] for n in SEQ_PARALLEL_NS] for name in names}
     k, n, j = LOCALITY_K, LOCALITY_N, LOCALITY_POSITION
     conv = _float64(models.ROLES.convolution, LayerConfig(d=RECEPTIVE_D, k=k), seed)
-    # Outputs touched by input j = inputs output j sees, mirrored (a centered kernel): j − (k−1)/2 .. j + (k−1)/2.
     window = receptive_field(conv, n, RECEPTIVE_D, j, gen)
     worst = max(max(v) for v in depths.values())
     over = f"n = {SEQ_PARALLEL_NS[0]}..{SEQ_PARALLEL_NS[-1]}"
@@ -396,7 +366,7 @@ def _claim_seq_ops_parallel(seed: int) -> Outcome:
             "n": list(SEQ_PARALLEL_NS),
             "seq_depth": depths,
             "conv_window": window,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 conv_depth=(depths[models.ROLES.convolution][0], "1", "operator depth of the convolution"),
                 conv_window=(len(window), "1", f"inputs conv output {j} depends on (k = {k})"),
             ),
@@ -416,7 +386,7 @@ def _claim_seq_ops_rnn(seed: int) -> Outcome:
     for name in models.recurrent():
         depths[name] = [paths.layer_seq_depth(name, n)[0] for n in SEQ_RNN_NS]
         steps[name] = np.diff(depths[name]) / np.diff(SEQ_RNN_NS)
-        per_step[name] = _num(steps[name][0])
+        per_step[name] = rounded(steps[name][0])
         fused[name] = [paths.layer_seq_depth(name, n, reference=False)[0] for n in (SEQ_RNN_NS[0], SEQ_RNN_NS[-1])]
     rec = models.ROLES.recurrent
     return Outcome(
@@ -447,14 +417,13 @@ def _claim_seq_ops_rnn(seed: int) -> Outcome:
             "seq_depth_reference": depths,
             "depth_per_step": per_step,
             "seq_depth_forward_first_last_n": fused,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 depth_largest_n=(depths[rec][-1], "1", f"operator depth of {rec} at n = {SEQ_RNN_NS[-1]}"),
             ),
         },
     )
 
 
-# ------------------------------------------------------------------------ path lengths
 PATH_ATTENTION_NS = (16, 64, 256, 1024, 4096)
 PATH_CONV_NS = (16, 32, 64)  # for the comparison rows (a stack of up to n−1 layers)
 PATH_RNN_NS = (16, 32, 128)
@@ -494,7 +463,9 @@ def _claim_path_attention(seed: int) -> Outcome:
             "conv_layers_k3": conv_layers,
             "conv_formula": [paths.layers_to_cross_formula(conv, n, 3) for n in PATH_CONV_NS],
             "recurrent_hops": rnn_hops,
-            "numbers": _numbers(conv_layers_largest_n=(conv_layers[-1], "1", f"conv layers at n = {PATH_CONV_NS[-1]}")),
+            "numbers": numbers_of(
+                conv_layers_largest_n=(conv_layers[-1], "1", f"conv layers at n = {PATH_CONV_NS[-1]}")
+            ),
         },
     )
 
@@ -530,12 +501,11 @@ def _claim_path_rnn(seed: int) -> Outcome:
             "n": list(PATH_RNN_NS),
             "path_hops": hops,
             "layers_to_cross": layers,
-            "numbers": _numbers(layers_to_cross=(layers[rec], "1", f"layers of {rec} to link input 0 to output n−1")),
+            "numbers": numbers_of(layers_to_cross=(layers[rec], "1", f"layers of {rec} to link input 0 to output n−1")),
         },
     )
 
 
-# ------------------------------------------------------------------------ receptive fields
 RF_N = 128
 RF_LAYERS = tuple(range(1, 11))
 RF_KS = (3, 5)
@@ -544,7 +514,7 @@ RF_KS = (3, 5)
 def stacked_receptive_field(
     name: str, k: int, dilations: Sequence[int], n: int, gen: torch.Generator, seed: int = 0
 ) -> int:
-    """Inputs the middle output of a stack of `name` layers (kernel k, layer l at dilations[l]) depends on."""
+    """Inputs the middle output of a stack of `name` layers (layer l at dilations[l]) depends on."""
     stack = nn.Sequential(
         *(_float64(name, LayerConfig(d=RECEPTIVE_D, k=k, dilation=dil), seed + i) for i, dil in enumerate(dilations))
     )
@@ -558,7 +528,7 @@ def stacked_receptive_field(
     notes=("conv_receptive_field",),
 )
 def _claim_conv_receptive_field(seed: int) -> Outcome:
-    gen = _generator(seed, 110)
+    gen = generator_for(seed, 110)
     conv = models.ROLES.convolution
     fields = {k: [stacked_receptive_field(conv, k, [1] * depth, RF_N, gen, seed) for depth in RF_LAYERS] for k in RF_KS}
     formula = {k: [depth * (k - 1) + 1 for depth in RF_LAYERS] for k in RF_KS}
@@ -578,7 +548,7 @@ def _claim_conv_receptive_field(seed: int) -> Outcome:
             "n": RF_N,
             "receptive_field": {str(k): v for k, v in fields.items()},
             "formula": {str(k): v for k, v in formula.items()},
-            "numbers": _numbers(two_layers_k5=(fields[5][1], "1", "receptive field of 2 layers, k = 5 (2k−1 = 9)")),
+            "numbers": numbers_of(two_layers_k5=(fields[5][1], "1", "receptive field of 2 layers, k = 5 (2k−1 = 9)")),
         },
     )
 
@@ -603,7 +573,7 @@ def _claim_path_conv_contiguous(seed: int) -> Outcome:
     ratio = {k: [lay / (n / k) for lay, n in zip(v, PATH_CONV_RANGE)] for k, v in layers.items()}
     big_k, big_n = PATH_CONV_KS[0], PATH_CONV_RANGE[-1]
     return Outcome(
-        measured=_num(ratio[big_k][-1]),
+        measured=rounded(ratio[big_k][-1]),
         rule=Rule(
             holds=tuple(  # the note's 'L ≈ n/k'
                 within(
@@ -631,9 +601,9 @@ def _claim_path_conv_contiguous(seed: int) -> Outcome:
             "layers": {str(k): v for k, v in layers.items()},
             "formula": {str(k): v for k, v in formula.items()},
             "one_sided": {str(k): v for k, v in one_sided.items()},
-            "ratio_to_n_over_k": {str(k): [_num(x) for x in v] for k, v in ratio.items()},
-            "exponent_n": {str(k): _num(v) for k, v in n_exp.items()},
-            "numbers": _numbers(
+            "ratio_to_n_over_k": {str(k): [rounded(x) for x in v] for k, v in ratio.items()},
+            "exponent_n": {str(k): rounded(v) for k, v in n_exp.items()},
+            "numbers": numbers_of(
                 layers=(layers[big_k][-1], "1", f"layers to cross, n = {big_n}, k = {big_k}"),
                 n_over_k=(big_n / big_k, "1", "n/k"),
                 exponent_n=(n_exp[big_k], "1", f"fitted exponent in n of the layers, k = {big_k}"),
@@ -645,9 +615,9 @@ def _claim_path_conv_contiguous(seed: int) -> Outcome:
 DILATED_K = 3
 DILATED_LAYERS = (1, 2, 3, 4, 5)
 DILATED_RF_N = 2 * DILATED_K ** DILATED_LAYERS[-1] + 1  # the widest k^l stack's field fits around the middle
-# Powers of k: ⌈log_k(2(n−1)+1)⌉ then steps by exactly 1 per factor k, so the slope is not blurred by the ceiling.
+# Powers of k: the ceiling ⌈log_k(2(n−1)+1)⌉ then steps by exactly 1 per factor k.
 DILATED_NS = tuple(DILATED_K**j for j in range(2, 7))
-LOG_FIT_TOL = 0.1  # |fitted slope of layers against log_k n − 1|; the layers are a ceiling, so integer steps
+LOG_FIT_TOL = 0.1  # |fitted slope of layers against log_k n − 1|
 
 
 @claim(
@@ -658,7 +628,7 @@ LOG_FIT_TOL = 0.1  # |fitted slope of layers against log_k n − 1|; the layers 
     notes=("path_conv_dilated",),
 )
 def _claim_path_conv_dilated(seed: int) -> Outcome:
-    gen = _generator(seed, 132)
+    gen = generator_for(seed, 132)
     k, dilated = DILATED_K, _dilated_conv()
     doubling = [
         stacked_receptive_field(dilated, k, [2**i for i in range(depth)], DILATED_RF_N, gen, seed)
@@ -708,7 +678,7 @@ def _claim_path_conv_dilated(seed: int) -> Outcome:
             "n": list(DILATED_NS),
             "layers_to_cross_k_power": layers,
             "layers_to_cross_formula": formula,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 slope_log_k=(slope, "1", "fitted layers per unit of log_k n, dilations k^l"),
                 field_k_power=(powers[-1], "1", f"receptive field of {DILATED_LAYERS[-1]} layers, dilations k^l"),
             ),
@@ -717,7 +687,7 @@ def _claim_path_conv_dilated(seed: int) -> Outcome:
 
 
 ONE_LAYER_N, ONE_LAYER_D, ONE_LAYER_K = 64, 16, 3
-ONE_LAYER_TS = (0, 15, 31, 63)  # output positions probed
+ONE_LAYER_TS = (0, 15, 31, 63)
 
 
 @claim(
@@ -728,7 +698,7 @@ ONE_LAYER_TS = (0, 15, 31, 63)  # output positions probed
     notes=("receptive_field_one_layer",),
 )
 def _claim_receptive_field_one_layer(seed: int) -> Outcome:
-    gen = _generator(seed, 133)
+    gen = generator_for(seed, 133)
     n, cfg = ONE_LAYER_N, LayerConfig(d=ONE_LAYER_D, k=ONE_LAYER_K)
     roles = {
         "convolution": models.ROLES.convolution,
@@ -771,7 +741,7 @@ def _claim_receptive_field_one_layer(seed: int) -> Outcome:
             "positions": list(ONE_LAYER_TS),
             "layers": roles,
             "receptive_field": fields,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 conv_field=(fields["convolution"][1], "1", f"conv receptive field at t = {ONE_LAYER_TS[1]}"),
                 rnn_field_last=(fields["recurrent"][-1], "1", f"RNN receptive field at t = {ONE_LAYER_TS[-1]}"),
             ),
@@ -779,13 +749,12 @@ def _claim_receptive_field_one_layer(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ slow on long sequences
 SLOW_D = 64
 SLOW_NS = (64, 128, 256, 512, 1024, 2048, 4096)
-SLOW_EXPONENT_MIN = 1.8  # local FLOP exponent of attention between the two largest n: near 2 (4n²d dominates)
+SLOW_EXPONENT_MIN = 1.8  # local FLOP exponent of attention between the two largest n
 MEMORY_NS = (256, 512, 1024)  # peak memory of the explicit n×n scores, d = MEMORY_D
 MEMORY_D = 32
-MEMORY_EXPONENT_MIN = 1.8  # local exponent of attention_explicit's peak bytes between the two largest n
+MEMORY_EXPONENT_MIN = 1.8  # the same of attention_explicit's peak bytes
 
 
 @claim(
@@ -795,7 +764,7 @@ MEMORY_EXPONENT_MIN = 1.8  # local exponent of attention_explicit's peak bytes b
     notes=("attention_slow_long_sequences",),
 )
 def _claim_attention_slow_long_sequences(seed: int) -> Outcome:
-    gen = _generator(seed, 134)
+    gen = generator_for(seed, 134)
     names = (models.ROLES.attention, models.ROLES.recurrent, models.ROLES.convolution)
     flops = {name: [_layer_flops(name, n, LayerConfig(d=SLOW_D), gen) for n in SLOW_NS] for name in names}
     att = flops[names[0]]
@@ -811,10 +780,10 @@ def _claim_attention_slow_long_sequences(seed: int) -> Outcome:
         with torch.inference_mode():
             peaks.append(measure_memory(lambda x=x: explicit(x), "cpu").peak_bytes)
     mem_exp = math.log(peaks[-1] / peaks[-2]) / math.log(MEMORY_NS[-1] / MEMORY_NS[-2])
-    ratio = {other: [_num(a / o) for a, o in zip(att, flops[other])] for other in names[1:]}
+    ratio = {other: [rounded(a / o) for a, o in zip(att, flops[other])] for other in names[1:]}
     local_exponent = f"local exponent in n of attention's counted FLOPs between n = {SLOW_NS[-2]} and {SLOW_NS[-1]}"
     return Outcome(
-        measured=_num(local),
+        measured=rounded(local),
         rule=all_met(
             at_least(f"{local_exponent} (d = {SLOW_D}, quadratic)", local, SLOW_EXPONENT_MIN),
             at_least("the same of the explicit scores' peak memory (n²)", mem_exp, MEMORY_EXPONENT_MIN),
@@ -833,7 +802,7 @@ def _claim_attention_slow_long_sequences(seed: int) -> Outcome:
             "memory_n": list(MEMORY_NS),
             "memory_d": MEMORY_D,
             "peak_bytes_explicit": peaks,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 crossover_recurrent=(
                     crossover[names[1]] if crossover[names[1]] is not None else "none",
                     "1",

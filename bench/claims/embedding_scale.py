@@ -1,6 +1,5 @@
-"""The embeddings: weight sharing, the one-hot lookup, and the √d_model scaling of the embeddings against the
-positional encoding, as the study notes state them (a chain whose variances are off by a factor d_model at
-each step: measured here one step at a time)."""
+"""The embeddings: weight sharing, the one-hot lookup, and the √d_model scaling against the positional encoding,
+as the study notes state them, one step of their chain at a time."""
 
 from __future__ import annotations
 
@@ -11,25 +10,21 @@ from torch import nn
 
 from models.encoding import sinusoidal_encoding
 
-from .record import D_MODEL, PAPER, _generator, _num, _numbers, claim
+from .record import D_MODEL, PAPER, claim, generator_for, numbers_of, rounded, seeded
 from .verdict import Check, Outcome, Rule, all_met, at_least, between, equals, is_true, some_met, within
 
 SECTION = f"{PAPER}, §3.4 (Embeddings and Softmax)"
 
-# ------------------------------------------------------------------------ 10. embedding scale
 EMBEDDING_VOCAB = 10_000
 EMBEDDING_TOKENS = 10_000
-PE_POSITIONS = 512  # the encoding's rows the variances are taken over (pos < 512, as the catalogue does)
+PE_POSITIONS = 512  # the encoding's rows the variances are taken over, as the catalogue does
 DOMINATES_RATIO = 10.0  # var(a) / var(b) at least this for a to "dominate" (drown) b; comparable: within 1/10 .. 10
 VARIANCE_REL_TOL = 0.1  # a sampled variance "is about" a value when within 10 % of it (sampling error < 1 %)
 
-# Weight sharing: the paper's shared BPE vocabulary (en-de) and d_model; the logits check on a smaller table.
-SHARING_VOCAB = 37_000
+SHARING_VOCAB = 37_000  # the paper's shared BPE vocabulary (en-de)
 TIED_CHECK = {"vocab": 1000, "d": 64, "rows": 16}
-# The one-hot lookup.
 LOOKUP_VOCAB, LOOKUP_D = 1000, 64
-# Q·K with the note's premise (components of variance d_model, d_k = d_model).
-QK_PAIRS = 10_000  # relative standard error of the sampled variance ≈ √(2 / 10,000) = 1.4 %
+QK_PAIRS = 10_000  # relative standard error of the sampled variance √(2 / QK_PAIRS)
 
 
 def embedding_table(vocab: int, d: int, std: float, gen: torch.Generator) -> torch.Tensor:
@@ -38,7 +33,6 @@ def embedding_table(vocab: int, d: int, std: float, gen: torch.Generator) -> tor
 
 
 def variance(t: torch.Tensor) -> float:
-    """Population variance of all entries, in float64."""
     return float(t.double().var(correction=0))
 
 
@@ -50,13 +44,13 @@ def scaled_embedding_ratio(embedding: nn.Embedding, tokens: torch.Tensor, pe: to
 
 
 def unique_parameters(*modules: nn.Module) -> int:
-    """Parameters of the modules together, a tensor shared between them counted once."""
+    """Parameters of the modules together, a shared tensor counted once."""
     seen = {id(p): p.numel() for m in modules for p in m.parameters()}
     return sum(seen.values())
 
 
 def tied_pair(vocab: int, d: int, device: str | torch.device = "meta") -> tuple[nn.Embedding, nn.Linear]:
-    """An embedding (vocab, d) and a pre-softmax Linear(d, vocab, bias=False) whose weight IS the embedding's."""
+    """An embedding and a pre-softmax Linear(d, vocab) whose weight IS the embedding's."""
     embedding = nn.Embedding(vocab, d, device=device)
     output = nn.Linear(d, vocab, bias=False, device=device)
     output.weight = embedding.weight  # W_o = W_eᵀ: logits = h @ W_eᵀ
@@ -64,12 +58,11 @@ def tied_pair(vocab: int, d: int, device: str | torch.device = "meta") -> tuple[
 
 
 def one_hot_lookup(table: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """one_hot(tokens) @ W_e: the lookup as a matrix product."""
     return nn.functional.one_hot(tokens, table.shape[0]).to(table.dtype) @ table
 
 
 def sampled_dot_variance(var_component: float, d_k: int, pairs: int, gen: torch.Generator) -> float:
-    """Sampled var(q·k) over `pairs` pairs of q, k with independent N(0, var_component) components (float64)."""
+    """Sampled var(q·k) of q, k with independent N(0, var_component) components."""
     std = math.sqrt(var_component)
     q = torch.randn(pairs, d_k, generator=gen, dtype=torch.float64) * std
     k = torch.randn(pairs, d_k, generator=gen, dtype=torch.float64) * std
@@ -77,7 +70,6 @@ def sampled_dot_variance(var_component: float, d_k: int, pairs: int, gen: torch.
 
 
 def about(label: str, value: float, target: float, target_text: str | None = None) -> Check:
-    """A sampled variance "is about" `target`: within VARIANCE_REL_TOL of it."""
     return within(label, value, target, rel_tol=VARIANCE_REL_TOL, bound_text=target_text)
 
 
@@ -93,12 +85,11 @@ def _claim_weight_sharing_params(seed: int) -> Outcome:
     separate = unique_parameters(nn.Embedding(vocab, d, device="meta"), nn.Linear(d, vocab, bias=False, device="meta"))
     shared = unique_parameters(*tied_pair(vocab, d))
     saved = separate - shared
-    # The tied layer computes h @ W_eᵀ (a real, smaller table: meta tensors hold no values).
+    # Meta tensors hold no values: the logits are checked on a real, smaller table.
     small = TIED_CHECK
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         embedding, output = tied_pair(small["vocab"], small["d"], device="cpu")
-    h = torch.randn(small["rows"], small["d"], generator=_generator(seed, 101))
+    h = torch.randn(small["rows"], small["d"], generator=generator_for(seed, 101))
     with torch.inference_mode():
         logits_error = float((output(h) - h @ embedding.weight.T).abs().max())
     return Outcome(
@@ -110,7 +101,7 @@ def _claim_weight_sharing_params(seed: int) -> Outcome:
             equals("max |tied logits − h @ W_eᵀ|", logits_error, 0.0),
         ),
         details={
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 separate=(separate, "parameters", "embedding + pre-softmax layer, separate"),
                 shared=(shared, "parameters", "embedding + pre-softmax layer, tied"),
                 logits_error=(logits_error, "1", "max |tied logits − h @ W_eᵀ|"),
@@ -127,7 +118,7 @@ def _claim_weight_sharing_params(seed: int) -> Outcome:
     notes=("embedding_lookup_onehot",),
 )
 def _claim_embedding_lookup_onehot(seed: int) -> Outcome:
-    gen = _generator(seed, 102)
+    gen = generator_for(seed, 102)
     table = embedding_table(LOOKUP_VOCAB, LOOKUP_D, LOOKUP_D**-0.5, gen)
     tokens = torch.randint(LOOKUP_VOCAB, (LOOKUP_VOCAB,), generator=gen)
     lookup_error = float((one_hot_lookup(table, tokens) - table[tokens]).abs().max())
@@ -156,7 +147,7 @@ def _claim_embedding_lookup_onehot(seed: int) -> Outcome:
         ),
         details={
             "row_dot": row_dot,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 column_error=(column_error, "1", "max |one_hot(t) · W_e[:, j] − e_j| over components j"),
                 row_dot=(row_dot, "1", "one-hot vector dotted with a row of W_e"),
             ),
@@ -172,7 +163,7 @@ def _claim_embedding_lookup_onehot(seed: int) -> Outcome:
     notes=("embedding_init_variance", "embedding_scaled_variance"),
 )
 def _claim_embedding_init_variance(seed: int) -> Outcome:
-    gen = _generator(seed, 103)
+    gen = generator_for(seed, 103)
     d = D_MODEL
     table = embedding_table(EMBEDDING_VOCAB, d, d**-0.5, gen)
     e = table[torch.randint(EMBEDDING_VOCAB, (EMBEDDING_TOKENS,), generator=gen)]
@@ -181,14 +172,14 @@ def _claim_embedding_init_variance(seed: int) -> Outcome:
     unit_table = embedding_table(EMBEDDING_VOCAB, d, 1.0, gen)  # N(0, 1): where "1 → d_model" would be true
     var_unit_scaled = variance(unit_table * math.sqrt(d))
     return Outcome(
-        measured=_num(var_e, 4),
+        measured=rounded(var_e, 4),
         rule=some_met(
             about(f"variance of the components of e, W_e ~ N(0, 1/{d}) (the note)", var_e, 1.0),
             about("after × √d (the note)", var_scaled, d),
         ),
         note=f"1/d = {1 / d:.5f} by the init",
         details={
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 var_scaled=(var_scaled, "1", "variance of √d · e (the note: about d_model)"),
                 norm_sq=(norm_sq, "1", "mean squared length ‖e‖² (what is about 1)"),
                 var_unit_scaled=(var_unit_scaled, "1", "variance of √d · e with an N(0, 1) init"),
@@ -205,15 +196,15 @@ def _claim_embedding_init_variance(seed: int) -> Outcome:
 )
 def _claim_embedding_scale_init_variance(seed: int) -> Outcome:
     d = D_MODEL
-    table = embedding_table(EMBEDDING_VOCAB, d, d**-0.5, _generator(seed, 104))
+    table = embedding_table(EMBEDDING_VOCAB, d, d**-0.5, generator_for(seed, 104))
     var_table, var_scaled = variance(table), variance(table * math.sqrt(d))
     return Outcome(
-        measured=_num(var_scaled, 4),
+        measured=rounded(var_scaled, 4),
         rule=all_met(
             about(f"variance of √d · W_e, W_e ~ N(0, 1/{d}), {EMBEDDING_VOCAB:,} × {d}", var_scaled, 1.0),
             about("variance of W_e", var_table, 1 / d, f"1/{d}"),
         ),
-        details={"numbers": _numbers(var_table=(var_table, "1", "variance of W_e (1/d_model)"))},
+        details={"numbers": numbers_of(var_table=(var_table, "1", "variance of W_e (1/d_model)"))},
     )
 
 
@@ -225,7 +216,7 @@ def _claim_embedding_scale_init_variance(seed: int) -> Outcome:
     notes=("unscaled_embedding_drowns_pe",),
 )
 def _claim_unscaled_embedding_drowns_pe(seed: int) -> Outcome:
-    gen = _generator(seed, 105)
+    gen = generator_for(seed, 105)
     d = D_MODEL
     var_pe = variance(sinusoidal_encoding(PE_POSITIONS, d))
     tokens = torch.randint(EMBEDDING_VOCAB, (EMBEDDING_TOKENS,), generator=gen)
@@ -234,7 +225,7 @@ def _claim_unscaled_embedding_drowns_pe(seed: int) -> Outcome:
         ratios[name] = variance(embedding_table(EMBEDDING_VOCAB, d, std, gen)[tokens]) / var_pe
     ratio = f"var(e) / var(PE), unscaled, d = {d}, pos < {PE_POSITIONS}"
     return Outcome(
-        measured=_num(ratios["N(0,1/d)"], 4),
+        measured=rounded(ratios["N(0,1/d)"], 4),
         rule=some_met(
             at_least(
                 f"{ratio}, the note's N(0, 1/d) init (to drown the encoding)", ratios["N(0,1/d)"], DOMINATES_RATIO
@@ -243,8 +234,8 @@ def _claim_unscaled_embedding_drowns_pe(seed: int) -> Outcome:
         ),
         details={
             "init": list(ratios),
-            "ratio": [_num(r) for r in ratios.values()],
-            "numbers": _numbers(
+            "ratio": [rounded(r) for r in ratios.values()],
+            "numbers": numbers_of(
                 ratio_unit_init=(ratios["N(0,1)"], "1", "var(e) / var(PE) with an N(0, 1) init"),
                 var_pe=(var_pe, "1", f"variance of the encoding, pos < {PE_POSITIONS} (the note: about 1/3)"),
             ),
@@ -260,7 +251,7 @@ def _claim_unscaled_embedding_drowns_pe(seed: int) -> Outcome:
     notes=("embedding_scale_balances_pe",),
 )
 def _claim_embedding_scale(seed: int) -> Outcome:
-    gen = _generator(seed, 10)
+    gen = generator_for(seed, 10)
     tokens = torch.randint(EMBEDDING_VOCAB, (EMBEDDING_TOKENS,), generator=gen)
     pe = sinusoidal_encoding(PE_POSITIONS, D_MODEL)
     scaled, unscaled = {}, {}
@@ -273,7 +264,7 @@ def _claim_embedding_scale(seed: int) -> Outcome:
     ratio = f"var(√d · e) / var(PE), d = {D_MODEL}, pos < {PE_POSITIONS}"
     comparable = f"1/{DOMINATES_RATIO:g} and {DOMINATES_RATIO:g} (comparable)"
     return Outcome(
-        measured=_num(scaled["N(0,1)"], 4),
+        measured=rounded(scaled["N(0,1)"], 4),
         rule=some_met(
             between(
                 f"{ratio}, PyTorch's default N(0,1) init",
@@ -286,10 +277,10 @@ def _claim_embedding_scale(seed: int) -> Outcome:
         ),
         details={
             "init": list(scaled),
-            "ratio": [_num(r) for r in scaled.values()],
-            "ratio_unscaled": [_num(r) for r in unscaled.values()],
-            "var_pe": _num(var_pe),
-            "numbers": _numbers(
+            "ratio": [rounded(r) for r in scaled.values()],
+            "ratio_unscaled": [rounded(r) for r in unscaled.values()],
+            "var_pe": rounded(var_pe),
+            "numbers": numbers_of(
                 ratio_small_init=(scaled["N(0,1/d)"], "1", "variance ratio, scaled, with an N(0, 1/d) init"),
                 ratio_small_unscaled=(unscaled["N(0,1/d)"], "1", "variance ratio, unscaled, N(0, 1/d) init"),
                 ratio_unit_unscaled=(unscaled["N(0,1)"], "1", "variance ratio, unscaled, N(0, 1) init"),
@@ -308,10 +299,10 @@ def _claim_embedding_scale(seed: int) -> Outcome:
 )
 def _claim_embed_qk_variance(seed: int) -> Outcome:
     d = D_MODEL
-    var_qk = sampled_dot_variance(d, d, QK_PAIRS, _generator(seed, 106))
-    var_scaled = var_qk / d  # var(q·k / √d)
+    var_qk = sampled_dot_variance(d, d, QK_PAIRS, generator_for(seed, 106))
+    var_scaled = var_qk / d
     return Outcome(
-        measured=_num(var_qk, 4),
+        measured=rounded(var_qk, 4),
         rule=some_met(
             about(
                 f"var(q·k), components N(0, {d}), d_k = {d}, {QK_PAIRS:,} pairs (the note)",
@@ -323,7 +314,7 @@ def _claim_embed_qk_variance(seed: int) -> Outcome:
         ),
         note=f"d_k·σ⁴ = d³ = {d**3:,} by theory",
         details={
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 theory=(d**3, "1", "d_k · var(q_i) · var(k_i) = d_model³"),
                 var_scaled=(var_scaled, "1", "var(q·k / √d_model) (the note: about d_model)"),
                 theory_ratio=(var_qk / d**3, "1", "sampled / d_model³"),

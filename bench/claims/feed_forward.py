@@ -8,16 +8,15 @@ from torch import nn
 import models
 from models import LayerConfig
 
-from .record import PAPER, _generator, _num, _numbers, claim, counted_flops
+from .record import PAPER, claim, counted_flops, generator_for, numbers_of, parameter_count, rounded, seeded
 from .verdict import Outcome, above, all_met, at_least, at_most, equals, within
 
 SECTION = f"{PAPER}, §3.3 (Position-wise Feed-Forward Networks)"
 
-# ------------------------------------------------------------------------ feed-forward network
 FFN_D, FFN_D_FF, FFN_HEADS = 512, 2048, 8  # the base model
 FFN_PARAMS_NOTE = 2.1e6  # the note's "≈ 2.1M"
 PARAMS_REL_TOL = 0.01  # a count "is about" the note's rounded figure when within 1 % of it
-FLOP_POSITIONS = 4  # positions in the FLOP-counting call
+FLOP_POSITIONS = 4
 COMPARABLE_MIN = 0.5  # FFN / attention parameters at least this: "comparable, or even more"
 SMALL = {"batch": 2, "n": 32, "d": 64, "d_ff": 256}  # the conv, position-wise and linearity checks
 SAME_ATOL = 1e-5  # float32 outputs of the same computation, arranged differently, agree within this
@@ -27,24 +26,19 @@ STACK_DEPTH = 6
 
 
 def ffn(d: int, d_ff: int, dtype: torch.dtype = torch.float32, relu: bool = True) -> nn.Sequential:
-    """max(0, xW₁ + b₁)W₂ + b₂ (PyTorch's default init; seed it with torch.manual_seed)."""
+    """max(0, xW₁ + b₁)W₂ + b₂ with PyTorch's default init."""
     return nn.Sequential(
         nn.Linear(d, d_ff, dtype=dtype), nn.ReLU() if relu else nn.Identity(), nn.Linear(d_ff, d, dtype=dtype)
     )
 
 
 def _seeded_ffn(seed: int, d: int, d_ff: int, dtype: torch.dtype = torch.float32, relu: bool = True) -> nn.Sequential:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         return ffn(d, d_ff, dtype, relu)
 
 
-def parameter_count(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
 def conv1x1_ffn(net: nn.Sequential) -> nn.Sequential:
-    """The same FFN as two Conv1d with kernel size 1 (input (batch, d, n)), carrying the Linear weights over."""
+    """The same FFN as two Conv1d with kernel size 1 on (batch, d, n), with the Linear weights."""
     first, act, second = net
     convs = []
     for linear in (first, second):
@@ -57,7 +51,7 @@ def conv1x1_ffn(net: nn.Sequential) -> nn.Sequential:
 
 
 def cross_position_jacobian(net: nn.Module, x: torch.Tensor) -> tuple[float, float]:
-    """For x (n, d): (max |∂out_i / ∂x_j| over i ≠ j, max over i = j), from the full Jacobian."""
+    """For x (n, d): (max |∂out_i / ∂x_j| over i ≠ j, max over i = j)."""
     jac = torch.func.jacrev(net)(x).detach()  # (n, d, n, d)
     n = x.shape[0]
     same = torch.eye(n, dtype=torch.bool)[:, None, :, None].expand_as(jac)
@@ -92,7 +86,7 @@ def _claim_ffn_params(seed: int) -> Outcome:
     d, d_ff = FFN_D, FFN_D_FF
     net = _seeded_ffn(seed, d, d_ff)
     params = parameter_count(net)
-    x = torch.randn(1, FLOP_POSITIONS, d, generator=_generator(seed, 111))
+    x = torch.randn(1, FLOP_POSITIONS, d, generator=generator_for(seed, 111))
     flops_per_position = counted_flops(lambda: net(x)) / FLOP_POSITIONS
     linears = f"parameters of Linear({d}, {d_ff}) + Linear({d_ff}, {d})"
     return Outcome(
@@ -102,7 +96,7 @@ def _claim_ffn_params(seed: int) -> Outcome:
         ),
         note=f"2·d·d_ff = {2 * d * d_ff:,} weights + {d_ff + d:,} biases",
         details={
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 weights=(2 * d * d_ff, "parameters", "weights 2 · d_model · d_ff"),
                 biases=(d_ff + d, "parameters", "biases d_ff + d_model"),
                 flops_per_position=(int(flops_per_position), "FLOPs", "counted FLOPs per position (4 · d · d_ff)"),
@@ -125,13 +119,13 @@ def _claim_ffn_vs_mha_params(seed: int) -> Outcome:
     mha_params = parameter_count(attention)
     ratio = ffn_params / mha_params
     return Outcome(
-        measured=_num(ratio, 4),
+        measured=rounded(ratio, 4),
         rule=all_met(
             at_least(f"FFN / multi-head attention parameters, d = {d}, d_ff = {d_ff}, h = {h}", ratio, COMPARABLE_MIN)
         ),
         note="comparable or more; (2·d·d_ff + d_ff + d) / (4·d² + 4·d) ≈ 2",
         details={
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 ffn=(ffn_params, "parameters", "FFN"),
                 attention=(mha_params, "parameters", "multi-head attention (Q, K, V, output projections)"),
             ),
@@ -148,15 +142,15 @@ def _claim_ffn_vs_mha_params(seed: int) -> Outcome:
 def _claim_ffn_conv1x1(seed: int) -> Outcome:
     b, n, d, d_ff = SMALL["batch"], SMALL["n"], SMALL["d"], SMALL["d_ff"]
     net = _seeded_ffn(seed, d, d_ff)
-    x = torch.randn(b, n, d, generator=_generator(seed, 112))
+    x = torch.randn(b, n, d, generator=generator_for(seed, 112))
     conv = conv1x1_ffn(net)
     with torch.inference_mode():
         error = float((conv(x.transpose(1, 2)).transpose(1, 2) - net(x)).abs().max())
     convs = f"max |Conv1d(k=1) → ReLU → Conv1d(k=1) − FFN| with the same weights, b = {b}, n = {n}, d = {d}"
     return Outcome(
-        measured=_num(error, 3),
+        measured=rounded(error, 3),
         rule=all_met(at_most(f"{convs}, d_ff = {d_ff}, float32", error, SAME_ATOL)),
-        details={"numbers": _numbers(conv_params=(parameter_count(conv), "parameters", "the two convolutions"))},
+        details={"numbers": numbers_of(conv_params=(parameter_count(conv), "parameters", "the two convolutions"))},
     )
 
 
@@ -170,7 +164,7 @@ def _claim_ffn_conv1x1(seed: int) -> Outcome:
 def _claim_ffn_position_wise(seed: int) -> Outcome:
     n, d, d_ff = SMALL["n"], SMALL["d"], SMALL["d_ff"]
     net = _seeded_ffn(seed, d, d_ff)
-    gen = _generator(seed, 113)
+    gen = generator_for(seed, 113)
     x = torch.randn(n, d, generator=gen)
     cross, own = cross_position_jacobian(net, x)
     perm = torch.randperm(n, generator=gen)
@@ -184,7 +178,7 @@ def _claim_ffn_position_wise(seed: int) -> Outcome:
             at_most("max |FFN(PX) − P·FFN(X)|", perm_error, SAME_ATOL),
         ),
         details={
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 own=(own, "1", "max |∂FFN(X)_i / ∂X_i| (the diagonal blocks)"),
                 permutation_error=(perm_error, "1", "max |FFN(PX) − P·FFN(X)|"),
             ),
@@ -201,12 +195,11 @@ def _claim_ffn_position_wise(seed: int) -> Outcome:
 )
 def _claim_ffn_nonlinear(seed: int) -> Outcome:
     n, d, d_ff = SMALL["n"], SMALL["d"], SMALL["d_ff"]
-    gen = _generator(seed, 114)
+    gen = generator_for(seed, 114)
     x1, x2 = (torch.randn(n, d, generator=gen, dtype=torch.float64) for _ in range(2))
     with_relu = additivity_defect(_seeded_ffn(seed, d, d_ff, torch.float64), x1, x2)
     without_relu = additivity_defect(_seeded_ffn(seed, d, d_ff, torch.float64, relu=False), x1, x2)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         stack = [nn.Linear(d, d, dtype=torch.float64) for _ in range(STACK_DEPTH)]
     w, c = collapse_affine(stack)
     with torch.inference_mode():
@@ -214,7 +207,7 @@ def _claim_ffn_nonlinear(seed: int) -> Outcome:
         stack_error = float((deep - (x1 @ w + c)).abs().max() / deep.abs().max())
     defect = f"‖FFN(x1+x2) − FFN(x1) − FFN(x2) + FFN(0)‖ / ‖FFN(x1+x2)‖, d = {d}, d_ff = {d_ff}"
     return Outcome(
-        measured=_num(with_relu, 4),
+        measured=rounded(with_relu, 4),
         rule=all_met(
             at_least(f"{defect} (nonlinear)", with_relu, NONLINEAR_MIN),
             at_most("the same without the ReLU, float64", without_relu, LINEAR_MAX),
@@ -223,7 +216,7 @@ def _claim_ffn_nonlinear(seed: int) -> Outcome:
             ),
         ),
         details={
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 without_relu=(without_relu, "1", "additivity defect without the ReLU"),
                 stack_error=(stack_error, "1", f"{STACK_DEPTH} stacked affine layers vs one, relative max error"),
             ),

@@ -1,6 +1,5 @@
-"""Masks and permutations: self-attention's permutation equivariance (not invariance), the causal mask's
-zero weights and what it hides, a constant encoding, and the order-sensitive recurrent and convolutional
-layers."""
+"""Masks and permutations: self-attention's permutation equivariance (not invariance), the causal mask and
+what it hides, a constant encoding, and the order-sensitive recurrent and convolutional layers."""
 
 from __future__ import annotations
 
@@ -14,25 +13,23 @@ import models
 from models import LayerConfig
 from models.encoding import sinusoidal_encoding
 
-from .record import D2L_SELF_ATTENTION, PAPER, _generator, _num, _numbers, claim
+from .record import D2L_SELF_ATTENTION, PAPER, claim, generator_for, numbers_of, rounded
 from .verdict import Outcome, Rule, all_met, at_least, at_most, equals, is_true
 
-# ------------------------------------------------------------------------ 5. permutation equivariance
 EQUIVARIANCE_SIZE = {"batch": 2, "n": 64, "d": 64, "heads": 4}
 EQUIVARIANT_ATOL = 1e-5  # max |f(Px) − P f(x)| at float32 rounding (outputs are O(1))
-BROKEN_MIN = 1e-2  # with positional encodings added the difference must be at least this
+BROKEN_MIN = 1e-2  # with positional encodings added, the difference at least this
 
 
 def permutation_error(layer: nn.Module, x: torch.Tensor, perm: torch.Tensor, pe: torch.Tensor | None = None) -> float:
-    """max |f(x[:, perm] (+ PE)) − f(x (+ PE))[:, perm]|: zero for a permutation-equivariant f. The encoding
-    is added after permuting, as a model adds it to whatever token sits at each position."""
+    """max |f(x[:, perm] (+ PE)) − f(x (+ PE))[:, perm]|, the encoding added after permuting as a model adds it."""
     pe = torch.zeros_like(x[0]) if pe is None else pe
     with torch.inference_mode():
         return float((layer(x[:, perm] + pe) - layer(x + pe)[:, perm]).abs().max())
 
 
 def permuted_input(gen: torch.Generator, size: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x (batch, n, d) ~ N(0, 1), a random permutation of the n positions), drawn from `gen`."""
+    """(x (batch, n, d) ~ N(0, 1), a random permutation of the n positions)."""
     x = torch.randn(size["batch"], size["n"], size["d"], generator=gen)
     return x, torch.randperm(size["n"], generator=gen)
 
@@ -40,17 +37,14 @@ def permuted_input(gen: torch.Generator, size: dict) -> tuple[torch.Tensor, torc
 def _equivariance_outcome(
     seed: int, x: torch.Tensor, perm: torch.Tensor, constant: torch.Tensor | None, keys: tuple[str, str], note: str
 ) -> Outcome:
-    """The two equivariance claims: both attention layers (EQUIVARIANCE_SIZE) are permutation-equivariant with
-    `constant` added at every position (None: nothing), their largest error at rounding, and not with
-    sinusoidal encodings added, their smallest error at least BROKEN_MIN. The errors go to `details` under
-    `keys` (without, with the sinusoids; the second is also a cited number)."""
+    """Both attention layers equivariant with `constant` added (None: nothing), not with sinusoids (`keys`)."""
     s = EQUIVARIANCE_SIZE
     sinusoid = sinusoidal_encoding(s["n"], s["d"])
     errors, errors_pe = {}, {}
     for name in (models.ROLES.attention, models.ROLES.attention_explicit):
         layer = models.build(name, LayerConfig(d=s["d"], heads=s["heads"]), seed=seed)
-        errors[name] = _num(permutation_error(layer, x, perm, constant))
-        errors_pe[name] = _num(permutation_error(layer, x, perm, sinusoid))
+        errors[name] = rounded(permutation_error(layer, x, perm, constant))
+        errors_pe[name] = rounded(permutation_error(layer, x, perm, sinusoid))
     added = "" if constant is None else " + c"
     broken = "smallest max |f(Px) − P f(x)| with sinusoidal encodings"
     return Outcome(
@@ -66,7 +60,7 @@ def _equivariance_outcome(
             **s,
             keys[0]: errors,
             keys[1]: errors_pe,
-            "numbers": _numbers(**{keys[1]: (min(errors_pe.values()), "1", broken)}),
+            "numbers": numbers_of(**{keys[1]: (min(errors_pe.values()), "1", broken)}),
         },
     )
 
@@ -79,17 +73,16 @@ def _equivariance_outcome(
     notes=("permutation_equivariance",),
 )
 def _claim_permutation_equivariance(seed: int) -> Outcome:
-    x, perm = permuted_input(_generator(seed, 5), EQUIVARIANCE_SIZE)
+    x, perm = permuted_input(generator_for(seed, 5), EQUIVARIANCE_SIZE)
     return _equivariance_outcome(seed, x, perm, None, ("error_no_pe", "error_with_pe"), "float32 rounding")
 
 
-# ------------------------------------------------------------------------ 11. causal mask
 CAUSAL_SIZE = {"batch": 2, "heads": 4, "n": 128, "d_head": 32}
 FUTURE_WEIGHT_MAX = 0.0  # exactly zero: exp(−inf) = 0 in IEEE arithmetic
 
 
 def causal_weights(scores: torch.Tensor) -> torch.Tensor:
-    """softmax over keys after setting the scores of future keys (j > i) to −inf (§3.2.3)."""
+    """softmax over keys after setting the scores of future keys (j > i) to −inf."""
     n = scores.shape[-1]
     future = torch.ones(n, n, dtype=torch.bool).triu(1)  # (n, n): True where j > i
     return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
@@ -108,12 +101,11 @@ def future_weight_max(weights: torch.Tensor) -> float:
 )
 def _claim_causal_mask(seed: int) -> Outcome:
     s = CAUSAL_SIZE
-    gen = _generator(seed, 11)
+    gen = generator_for(seed, 11)
     q, k, v = (torch.randn(s["batch"], s["heads"], s["n"], s["d_head"], generator=gen) for _ in range(3))
     weights = causal_weights(q @ k.transpose(-2, -1) / math.sqrt(s["d_head"]))
     explicit = future_weight_max(weights)
-    # The fused kernel's weights are not exposed: change every future key and value, and compare the
-    # outputs of each query's row with them: a zero future weight leaves the row bit for bit unchanged.
+    # The fused kernel's weights are hidden: a zero future weight leaves a row unchanged when the future changes.
     with torch.inference_mode():
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         changes = []
@@ -137,20 +129,17 @@ def _claim_causal_mask(seed: int) -> Outcome:
         details={
             **s,
             "sdpa_change_per_prefix": changes,
-            "numbers": _numbers(sdpa_change=(fused, "1", "largest change of fused outputs")),
+            "numbers": numbers_of(sdpa_change=(fused, "1", "largest change of fused outputs")),
         },
     )
 
 
-# ------------------------------------------------------------------------ what the causal mask hides
 SCOPE_SIZE = {"n": 16, "d": 16, "heads": 2}
 DEPENDS_ATOL = 0.0  # a Jacobian block exactly zero: the output does not depend on that input
 
 
 def causal_dependencies(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """(n, n) bool: [i, j] True where output i of causal self-attention (the layer's projections, the
-    paper's mask −∞ above the diagonal, by `causal_weights`) depends on input j: its Jacobian block is not 0.
-    `x` is (n, d), one sequence."""
+    """(n, n): True where output i of the layer's causal attention on x (n, d) depends on input j."""
 
     def f(seq: torch.Tensor) -> torch.Tensor:
         x1 = seq[None]
@@ -171,19 +160,15 @@ def causal_dependencies(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     notes=("causal_mask_scope",),
 )
 def _claim_causal_mask_scope(seed: int) -> Outcome:
-    """Dependencies by the Jacobian. The mask alone: output i depends on inputs 0..i, itself included, and on
-    nothing after i. With the decoder input shifted right by one (position i holds word i−1, position 0 a
-    start token), output i depends on words 0..i−1 only: "partly" (the mask does half, the shift the rest);
-    "holds" would need no self-dependency with the mask alone."""
+    """The mask alone lets output i see itself; the right shift does the rest: "partly"."""
     s = SCOPE_SIZE
-    gen = _generator(seed, 41)
+    gen = generator_for(seed, 41)
     layer = models.build(models.ROLES.attention_explicit, LayerConfig(d=s["d"], heads=s["heads"]), seed=seed)
     words = torch.randn(s["n"], s["d"], generator=gen)
     deps = causal_dependencies(layer, words)
     future = int(deps.triu(1).sum())
     self_deps = int(deps.diagonal().sum())
     past_missing = int((~deps).tril(-1).sum())
-    # Shifted right: a start token at position 0, word j at position j + 1; the last word is dropped.
     start = torch.zeros(1, s["d"])
     shifted_deps = causal_dependencies(layer, torch.cat([start, words[:-1]]))  # [i, p]: on position p
     on_words = shifted_deps[:, 1:]  # [i, j]: output i on word j (at position j + 1)
@@ -199,7 +184,7 @@ def _claim_causal_mask_scope(seed: int) -> Outcome:
         details={
             **s,
             "dependencies": deps.int().tolist(),
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 future_dependencies=(future, "1", "pairs (i, j > i) with output i depending on input j"),
                 past_missing=(past_missing, "1", "pairs (i, j < i) with no dependency"),
                 shifted_only_earlier=(
@@ -213,8 +198,7 @@ def _claim_causal_mask_scope(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ "invariant" against "equivariant"
-INVARIANT_ATOL = EQUIVARIANT_ATOL  # max |f(Px) − f(x)| for the output to be "unchanged"
+INVARIANT_ATOL = EQUIVARIANT_ATOL  # max |f(Px) − f(x)| for "unchanged"
 
 
 @claim(
@@ -224,20 +208,18 @@ INVARIANT_ATOL = EQUIVARIANT_ATOL  # max |f(Px) − f(x)| for the output to be "
     notes=("permutation_invariance_wording",),
 )
 def _claim_permutation_invariance(seed: int) -> Outcome:
-    """max |f(Px) − f(x)| is of order 1: the output rows move with the input, so 'invariant' fails. The true
-    statement, equivariance (|f(Px) − P f(x)| at rounding, the claim permutation_equivariance), and the
-    invariance of the mean over positions are reported beside it."""
+    """The output rows move with the input; equivariance and the mean's invariance are reported beside it."""
     s = EQUIVARIANCE_SIZE
-    x, perm = permuted_input(_generator(seed, 42), s)
+    x, perm = permuted_input(generator_for(seed, 42), s)
     names = (models.ROLES.attention, models.ROLES.attention_explicit)
     invariance, equivariance, pooled = {}, {}, {}
     for name in names:
         layer = models.build(name, LayerConfig(d=s["d"], heads=s["heads"]), seed=seed)
         with torch.inference_mode():
             y, y_perm = layer(x), layer(x[:, perm])
-        invariance[name] = _num(float((y_perm - y).abs().max()))
-        equivariance[name] = _num(float((y_perm - y[:, perm]).abs().max()))
-        pooled[name] = _num(float((y_perm.mean(1) - y.mean(1)).abs().max()))
+        invariance[name] = rounded(float((y_perm - y).abs().max()))
+        equivariance[name] = rounded(float((y_perm - y[:, perm]).abs().max()))
+        pooled[name] = rounded(float((y_perm.mean(1) - y.mean(1)).abs().max()))
     least = min(invariance.values())
     return Outcome(
         measured=least,
@@ -248,7 +230,7 @@ def _claim_permutation_invariance(seed: int) -> Outcome:
             "invariance_error": invariance,
             "equivariance_error": equivariance,
             "mean_pooled_invariance_error": pooled,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 equivariance_error=(max(equivariance.values()), "1", "max |f(Px) − P f(x)|: equivariant"),
                 pooled_error=(max(pooled.values()), "1", "max |mean f(Px) − mean f(x)|: invariant after pooling"),
             ),
@@ -256,7 +238,6 @@ def _claim_permutation_invariance(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ a constant encoding
 CONSTANT_PE_SCALE = 1.0  # the constant vector c ~ N(0, I), the size of a token embedding
 
 
@@ -269,14 +250,13 @@ CONSTANT_PE_SCALE = 1.0  # the constant vector c ~ N(0, I), the size of a token 
 )
 def _claim_constant_pe_ineffective(seed: int) -> Outcome:
     s = EQUIVARIANCE_SIZE
-    gen = _generator(seed, 43)
+    gen = generator_for(seed, 43)
     x, perm = permuted_input(gen, s)
     constant = (torch.randn(1, s["d"], generator=gen) * CONSTANT_PE_SCALE).expand(s["n"], s["d"])
     keys = ("error_constant", "error_sinusoidal")
     return _equivariance_outcome(seed, x, perm, constant, keys, "c: one vector at every position")
 
 
-# ------------------------------------------------------------------------ recurrence and convolution see order
 ORDER_SIZE = {"batch": 2, "n": 64, "d": 32, "heads": 4, "k": 3}
 
 
@@ -289,11 +269,11 @@ ORDER_SIZE = {"batch": 2, "n": 64, "d": 32, "heads": 4, "k": 3}
 )
 def _claim_rnn_cnn_order_sensitive(seed: int) -> Outcome:
     s = ORDER_SIZE
-    x, perm = permuted_input(_generator(seed, 44), s)
+    x, perm = permuted_input(generator_for(seed, 44), s)
     cfg = LayerConfig(d=s["d"], heads=s["heads"], k=s["k"])
     ordered = (*models.recurrent(), models.ROLES.convolution)
-    errors = {name: _num(permutation_error(models.build(name, cfg, seed=seed), x, perm)) for name in ordered}
-    attention = _num(permutation_error(models.build(models.ROLES.attention, cfg, seed=seed), x, perm))
+    errors = {name: rounded(permutation_error(models.build(name, cfg, seed=seed), x, perm)) for name in ordered}
+    attention = rounded(permutation_error(models.build(models.ROLES.attention, cfg, seed=seed), x, perm))
     least = min(errors.values())
     return Outcome(
         measured=least,
@@ -305,6 +285,6 @@ def _claim_rnn_cnn_order_sensitive(seed: int) -> Outcome:
             **s,
             "error": errors,
             f"error_{models.ROLES.attention}": attention,
-            "numbers": _numbers(error_attention=(attention, "1", f"max |f(Px) − P f(x)|, {models.ROLES.attention}")),
+            "numbers": numbers_of(error_attention=(attention, "1", f"max |f(Px) − P f(x)|, {models.ROLES.attention}")),
         },
     )

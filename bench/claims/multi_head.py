@@ -8,22 +8,25 @@ import torch
 import models
 from models import LayerConfig
 
-from .record import PAPER, TIME_THREADS, _generator, _num, _numbers, claim, counted_flops, interleaved_times_s
+from .record import (
+    PAPER,
+    TIME_THREADS,
+    claim,
+    counted_flops,
+    generator_for,
+    interleaved_times_s,
+    numbers_of,
+    parameter_count,
+    rounded,
+)
 from .verdict import Outcome, all_met, at_most, equals
 
-# ------------------------------------------------------------------------ 3. multi-head cost
 MULTIHEAD_HEADS = (1, 2, 4, 8, 16)
 MULTIHEAD_SIZE = {"batch": 1, "n": 256, "d": 256}  # the timed size (the figure's)
 MULTIHEAD_COUNT_SIZES = ((64, 64), (128, 128), (256, 256), (256, 512))  # (n, d) whose FLOPs and parameters are counted
 MULTIHEAD_COUNT_RATIO = 1.0  # largest / smallest counted FLOPs (and parameters) over h: exactly 1 for "the same"
-# Times are reported, not judged: on the 2-core machine five runs of the explicit layer gave slowest /
-# fastest ratios from 1.8 to 9 (h = 16's h·n² softmax elements and 16-wide matmuls); a threshold on them
-# flipped the verdict from run to run. Kept for the figure and as supporting numbers.
-TIME_SIMILAR_RATIO = 1.25  # (informative) slowest / fastest time over h at most this would read "about the same"
-
-
-def _param_count(layer: torch.nn.Module) -> int:
-    return sum(p.numel() for p in layer.parameters())
+# Times are reported, not judged: their ratios over h vary from run to run far more than any threshold.
+TIME_SIMILAR_RATIO = 1.25  # (informative) slowest / fastest time over h that would read "about the same"
 
 
 @claim(
@@ -33,12 +36,9 @@ def _param_count(layer: torch.nn.Module) -> int:
     notes=("multihead_cost",),
 )
 def _claim_multihead_cost(seed: int) -> Outcome:
-    """The verdict rests on exact counts: the parameters and the counted FLOPs (matrix products) of both
-    attention layers at every (n, d) of MULTIHEAD_COUNT_SIZES. The work the count leaves out, the h·n²
-    elements of the scores' softmax, grows with h and is reported; so are the median times at the timed size
-    (interleaved, as TIME_POLICY), which the verdict does not use."""
+    """Exact counts decide; the h·n² softmax elements the count leaves out and the times are reported."""
     explicit, fused = models.ROLES.attention_explicit, models.ROLES.attention
-    gen = _generator(seed, 3)
+    gen = generator_for(seed, 3)
     b = MULTIHEAD_SIZE["batch"]
     counts = {}  # (n, d) -> {"flops": [...], f"flops_{fused}": [...], "params": [...]}
     for n, d in MULTIHEAD_COUNT_SIZES:
@@ -49,8 +49,8 @@ def _claim_multihead_cost(seed: int) -> Outcome:
             layer_fused = models.build(fused, LayerConfig(d=d, heads=h), seed=seed)
             row["flops"].append(counted_flops(lambda: layer(x)))
             row[f"flops_{fused}"].append(counted_flops(lambda: layer_fused(x)))
-            row["params"].append(_param_count(layer))
-            row["params"].append(_param_count(layer_fused))
+            row["params"].append(parameter_count(layer))
+            row["params"].append(parameter_count(layer_fused))
         counts[n, d] = row
     flop_ratio = max(
         max(r["flops"] + r[f"flops_{fused}"]) / min(r["flops"] + r[f"flops_{fused}"]) for r in counts.values()
@@ -62,7 +62,6 @@ def _claim_multihead_cost(seed: int) -> Outcome:
         at_most("largest / smallest parameter count, likewise", param_ratio, MULTIHEAD_COUNT_RATIO),
     )
 
-    # Times at the figure's size: supporting numbers only (see TIME_SIMILAR_RATIO).
     n, d = MULTIHEAD_SIZE["n"], MULTIHEAD_SIZE["d"]
     x = torch.randn(b, n, d, generator=gen)
     layers = {
@@ -71,14 +70,14 @@ def _claim_multihead_cost(seed: int) -> Outcome:
         for name in (explicit, fused)
     }
     times = interleaved_times_s({key: (lambda layer=layer: layer(x)) for key, layer in layers.items()})
-    times_math = [_num(times[explicit, h]) for h in MULTIHEAD_HEADS]
-    times_fused = [_num(times[fused, h]) for h in MULTIHEAD_HEADS]
+    times_math = [rounded(times[explicit, h]) for h in MULTIHEAD_HEADS]
+    times_fused = [rounded(times[fused, h]) for h in MULTIHEAD_HEADS]
     ratio = max(times_math) / min(times_math)
     ratio_fused = max(times_fused) / min(times_fused)
     timed = counts.get((n, d)) or next(iter(counts.values()))
     softmax_elements = [b * h * n * n for h in MULTIHEAD_HEADS]
     return Outcome(
-        measured=_num(max(flop_ratio, param_ratio), 6),
+        measured=rounded(max(flop_ratio, param_ratio), 6),
         measured_is="the larger of the two ratios below",
         rule=same,
         note="times and the h·n² softmax work reported, not judged",
@@ -94,7 +93,7 @@ def _claim_multihead_cost(seed: int) -> Outcome:
             f"time_median_s_{explicit}": times_math,
             f"time_median_s_{fused}": times_fused,
             "time_threads": TIME_THREADS,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 flops_counted=(timed["flops"][0], "FLOP", f"counted FLOPs at n = {n}, d = {d}, every h"),
                 flops_ratio=(flop_ratio, "1", "largest / smallest counted FLOPs over h, every size"),
                 params=(timed["params"][0], "1", f"parameters at d = {d}, every h (4·d² + 4·d)"),
@@ -110,10 +109,9 @@ def _claim_multihead_cost(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ head and concatenation widths
 BASE_D, BASE_HEADS = 512, 8  # the paper's base model: d_model = 512, h = 8
 BASE_SHAPE = (2, 10)  # (batch, sequence length) of the probe
-DIMS_LABELS = {  # what multihead_dims reads off the layer
+DIMS_LABELS = {
     "per_head": "one head's Q, K, V (batch, n, d_k = d_v)",
     "heads": "heads",
     "concat": "concatenated heads (W_O's input)",
@@ -130,14 +128,13 @@ DIMS_LABELS = {  # what multihead_dims reads off the layer
     notes=("head_dim", "multihead_concat_dim"),
 )
 def _claim_multihead_dims(seed: int) -> Outcome:
-    """Shapes read off the real layer: its per-head split of the Q projection, the input of its output
-    projection (the concatenated heads, captured by a forward hook), W_O's shape and the output's."""
+    """Shapes read off the real layer, the concatenated heads by a hook on W_O."""
     b, n = BASE_SHAPE
     layer = models.build(models.ROLES.attention_explicit, LayerConfig(d=BASE_D, heads=BASE_HEADS), seed=seed)
-    x = torch.randn(b, n, BASE_D, generator=_generator(seed, 31))
+    x = torch.randn(b, n, BASE_D, generator=generator_for(seed, 31))
     seen = {}
 
-    def record_concat(_module, args, _out) -> None:  # returns None: the output stays as it is
+    def record_concat(_module, args, _out) -> None:
         seen["concat"] = tuple(args[0].shape)
 
     hook = layer.out_proj.register_forward_hook(record_concat)
@@ -164,7 +161,7 @@ def _claim_multihead_dims(seed: int) -> Outcome:
             "heads": BASE_HEADS,
             "shapes": {k: list(v) if isinstance(v, tuple) else v for k, v in got.items()},
             "wrong": [k for k, check in checks.items() if not check.met],
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 concat_width=(seen["concat"][-1], "1", "width of the concatenated heads (W_O's input)"),
                 w_o_rows=(w_o[0], "1", "W_O rows (d_model)"),
             ),
@@ -173,7 +170,6 @@ def _claim_multihead_dims(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ parameters over h
 PARAMS_HEADS = (1, 2, 4, 8, 16)
 
 
@@ -184,9 +180,9 @@ PARAMS_HEADS = (1, 2, 4, 8, 16)
     notes=("multihead_params",),
 )
 def _claim_multihead_params(seed: int) -> Outcome:
-    """Not merely similar: W_Q, W_K, W_V, W_O are d×d whatever h is, so the count is 4·d² + 4·d for every h."""
+    """Not merely similar: W_Q, W_K, W_V, W_O are d×d whatever h is."""
     counts = {
-        name: [_param_count(models.build(name, LayerConfig(d=BASE_D, heads=h), seed=seed)) for h in PARAMS_HEADS]
+        name: [parameter_count(models.build(name, LayerConfig(d=BASE_D, heads=h), seed=seed)) for h in PARAMS_HEADS]
         for name in (models.ROLES.attention, models.ROLES.attention_explicit)
     }
     every = [c for row in counts.values() for c in row]
@@ -202,13 +198,12 @@ def _claim_multihead_params(seed: int) -> Outcome:
             "d": BASE_D,
             "heads": list(PARAMS_HEADS),
             "params": counts,
-            "numbers": _numbers(params=(every[0], "1", f"parameters at d = {BASE_D}, h = {PARAMS_HEADS[0]}")),
+            "numbers": numbers_of(params=(every[0], "1", f"parameters at d = {BASE_D}, h = {PARAMS_HEADS[0]}")),
         },
         unit="parameters",
     )
 
 
-# ------------------------------------------------------------------------ one projection split into heads
 FUSED_SPLIT_ATOL = 1e-5  # float32: one 512-wide matmul against eight 64-wide ones, O(1) outputs
 
 
@@ -220,12 +215,11 @@ FUSED_SPLIT_ATOL = 1e-5  # float32: one 512-wide matmul against eight 64-wide on
     notes=("multihead_fused_projection",),
 )
 def _claim_multihead_fused_projection(seed: int) -> Outcome:
-    """The layer's own projections and split (one d×d Linear, then view into heads) against head i computed
-    alone from rows 64i..64(i+1) of the same weight and bias; all three of Q, K, V."""
+    """The layer's own projection and split against each head computed alone from its rows of the weight."""
     b, n = BASE_SHAPE
     d_head = BASE_D // BASE_HEADS
     layer = models.build(models.ROLES.attention_explicit, LayerConfig(d=BASE_D, heads=BASE_HEADS), seed=seed)
-    x = torch.randn(b, n, BASE_D, generator=_generator(seed, 32))
+    x = torch.randn(b, n, BASE_D, generator=generator_for(seed, 32))
     errors = {}
     with torch.inference_mode():
         for name, proj in (("q", layer.q_proj), ("k", layer.k_proj), ("v", layer.v_proj)):
@@ -237,7 +231,7 @@ def _claim_multihead_fused_projection(seed: int) -> Outcome:
                 ],
                 dim=1,
             )
-            errors[name] = _num(float((split - separate).abs().max()))
+            errors[name] = rounded(float((split - separate).abs().max()))
     worst = max(errors.values())
     split = f"one {BASE_D}×{BASE_D} projection split into {BASE_HEADS} heads − {BASE_HEADS} separate {BASE_D}×{d_head}"
     return Outcome(

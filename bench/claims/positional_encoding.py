@@ -1,7 +1,6 @@
-"""The sinusoidal positional encoding: offsets as rotations, distinct positions, geometric wavelengths,
-its variance, the d2l code and the formula's index range, bounded values, the per-pair 2×2 rotation, what
-a linear readout of a difference can tell, the largest wavelength, frequencies falling along the
-dimensions, the binary analogy, and what happens beyond a trained length."""
+"""The sinusoidal positional encoding: offsets as rotations, distinct positions, its wavelengths and variance,
+the d2l code and the formula's index range, a linear readout of differences, the binary analogy, and what
+happens beyond a trained length."""
 
 from __future__ import annotations
 
@@ -13,33 +12,29 @@ from torch import nn
 
 from models.encoding import PE_BASE, pe_frequencies, sinusoidal_encoding
 
-from .record import D2L_SELF_ATTENTION, D_MODEL, PAPER, _generator, _num, _numbers, claim
+from .record import D2L_SELF_ATTENTION, D_MODEL, PAPER, claim, generator_for, numbers_of, rounded, seeded
 from .verdict import Check, Outcome, Rule, above, all_met, at_least, at_most, below, equals, is_true, some_met, within
 
-# ------------------------------------------------------------------------ 6. relative positions are rotations
 ROTATION_POSITIONS = 2048
 ROTATION_OFFSETS = (1, 2, 3, 5, 10, 25, 50, 100, 250, 500, 1000)
-ROTATION_ATOL_FLOAT32 = 1e-3  # float32 rounding of the angles pos·ω (half an ulp at 2048: 1.2e-4) sets the scale
+ROTATION_ATOL_FLOAT32 = 1e-3  # float32 rounding of the angles pos·ω sets the scale
 ROTATION_ATOL_FLOAT64 = 1e-9
 
 
 def offset_rotation_blocks(k: int, d: int, base: float = PE_BASE) -> torch.Tensor:
-    """The d/2 rotations (d/2, 2, 2), float64, that take each (sin, cos) pair from pos to pos + k:
-    (sin, cos)(a + kω) = [[cos kω, sin kω], [−sin kω, cos kω]] (sin, cos)(a). They depend on k only."""
+    """The rotations [[cos kω, sin kω], [−sin kω, cos kω]] (d/2, 2, 2) taking each pair from pos to pos + k."""
     omega = pe_frequencies(d, torch.float64, base)
     c, s = torch.cos(k * omega), torch.sin(k * omega)
     return torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)
 
 
 def offset_rotation(k: int, d: int, base: float = PE_BASE) -> torch.Tensor:
-    """M_k (d, d), float64, with PE(pos + k) = M_k PE(pos) for every pos: block diagonal, one 2×2 rotation
-    per frequency (`offset_rotation_blocks`)."""
+    """M_k (d, d), float64, block diagonal, with PE(pos + k) = M_k PE(pos) for every pos."""
     return torch.block_diag(*offset_rotation_blocks(k, d, base))
 
 
 def rotation_error(pe: torch.Tensor, k: int, base: float = PE_BASE) -> float:
-    """max over pos and dimensions of |PE(pos + k) − M_k PE(pos)| on the table `pe` (n, d), in float64.
-    M_k is applied pair by pair (the same product as the dense M_k, without its d² − 2d zeros)."""
+    """max |PE(pos + k) − M_k PE(pos)| over the table `pe` (n, d), in float64, M_k applied pair by pair."""
     table = pe.double()
     blocks = offset_rotation_blocks(k, pe.shape[1], base)  # (d/2, 2, 2)
     sin, cos = table[:-k, 0::2], table[:-k, 1::2]  # (n − k, d/2) each
@@ -58,7 +53,7 @@ def _claim_pe_rotation(seed: int) -> Outcome:
     errors = {}
     for dtype in (torch.float32, torch.float64):
         table = sinusoidal_encoding(ROTATION_POSITIONS, D_MODEL, dtype)
-        errors[str(dtype).removeprefix("torch.")] = [_num(rotation_error(table, k)) for k in ROTATION_OFFSETS]
+        errors[str(dtype).removeprefix("torch.")] = [rounded(rotation_error(table, k)) for k in ROTATION_OFFSETS]
     worst32, worst64 = max(errors["float32"]), max(errors["float64"])
     rotated = f"max |PE(pos+k) − M_k PE(pos)| over pos < {ROTATION_POSITIONS}, k in {list(ROTATION_OFFSETS)}"
     return Outcome(
@@ -73,27 +68,21 @@ def _claim_pe_rotation(seed: int) -> Outcome:
             "d": D_MODEL,
             "error_float32": errors["float32"],
             "error_float64": errors["float64"],
-            "numbers": _numbers(error_float64=(worst64, "1", "largest error, float64 table")),
+            "numbers": numbers_of(error_float64=(worst64, "1", "largest error, float64 table")),
         },
     )
 
 
-# ------------------------------------------------------------------------ 7. distinct encodings
 DISTINCT_POSITIONS = 10_000
 DISTINCT_MARGIN = 10.0  # smallest distance ≥ this × the largest float32 rounding error of an encoding
-# "Nearly equal" in float32: the float32 encoding of pos lies at least half the smallest distance between two
-# exact encodings away from its exact value, so rounding alone can put it as close to another position's
-# encoding as to its own (nearest-neighbour decoding is no longer guaranteed).
+# "Nearly equal" in float32: rounding moves an encoding by this fraction of the smallest distance between two.
 NEARLY_EQUAL_FRACTION = 0.5
 NEARLY_EQUAL_SCAN = (1e3, 2.0**25, 600)  # positions scanned: log-spaced from, to, count
 _DISTANCE_CHUNK = 2048
 
 
 def min_pairwise_distance(points: torch.Tensor, chunk: int = _DISTANCE_CHUNK) -> tuple[float, int, int]:
-    """(smallest Euclidean distance between two distinct rows, i, j). The n×n squared distances
-    |a|² + |b|² − 2a·b are formed in float32 (fast; at d = 512, |a|² = 256, they are off by ~1e-4) in row
-    chunks against the rows after them, so memory stays chunk × n; the closest pair's distance is then
-    recomputed directly in float64."""
+    """(smallest distance between two rows, i, j): float32 in row chunks, the closest pair's in float64."""
     x = points.float()
     sq = (x * x).sum(-1)  # (n,)
     best, where = math.inf, (0, 1)
@@ -111,8 +100,7 @@ def min_pairwise_distance(points: torch.Tensor, chunk: int = _DISTANCE_CHUNK) ->
 
 
 def distinct_check(label: str, distance: float, rounding: float) -> Check:
-    """Encodings are told apart when their smallest distance is at least DISTINCT_MARGIN × the largest float32
-    rounding error among them (`rounding`)."""
+    """Encodings are told apart at DISTINCT_MARGIN × the largest float32 rounding error among them."""
     return at_least(
         label,
         distance,
@@ -122,7 +110,7 @@ def distinct_check(label: str, distance: float, rounding: float) -> Check:
 
 
 def float32_encoding_error(positions: torch.Tensor, d: int) -> torch.Tensor:
-    """‖PE_float32(pos) − PE_exact(pos)‖ per position; exact = float64 of the true integer position."""
+    """‖PE_float32(pos) − PE_float64(pos)‖ per position."""
     exact = sinusoidal_encoding(positions.double(), d, torch.float64)
     return (sinusoidal_encoding(positions.float(), d, torch.float32).double() - exact).norm(dim=-1)
 
@@ -142,23 +130,23 @@ def _claim_pe_distinct(seed: int) -> Outcome:
     scan_error = float32_encoding_error(scan, D_MODEL)
     over = (scan_error >= NEARLY_EQUAL_FRACTION * dmin).nonzero()
     nearly_equal_from = int(scan[over[0, 0]]) if len(over) else None
-    # Bitwise identical encodings: float32 spacing reaches 2 at 2/eps = 2^24, so pos + 1 rounds to pos.
-    identical_from = round(2 / torch.finfo(torch.float32).eps)  # 2^24
+    # float32 spacing reaches 2 at 2/eps = 2^24: pos + 1 rounds to pos, identical encodings.
+    identical_from = round(2 / torch.finfo(torch.float32).eps)
     p = torch.tensor([identical_from - 1, identical_from, identical_from + 1], dtype=torch.float64)
     pe = sinusoidal_encoding(p, D_MODEL, torch.float32)
     identical_confirmed = bool(torch.equal(pe[1], pe[2]) and not torch.equal(pe[0], pe[1]))
     closest = f"smallest distance between two of the first {DISTINCT_POSITIONS:,} encodings (d = {D_MODEL})"
     return Outcome(
-        measured=_num(dmin, 4),
+        measured=rounded(dmin, 4),
         rule=all_met(distinct_check(closest, dmin, rounding)),
         details={
             "positions": DISTINCT_POSITIONS,
             "d": D_MODEL,
             "closest_offset": abs(j - i),
             "scan_positions": [int(v) for v in scan],
-            "scan_float32_error": [_num(v) for v in scan_error],
-            "nearly_equal_threshold": _num(NEARLY_EQUAL_FRACTION * dmin),
-            "numbers": _numbers(
+            "scan_float32_error": [rounded(v) for v in scan_error],
+            "nearly_equal_threshold": rounded(NEARLY_EQUAL_FRACTION * dmin),
+            "numbers": numbers_of(
                 closest_offset=(abs(j - i), "1", "offset between the closest two positions"),
                 float32_error_max=(rounding, "1", f"largest float32 rounding error, pos < {DISTINCT_POSITIONS:,}"),
                 nearly_equal_from=(
@@ -177,16 +165,13 @@ def _claim_pe_distinct(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ 8. geometric wavelengths
 WAVELENGTH_POSITIONS = 10_000
 WAVELENGTH_REL_TOL = 0.01  # λ_0 vs 2π, and the progression's end λ(d/2) vs 10000·2π
 GEOMETRIC_TOL = 1e-3  # largest |log λ_i − fitted line| (natural log) for "geometric"
 
 
 def wavelengths_from_phase(pe: torch.Tensor) -> torch.Tensor:
-    """Each sin/cos pair's wavelength in positions, estimated from the table alone: the phase
-    atan2(sin, cos), unwrapped along the positions, is fitted by a line; λ = 2π / slope. Needs each pair to
-    turn by less than π per position (true for ω ≤ 1)."""
+    """Each pair's wavelength, 2π / the slope of its unwrapped phase (turning by less than π per position)."""
     table = pe.double()
     phase = torch.atan2(table[:, 0::2], table[:, 1::2])  # (n, d/2)
     step = torch.diff(phase, dim=0)
@@ -194,12 +179,12 @@ def wavelengths_from_phase(pe: torch.Tensor) -> torch.Tensor:
     unwrapped = torch.cat([phase[:1], phase[:1] + torch.cumsum(step, 0)])
     pos = torch.arange(len(table), dtype=torch.float64)
     centred = pos - pos.mean()
-    slope = (centred[:, None] * (unwrapped - unwrapped.mean(0))).sum(0) / (centred * centred).sum()  # least squares
+    slope = (centred[:, None] * (unwrapped - unwrapped.mean(0))).sum(0) / (centred * centred).sum()
     return 2 * math.pi / slope
 
 
 def geometric_fit(wavelengths: torch.Tensor) -> tuple[float, float, float]:
-    """(λ_0, ratio, largest log residual) of the least-squares line log λ_i = log λ_0 + i log ratio."""
+    """(λ_0, ratio, largest log residual) of the line log λ_i = log λ_0 + i log ratio."""
     i = torch.arange(len(wavelengths), dtype=torch.float64)
     design = torch.stack([torch.ones_like(i), i], -1)
     coef = torch.linalg.lstsq(design, wavelengths.double().log()[:, None]).solution[:, 0]
@@ -219,7 +204,7 @@ def _claim_pe_wavelengths(seed: int) -> Outcome:
     end = lam0 * ratio ** (D_MODEL // 2)  # the progression continued to i = d/2, where 10000^(2i/d) = 10000
     span = end / lam0
     return Outcome(
-        measured=_num(span, 5),
+        measured=rounded(span, 5),
         measured_is=f"fitted λ(d/2) / λ(0), {PE_BASE:g} if the ends below are",
         rule=all_met(
             within("fitted λ(0) / 2π", lam0 / (2 * math.pi), 1, rel_tol=WAVELENGTH_REL_TOL),
@@ -228,10 +213,10 @@ def _claim_pe_wavelengths(seed: int) -> Outcome:
         ),
         details={
             "i": list(range(len(lam))),
-            "wavelength": [_num(v) for v in lam],
+            "wavelength": [rounded(v) for v in lam],
             "d": D_MODEL,
             "positions": WAVELENGTH_POSITIONS,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 first_over_2pi=(lam0 / (2 * math.pi), "1", "fitted λ_0 / 2π"),
                 ratio=(ratio, "1", "ratio of consecutive wavelengths"),
                 largest_present_over_2pi=(
@@ -245,14 +230,12 @@ def _claim_pe_wavelengths(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ 9. variance 1/3
 PE_VARIANCE_POSITIONS = 10_000
-ONE_THIRD_REL_TOL = 0.10  # overall variance within 10 % of 1/3 for the claim to hold
+ONE_THIRD_REL_TOL = 0.10  # the overall variance's relative tolerance around 1/3
 
 
 def encoding_variances(pe: torch.Tensor) -> tuple[torch.Tensor, float, float]:
-    """(variance of each column over the rows (d,), variance of all entries, mean of the squares);
-    population variances, in float64."""
+    """(variance of each column (d,), variance of all entries, mean of the squares), in float64."""
     table = pe.double()
     return table.var(dim=0, correction=0), float(table.var(correction=0)), float((table * table).mean())
 
@@ -270,12 +253,12 @@ def _claim_pe_variance(seed: int) -> Outcome:
     near = float(((per_dim - 1 / 3).abs() <= ONE_THIRD_REL_TOL / 3).double().mean())
     entries = f"variance of all entries, pos < {PE_VARIANCE_POSITIONS:,}, d = {D_MODEL}"
     return Outcome(
-        measured=_num(overall, 4),
+        measured=rounded(overall, 4),
         rule=all_met(within(entries, overall, 1 / 3, rel_tol=ONE_THIRD_REL_TOL, bound_text="1/3")),
         details={
             "dim": list(range(D_MODEL)),
-            "variance_per_dim": [_num(v, 4) for v in per_dim],
-            "numbers": _numbers(
+            "variance_per_dim": [rounded(v, 4) for v in per_dim],
+            "numbers": numbers_of(
                 second_moment=(second_moment, "1", "mean of PE² (sin² + cos² = 1 per pair: exactly 1/2)"),
                 high_freq_variance=(float(per_dim[:2].mean()), "1", "variance of the fastest pair (i = 0)"),
                 fraction_dims_near_third=(near, "1", f"fraction of dimensions within {ONE_THIRD_REL_TOL:.0%} of 1/3"),
@@ -284,14 +267,13 @@ def _claim_pe_variance(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ the d2l PositionalEncoding code
 FORMULA_POSITIONS = 1000  # the d2l class's max_len
-FORMULA_ATOL = 1.25e-4  # two float32 spacings at the largest angle (999 rad: spacing 6.1e-5); the code is float32
+FORMULA_ATOL = 1.25e-4  # two float32 spacings at the largest angle: the code is float32
 FORMULA_ODD_D = 5  # an odd width: 3 sin columns for 2 cos slots
 
 
 def d2l_positional_table(num_hiddens: int, max_len: int = FORMULA_POSITIONS) -> torch.Tensor:
-    """P (1, max_len, num_hiddens) exactly as the d2l PositionalEncoding class of the notes builds it."""
+    """P (1, max_len, num_hiddens) as the d2l PositionalEncoding class of the notes builds it."""
     P = torch.zeros((1, max_len, num_hiddens))
     X = torch.arange(max_len, dtype=torch.float32).reshape(-1, 1) / torch.pow(
         10000, torch.arange(0, num_hiddens, 2, dtype=torch.float32) / num_hiddens
@@ -307,8 +289,7 @@ def d2l_positional_forward(P: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
 
 
 def formula_table(n: int, d: int, base: float = PE_BASE) -> torch.Tensor:
-    """p[pos, 2j] = sin(pos / base^(2j/d)), p[pos, 2j+1] = cos(pos / base^(2j/d)), written from the formula
-    in float64 (power, not the exp recipe), rows = positions, columns = encoding dimensions."""
+    """sin and cos(pos / base^(2j/d)) written from the formula in float64 (a power, not the exp recipe)."""
     pos = torch.arange(n, dtype=torch.float64)[:, None]
     denom = torch.tensor(base, dtype=torch.float64) ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
     table = torch.empty(n, d, dtype=torch.float64)
@@ -317,7 +298,6 @@ def formula_table(n: int, d: int, base: float = PE_BASE) -> torch.Tensor:
 
 
 def _error_text(fn: Callable[[], object]) -> str:
-    """'ok' or the exception's type and first line."""
     try:
         fn()
     except Exception as err:  # noqa: BLE001 - the exception is the measurement
@@ -338,7 +318,7 @@ def _claim_pe_formula_code(seed: int) -> Outcome:
     odd = _error_text(lambda: d2l_positional_table(FORMULA_ODD_D))
     longer = _error_text(lambda: d2l_positional_forward(P, torch.zeros(1, FORMULA_POSITIONS + 1, D_MODEL)))
     return Outcome(
-        measured=_num(error, 3),
+        measured=rounded(error, 3),
         rule=all_met(
             at_most(f"max |P − formula (float64)| over pos < {FORMULA_POSITIONS}, d = {D_MODEL}", error, FORMULA_ATOL)
         ),
@@ -349,7 +329,7 @@ def _claim_pe_formula_code(seed: int) -> Outcome:
             "odd_d": FORMULA_ODD_D,
             "odd_d_outcome": odd,
             "longer_input_outcome": longer,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 odd_d=(odd, "1", f"the class at odd d = {FORMULA_ODD_D} (even d only)"),
                 longer_input=(
                     longer,
@@ -361,10 +341,8 @@ def _claim_pe_formula_code(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ the pair index i
 def column_coverage(d: int, pair_indices: range) -> tuple[torch.Tensor, int]:
-    """(how many times each of the d columns is addressed as 2i or 2i+1, how many addresses fall beyond
-    the last column) for i in `pair_indices`."""
+    """(times each of the d columns is addressed as 2i or 2i+1, addresses beyond the last) over `pair_indices`."""
     counts = torch.zeros(d, dtype=torch.int64)
     beyond = 0
     for i in pair_indices:
@@ -376,8 +354,8 @@ def column_coverage(d: int, pair_indices: range) -> tuple[torch.Tensor, int]:
     return counts, beyond
 
 
-INDEX_TABLE_POSITIONS = 100  # positions at which the table's columns are compared with sin/cos(pos·ω_i)
-INDEX_ATOL = 1e-12  # float64 table against the formula column by column
+INDEX_TABLE_POSITIONS = 100
+INDEX_ATOL = 1e-12
 
 
 @claim(
@@ -405,7 +383,7 @@ def _claim_pe_index_range(seed: int) -> Outcome:
         ),
         details={
             "d": D_MODEL,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 beyond=(beyond, "1", "addresses beyond the last column"),
                 column_error=(column_error, "1", "largest |table − sin/cos(pos·ω_i)|, float64"),
             ),
@@ -428,7 +406,7 @@ def _claim_pe_index_range_full(seed: int) -> Outcome:
         rule=all_met(equals(exist, addressing, 1)),
         details={
             "d": D_MODEL,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 highest_column=(2 * (D_MODEL - 1) + 1, "1", "column 2i+1 at i = d − 1 (the table has 0 .. d − 1)"),
                 beyond=(beyond, "1", "addresses beyond the last column"),
                 pairs=(D_MODEL // 2, "1", "values of i that fill the table (0 .. d/2 − 1): i indexes pairs"),
@@ -437,9 +415,8 @@ def _claim_pe_index_range_full(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ bounded values
 BOUNDED_POSITIONS = 10_000
-NORM_ATOL = 1e-4  # ‖PE(pos)‖ against √(d/2): float32 rounding of 512 squares summed
+NORM_ATOL = 1e-4  # ‖PE(pos)‖ against √(d/2): float32 rounding of d squares summed
 
 
 @claim(
@@ -461,7 +438,7 @@ def _claim_pe_bounded(seed: int) -> Outcome:
         details={
             "d": D_MODEL,
             "positions": BOUNDED_POSITIONS,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 minimum=(float(table.min()), "1", "smallest entry"),
                 norm_error=(norm_error, "1", "largest |‖PE(pos)‖ − √(d/2)|"),
             ),
@@ -469,7 +446,6 @@ def _claim_pe_bounded(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ the note's 2×2 rotation
 ROTATION_MATRIX_OFFSETS = (1, 7, 100)
 ROTATION_MATRIX_POSITIONS = 1000
 ORTHOGONAL_ATOL = 1e-12  # |RᵀR − I| and |det R − 1| in float64
@@ -477,8 +453,7 @@ WRONG_SIGN_MIN = 0.5  # the transposed matrix (other sign convention) must miss 
 
 
 def pair_rotation_error(k: int, d: int, positions: int, transpose: bool = False) -> float:
-    """max |[sin, cos]((pos + k)ω_i) − R_i [sin, cos](pos ω_i)| over pos < positions and every pair i, float64,
-    with R_i = [[cos kω_i, sin kω_i], [−sin kω_i, cos kω_i]] (its transpose if `transpose`)."""
+    """max |[sin, cos]((pos + k)ω_i) − R_i [sin, cos](pos ω_i)| over pos and pairs i, float64."""
     omega = pe_frequencies(d, torch.float64)
     blocks = offset_rotation_blocks(k, d)  # (d/2, 2, 2)
     if transpose:
@@ -503,11 +478,11 @@ def _claim_pe_rotation_matrix(seed: int) -> Outcome:
     blocks = torch.cat([offset_rotation_blocks(k, D_MODEL) for k in ROTATION_MATRIX_OFFSETS])
     orthogonal = float((blocks.transpose(-1, -2) @ blocks - torch.eye(2, dtype=torch.float64)).abs().max())
     det = float((torch.linalg.det(blocks) - 1).abs().max())
-    distinct = len(torch.unique(offset_rotation_blocks(1, D_MODEL)[:, 0, 1]))  # sin ω_i: one angle per pair
+    distinct = len(torch.unique(offset_rotation_blocks(1, D_MODEL)[:, 0, 1]))
     worst = max(errors)
     over = f"pos < {ROTATION_MATRIX_POSITIONS}, k in {list(ROTATION_MATRIX_OFFSETS)}, every pair of d = {D_MODEL}"
     return Outcome(
-        measured=_num(worst, 3),
+        measured=rounded(worst, 3),
         rule=all_met(
             at_most(f"max error of the note's matrix over {over}, float64", worst, ROTATION_ATOL_FLOAT64),
             at_most("largest |RᵀR − I|", orthogonal, ORTHOGONAL_ATOL),
@@ -516,9 +491,9 @@ def _claim_pe_rotation_matrix(seed: int) -> Outcome:
         ),
         details={
             "k": list(ROTATION_MATRIX_OFFSETS),
-            "error": [_num(v, 3) for v in errors],
-            "error_transposed": [_num(v, 3) for v in wrong],
-            "numbers": _numbers(
+            "error": [rounded(v, 3) for v in errors],
+            "error_transposed": [rounded(v, 3) for v in wrong],
+            "numbers": numbers_of(
                 orthogonality=(orthogonal, "1", "largest |RᵀR − I|"),
                 determinant=(det, "1", "largest |det R − 1|"),
                 transposed=(min(wrong), "1", "smallest error of the transposed matrix (wrong sign convention)"),
@@ -528,29 +503,27 @@ def _claim_pe_rotation_matrix(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ relative offset from a difference
 READOUT_PAIRS = 5000  # (A, k) pairs in each of the fitting and the two held-out sets
 READOUT_FIT_A = (0, 1000)  # positions A of the fitting pairs, [from, to)
 READOUT_SHIFTED_A = (1000, 1900)  # held-out positions beyond the fitted range
-READOUT_MAX_K = 50  # offsets k in [0, 50)
-READOUT_RMSE_MAX = 0.5  # to tell "3 after" from 2 or 4, the readout's RMS error must stay below half a position
+READOUT_MAX_K = 50
+READOUT_RMSE_MAX = 0.5  # below half a position, to tell "3 after" from 2 or 4
 QUADRATIC_SPREAD_ATOL = 1e-9  # ‖PE(A+k) − PE(A)‖² is the same for every A (float64)
 
 
 def difference_features(a: torch.Tensor, k: torch.Tensor, d: int) -> torch.Tensor:
-    """[PE(a + k) − PE(a), 1] (n, d + 1) in float64: the difference and a bias column."""
+    """[PE(a + k) − PE(a), 1] (n, d + 1) in float64."""
     diff = sinusoidal_encoding(a + k, d, torch.float64) - sinusoidal_encoding(a, d, torch.float64)
     return torch.cat([diff, torch.ones(len(a), 1, dtype=torch.float64)], 1)
 
 
 def readout_scores(pred: torch.Tensor, target: torch.Tensor) -> tuple[float, float]:
-    """(R², RMSE) of predictions against targets."""
     residual = ((target - pred) ** 2).sum()
     return float(1 - residual / ((target - target.mean()) ** 2).sum()), float((residual / len(target)).sqrt())
 
 
 def squared_step(k: torch.Tensor, d: int) -> torch.Tensor:
-    """‖PE(A + k) − PE(A)‖² = Σ_i (2 − 2 cos kω_i), for every A."""
+    """‖PE(A + k) − PE(A)‖² = Σ_i (2 − 2 cos kω_i), whatever A."""
     return (2 - 2 * torch.cos(k.double()[:, None] * pe_frequencies(d, torch.float64))).sum(-1)
 
 
@@ -562,7 +535,7 @@ def squared_step(k: torch.Tensor, d: int) -> torch.Tensor:
     notes=("pe_relative_from_difference",),
 )
 def _claim_pe_relative_from_difference(seed: int) -> Outcome:
-    gen = _generator(seed, 40)
+    gen = generator_for(seed, 40)
 
     def pairs(a_range: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         a = torch.randint(*a_range, (READOUT_PAIRS,), generator=gen).double()
@@ -572,7 +545,7 @@ def _claim_pe_relative_from_difference(seed: int) -> Outcome:
     features = {name: difference_features(a, k, D_MODEL) for name, (a, k) in sets.items()}
     coef = torch.linalg.lstsq(features["fit"], sets["fit"][1][:, None], driver="gelsd").solution[:, 0]
     scores = {name: readout_scores(features[name] @ coef, sets[name][1]) for name in sets}
-    # What depends on k only: the squared distance (quadratic in PE), the same for every A.
+    # What depends on k only: the squared distance, quadratic in PE.
     a, k = sets["shifted"]
     quadratic = (features["shifted"][:, :-1] ** 2).sum(-1)
     spread = float((quadratic - squared_step(k, D_MODEL)).abs().max())
@@ -585,7 +558,7 @@ def _claim_pe_relative_from_difference(seed: int) -> Outcome:
     r2_shifted, rmse_shifted = scores["shifted"]
     readout = f"RMS error (positions) of a least-squares linear readout of k < {READOUT_MAX_K} from PE(A+k) − PE(A)"
     return Outcome(
-        measured=_num(rmse_shifted, 4),
+        measured=rounded(rmse_shifted, 4),
         rule=some_met(
             below(
                 f"{readout}, d = {D_MODEL}, fitted on A in {list(READOUT_FIT_A)}, on held-out A in "
@@ -598,9 +571,9 @@ def _claim_pe_relative_from_difference(seed: int) -> Outcome:
         details={
             "d": D_MODEL,
             "pairs": READOUT_PAIRS,
-            "r2": {name: _num(v[0], 4) for name, v in scores.items()},
-            "rmse": {name: _num(v[1], 4) for name, v in scores.items()},
-            "numbers": _numbers(
+            "r2": {name: rounded(v[0], 4) for name, v in scores.items()},
+            "rmse": {name: rounded(v[1], 4) for name, v in scores.items()},
+            "numbers": numbers_of(
                 r2_shifted=(r2_shifted, "1", "R² on held-out A beyond the fitted range"),
                 rmse_same_range=(
                     scores["same_range"][1],
@@ -624,12 +597,10 @@ def _claim_pe_relative_from_difference(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ the largest wavelength
 MAX_WAVELENGTH_DS = (4, 64, 512)
 
 
 def pe_wavelengths_exact(d: int, base: float = PE_BASE) -> torch.Tensor:
-    """λ_i = 2π / ω_i (d/2,), float64, from the model's frequencies."""
     return 2 * math.pi / pe_frequencies(d, torch.float64, base)
 
 
@@ -647,7 +618,7 @@ def _claim_pe_max_wavelength(seed: int) -> Outcome:
         ratios[d] = float(lam.max()) / (PE_BASE * 2 * math.pi)
     ratio = ratios[D_MODEL]
     return Outcome(
-        measured=_num(ratio, 5),
+        measured=rounded(ratio, 5),
         rule=some_met(
             within(f"largest wavelength / (10000·2π) at d = {D_MODEL}", ratio, 1, rel_tol=WAVELENGTH_REL_TOL),
             is_true("it sits at i = d/2 − 1", places[D_MODEL]),
@@ -655,9 +626,9 @@ def _claim_pe_max_wavelength(seed: int) -> Outcome:
         note=f"exactly 10000^(−2/d) = {PE_BASE ** (-2 / D_MODEL):.5f}",
         details={
             "d": list(MAX_WAVELENGTH_DS),
-            "max_over_10000_2pi": [_num(ratios[d], 5) for d in MAX_WAVELENGTH_DS],
+            "max_over_10000_2pi": [rounded(ratios[d], 5) for d in MAX_WAVELENGTH_DS],
             "at_last_pair": [places[d] for d in MAX_WAVELENGTH_DS],
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 at_last_pair=("yes" if places[D_MODEL] else "no", "1", f"largest at i = d/2 − 1 (d = {D_MODEL})"),
                 d64=(ratios[64], "1", "largest wavelength / (10000·2π) at d = 64"),
                 d4_over_2pi=(ratios[4] * PE_BASE, "1", "largest wavelength / 2π at d = 4 (the notes' example)"),
@@ -666,20 +637,17 @@ def _claim_pe_max_wavelength(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ frequency falls along the dimensions
 FREQUENCY_POSITIONS = 1000
 D4_ATOL = 1e-12  # d = 4 float64 table against (sin pos, cos pos, sin(pos/100), cos(pos/100))
 
 
 def pair_step_sizes(pe: torch.Tensor) -> torch.Tensor:
-    """Mean over pos of ‖(PE(pos+1, 2i), PE(pos+1, 2i+1)) − (PE(pos, 2i), PE(pos, 2i+1))‖ per pair (d/2,);
-    for a sinusoid it is 2 sin(ω_i / 2) at every pos."""
+    """Mean step per position of each (sin, cos) pair (d/2,), 2 sin(ω_i / 2) for a sinusoid."""
     step = torch.diff(pe.double(), dim=0)
     return (step[:, 0::2] ** 2 + step[:, 1::2] ** 2).sqrt().mean(0)
 
 
 def column_mean_steps(pe: torch.Tensor) -> torch.Tensor:
-    """Mean |PE(pos+1, c) − PE(pos, c)| per column (d,)."""
     return torch.diff(pe.double(), dim=0).abs().mean(0)
 
 
@@ -691,7 +659,7 @@ def column_mean_steps(pe: torch.Tensor) -> torch.Tensor:
     notes=("pe_frequency_decreasing", "pe_dmodel4_example"),
 )
 def _claim_pe_frequency_decreasing(seed: int) -> Outcome:
-    omega = pe_frequencies(D_MODEL)  # float32, as models use them
+    omega = pe_frequencies(D_MODEL)
     table = sinusoidal_encoding(FREQUENCY_POSITIONS + 1, D_MODEL, torch.float64)
     steps = pair_step_sizes(table)
     not_smaller = int((torch.diff(steps) >= 0).sum())
@@ -716,12 +684,12 @@ def _claim_pe_frequency_decreasing(seed: int) -> Outcome:
         ),
         details={
             "pair": list(range(D_MODEL // 2)),
-            "step": [_num(v, 4) for v in steps],
-            "numbers": _numbers(
+            "step": [rounded(v, 4) for v in steps],
+            "numbers": numbers_of(
                 omega_last=(float(omega[-1]), "rad/position", "slowest frequency ω_(d/2 − 1)"),
                 first_pair_column_step=(float(columns[:2].mean()), "1", "mean |ΔPE| per position, first pair"),
                 last_column_steps=(
-                    f"{_num(columns[-2], 3):g}, {_num(columns[-1], 3):g}",
+                    f"{rounded(columns[-2], 3):g}, {rounded(columns[-1], 3):g}",
                     "1",
                     "mean |ΔPE| per position, last two columns",
                 ),
@@ -733,20 +701,18 @@ def _claim_pe_frequency_decreasing(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ the binary analogy
-BINARY_BITS = 4  # numbers 0 .. 15
+BINARY_BITS = 4
 NOTE_PATTERNS = ("01010101", "00001111", "0000000011111111")  # the patterns the notes list, lowest first
-BINARY_RATIO = 2.0  # each bit's period is twice the one below
-RATIO_REL_TOL = 0.01  # "exact" correspondence: PE's period ratio per pair within 1 % of 2
+BINARY_RATIO = 2.0
+RATIO_REL_TOL = 0.01  # "exact" correspondence: PE's period ratio per pair this close to BINARY_RATIO
 
 
 def bit_strings(bits: int) -> list[str]:
-    """Bit b of 0 .. 2^bits − 1 as a string, for b = 0 .. bits − 1 (b = 0 the lowest)."""
+    """Bit b of 0 .. 2^bits − 1 as a string, b = 0 the lowest."""
     return ["".join(str((n >> b) & 1) for n in range(2**bits)) for b in range(bits)]
 
 
 def bit_periods(bits: int) -> list[int]:
-    """Smallest period of each bit's sequence over 0 .. 2^bits − 1."""
     periods = []
     for s in bit_strings(bits):
         periods.append(next(p for p in range(1, len(s) + 1) if all(s[j] == s[j % p] for j in range(len(s)))))
@@ -754,7 +720,7 @@ def bit_periods(bits: int) -> list[int]:
 
 
 def pattern_bits(patterns: tuple[str, ...], bits: int) -> list[int | None]:
-    """Which bit each pattern is (its string from 0 on), or None."""
+    """Which bit each pattern is, or None."""
     strings = bit_strings(bits)
     return [next((b for b, s in enumerate(strings) if s.startswith(p)), None) for p in patterns]
 
@@ -774,7 +740,7 @@ def _claim_pe_binary_analogy(seed: int) -> Outcome:
     ratio = float(ratios.mean())
     increasing = bool((ratios > 1).all())
     return Outcome(
-        measured=_num(ratio, 5),
+        measured=rounded(ratio, 5),
         rule=Rule(
             holds=(
                 within(
@@ -791,7 +757,7 @@ def _claim_pe_binary_analogy(seed: int) -> Outcome:
             "bit_periods": periods,
             "note_patterns": list(NOTE_PATTERNS),
             "note_pattern_bits": found,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 binary_periods=(", ".join(map(str, periods)), "numbers", f"period of bits 0 .. {BINARY_BITS - 1}"),
                 pattern_bits=(
                     ", ".join("none" if b is None else str(b) for b in found),
@@ -804,17 +770,16 @@ def _claim_pe_binary_analogy(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ 12. extrapolation
 EXTRAPOLATION_MAX_LEN = 512  # the training length (a learned table's size)
-EXTRAPOLATION_CHECK_LEN = 4096  # positions checked beyond it: 8× the training length
+EXTRAPOLATION_CHECK_LEN = 4096
 EXTRAPOLATION_OFFSETS = (1, 10, 100, 1000)
-# Further out, one window of EXTRAPOLATION_WINDOW positions at each power of two up to 2^24, in float32.
+# Further out, a window of positions at each power of two, in float32.
 EXTRAPOLATION_SCAN = tuple(2**p for p in range(9, 25))
 EXTRAPOLATION_WINDOW = 64
 
 
 def learned_lookup(max_len: int, d: int, position: int) -> str:
-    """What a learned table of `max_len` positions returns at `position`: 'finite' or the error's text."""
+    """A learned table of `max_len` positions at `position`: 'finite' or the error's text."""
     table = nn.Embedding(max_len, d)
     try:
         with torch.inference_mode():
@@ -825,8 +790,7 @@ def learned_lookup(max_len: int, d: int, position: int) -> str:
 
 
 def far_window(start: int, d: int, window: int = EXTRAPOLATION_WINDOW) -> tuple[float, float, float]:
-    """At positions start .. start + window, float32 as models compute them: (rotation error for k = 1,
-    largest rounding error against the exact encoding, distance between PE(start) and PE(start + 1))."""
+    """float32 at start .. start + window: (rotation error, k = 1; rounding error; |PE(start + 1) − PE(start)|)."""
     pos = torch.arange(start, start + window + 1, dtype=torch.float64)
     table = sinusoidal_encoding(pos, d, torch.float32)
     return (
@@ -846,8 +810,7 @@ def far_window(start: int, d: int, window: int = EXTRAPOLATION_WINDOW) -> tuple[
 )
 def _claim_extrapolation(seed: int) -> Outcome:
     beyond = EXTRAPOLATION_MAX_LEN + 1
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         learned = learned_lookup(EXTRAPOLATION_MAX_LEN, D_MODEL, beyond)
     table = sinusoidal_encoding(EXTRAPOLATION_CHECK_LEN, D_MODEL, torch.float32)
     dmin, i, j = min_pairwise_distance(table)
@@ -859,7 +822,7 @@ def _claim_extrapolation(seed: int) -> Outcome:
     scan = {start: far_window(start, D_MODEL) for start in EXTRAPOLATION_SCAN}
     rotation_off_from = next((s for s, v in scan.items() if v[0] > ROTATION_ATOL_FLOAT32), None)
     identical_from = next((s for s, v in scan.items() if v[2] == 0.0), None)
-    learned_error = learned.split(":")[0]  # learned_lookup's outcome: the exception's type, or 'finite'
+    learned_error = learned.split(":")[0]  # the exception's type, or 'finite'
     rotated = f"max |PE(pos+k) − M_k PE(pos)| for pos ≥ {EXTRAPOLATION_MAX_LEN}, k in {list(EXTRAPOLATION_OFFSETS)}"
     return Outcome(
         measured=f"learned: {learned_error} at {beyond}; sinusoidal to {EXTRAPOLATION_CHECK_LEN}: "
@@ -878,10 +841,10 @@ def _claim_extrapolation(seed: int) -> Outcome:
             "checked_len": EXTRAPOLATION_CHECK_LEN,
             "learned": learned,
             "scan_start": list(scan),
-            "scan_rotation_error": [_num(v[0], 3) for v in scan.values()],
-            "scan_float32_error": [_num(v[1], 3) for v in scan.values()],
-            "scan_neighbour_distance": [_num(v[2], 4) for v in scan.values()],
-            "numbers": _numbers(
+            "scan_rotation_error": [rounded(v[0], 3) for v in scan.values()],
+            "scan_float32_error": [rounded(v[1], 3) for v in scan.values()],
+            "scan_neighbour_distance": [rounded(v[2], 4) for v in scan.values()],
+            "numbers": numbers_of(
                 closest_pair=(
                     f"{i}, {j}",
                     "positions",

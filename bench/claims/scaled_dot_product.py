@@ -1,6 +1,5 @@
-"""Scaled dot-product attention: the variance of q·k and the 1/√d_k scaling, softmax saturation,
-dot-product against additive attention, and what attention computes: distributions over the keys, its
-shapes, a weighted average of the values, linear in V only."""
+"""Scaled dot-product attention: the variance of q·k and the 1/√d_k scaling, softmax saturation, dot-product
+against additive attention, and what attention computes (distributions, shapes, averages, linearity)."""
 
 from __future__ import annotations
 
@@ -18,25 +17,25 @@ from .record import (
     D_KS,
     PAPER,
     TIME_THREADS,
-    _generator,
-    _num,
-    _numbers,
     claim,
     counted_flops,
+    generator_for,
     interleaved_times_s,
+    numbers_of,
+    rounded,
+    seeded,
 )
 from .verdict import Outcome, Rule, all_met, at_least, at_most, below, equals, is_true
 
 D2L_ATTENTION_SCORING = "d2l.ai §11.3 Attention Scoring Functions"
 
-# ------------------------------------------------------------------------ 1. dot-product variance
-VARIANCE_SAMPLES = 50_000  # pairs (q, k) per d_k
-VARIANCE_REL_TOL = 0.03  # |var/d_k − 1| allowed: ≥ 4.7 standard errors (√(2/N) ≈ 0.0063 for near-normal q·k)
+VARIANCE_SAMPLES = 50_000
+VARIANCE_REL_TOL = 0.03  # |var/d_k − 1| allowed: several standard errors √(2/N) of near-normal q·k
 _VARIANCE_CHUNK = 10_000
 
 
 def dot_product_variances(q: torch.Tensor, k: torch.Tensor) -> tuple[float, float]:
-    """(var(q·k), var(q·k/√d_k)) over the rows of q and k, (N, d_k) each; population variance."""
+    """(var(q·k), var(q·k/√d_k)) over the rows of q and k, (N, d_k) each."""
     return _variances((q.double() * k.double()).sum(-1), q.shape[-1])
 
 
@@ -46,7 +45,7 @@ def _variances(dots: torch.Tensor, d_k: int) -> tuple[float, float]:
 
 def _sampled_dot_variances(d_k: int, samples: int, gen: torch.Generator) -> tuple[float, float]:
     dots = []
-    for start in range(0, samples, _VARIANCE_CHUNK):  # chunks: all of q and k at d_k = 1024 would be 400 MB
+    for start in range(0, samples, _VARIANCE_CHUNK):  # chunks keep memory small at large d_k
         m = min(_VARIANCE_CHUNK, samples - start)
         q = torch.randn(m, d_k, generator=gen)
         k = torch.randn(m, d_k, generator=gen)
@@ -62,35 +61,34 @@ def _sampled_dot_variances(d_k: int, samples: int, gen: torch.Generator) -> tupl
     notes=("dot_product_variance",),
 )
 def _claim_dot_product_variance(seed: int) -> Outcome:
-    gen = _generator(seed, 1)
+    gen = generator_for(seed, 1)
     raw, scaled = zip(*(_sampled_dot_variances(d_k, VARIANCE_SAMPLES, gen) for d_k in D_KS))
-    deviations = [abs(s - 1) for s in scaled]  # = |var(q·k)/d_k − 1|
+    deviations = [abs(s - 1) for s in scaled]
     worst = max(deviations)
     return Outcome(
-        measured=_num(worst, 4),
+        measured=rounded(worst, 4),
         rule=all_met(at_most(f"largest |var(q·k/√d_k) − 1| over d_k in {list(D_KS)}", worst, VARIANCE_REL_TOL)),
         note=f"{VARIANCE_SAMPLES:,} samples each",
         details={
             "d_k": list(D_KS),
-            "var_unscaled": [_num(v) for v in raw],
-            "var_scaled": [_num(v) for v in scaled],
+            "var_unscaled": [rounded(v) for v in raw],
+            "var_scaled": [rounded(v) for v in scaled],
             "samples": VARIANCE_SAMPLES,
-            "rel_std_error": _num(math.sqrt(2 / VARIANCE_SAMPLES)),
-            "numbers": _numbers(var_unscaled_max_d_k=(raw[-1], "1", f"var(q·k) at d_k = {D_KS[-1]}")),
+            "rel_std_error": rounded(math.sqrt(2 / VARIANCE_SAMPLES)),
+            "numbers": numbers_of(var_unscaled_max_d_k=(raw[-1], "1", f"var(q·k) at d_k = {D_KS[-1]}")),
         },
     )
 
 
-# ------------------------------------------------------------------------ 2. softmax saturation
-SATURATION_KEYS = 128  # keys per query
-SATURATION_TRIALS = 256  # queries per d_k
+SATURATION_KEYS = 128
+SATURATION_TRIALS = 256
 SATURATED_MAX_WEIGHT = 0.9  # unscaled: mean largest weight at the largest d_k at least this
-SMALL_GRAD_RATIO = 0.1  # unscaled / scaled softmax-Jacobian norm at the largest d_k at most this for "extremely small"
+SMALL_GRAD_RATIO = 0.1  # unscaled / scaled Jacobian norm at most this for "extremely small"
 SCALED_FLAT_RATIO = 1.5  # scaled: largest / smallest mean max weight over d_k at most this (no drift)
 
 
 def softmax_jacobian_norm(logits: torch.Tensor) -> torch.Tensor:
-    """Frobenius norm of ∂softmax(s)/∂s for each row s of `logits` (T, n), by autograd (torch.func)."""
+    """Frobenius norm of ∂softmax(s)/∂s for each row s of `logits` (T, n)."""
     jac = torch.func.vmap(torch.func.jacrev(lambda s: torch.softmax(s, dim=-1)))(logits)  # (T, n, n)
     return jac.flatten(1).norm(dim=-1)  # (T,)
 
@@ -103,11 +101,8 @@ def softmax_jacobian_norm(logits: torch.Tensor) -> torch.Tensor:
     notes=("softmax_saturation",),
 )
 def _claim_softmax_saturation(seed: int) -> Outcome:
-    """The gradient is measured as the norm of the softmax's Jacobian with respect to its input (the
-    logits), per query: its mean over queries is what reaches the weights in training, its median is the
-    typical query's. Hence the rule's tiers: the mean ratio small is "holds"; only the median small is
-    "partly" (the typical query's gradient vanishes, the average one does not); either needs saturation."""
-    gen = _generator(seed, 2)
+    """The softmax's Jacobian norm per query: its mean small is "holds", its median only "partly"."""
+    gen = generator_for(seed, 2)
     names = ("max_weight", "grad_norm_mean", "grad_norm_median")
     rows = {f"{m}_{v}": [] for m in names for v in ("scaled", "unscaled")}
     for d_k in D_KS:
@@ -116,9 +111,9 @@ def _claim_softmax_saturation(seed: int) -> Outcome:
         unscaled = (q * k).sum(-1)  # (T, n): q·k_j
         for variant, logits in (("unscaled", unscaled), ("scaled", unscaled / math.sqrt(d_k))):
             grad = softmax_jacobian_norm(logits)
-            rows[f"max_weight_{variant}"].append(_num(torch.softmax(logits, -1).max(-1).values.mean()))
-            rows[f"grad_norm_mean_{variant}"].append(_num(grad.mean()))
-            rows[f"grad_norm_median_{variant}"].append(_num(grad.median()))
+            rows[f"max_weight_{variant}"].append(rounded(torch.softmax(logits, -1).max(-1).values.mean()))
+            rows[f"grad_norm_mean_{variant}"].append(rounded(grad.mean()))
+            rows[f"grad_norm_median_{variant}"].append(rounded(grad.median()))
     mean_ratio = rows["grad_norm_mean_unscaled"][-1] / rows["grad_norm_mean_scaled"][-1]
     median_ratio = rows["grad_norm_median_unscaled"][-1] / rows["grad_norm_median_scaled"][-1]
     top_unscaled = rows["max_weight_unscaled"][-1]
@@ -129,7 +124,7 @@ def _claim_softmax_saturation(seed: int) -> Outcome:
         at_most("scaled mean max weight, largest / smallest over d_k", scaled_drift, SCALED_FLAT_RATIO),
     )
     return Outcome(
-        measured=_num(mean_ratio, 4),
+        measured=rounded(mean_ratio, 4),
         rule=Rule(
             holds=(at_most(f"mean {ratio}", mean_ratio, SMALL_GRAD_RATIO),),
             partly=(at_most(f"median {ratio}", median_ratio, SMALL_GRAD_RATIO),),
@@ -140,7 +135,7 @@ def _claim_softmax_saturation(seed: int) -> Outcome:
             "keys": SATURATION_KEYS,
             "trials": SATURATION_TRIALS,
             **rows,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 median_ratio=(median_ratio, "1", f"median Jacobian norm, unscaled / scaled, d_k = {D_KS[-1]}"),
                 max_weight_unscaled=(top_unscaled, "1", f"mean largest weight, unscaled, d_k = {D_KS[-1]}"),
                 max_weight_scaled=(
@@ -153,14 +148,13 @@ def _claim_softmax_saturation(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ 4. dot-product vs additive
 ADDITIVE_NS = (64, 128, 256, 512)
 ADDITIVE_D = 64  # d_k = d_v = d_att, one head, batch 1
 DOT_FASTER_RATIO = 1.2  # additive / dot time at least this at every n for "faster in practice"
 
 
 def dot_product_attention(q, k, v):
-    """softmax(Q Kᵀ/√d_k) V, written out. FLOPs: 2·b·n²·d_k + 2·b·n²·d_v."""
+    """softmax(Q Kᵀ/√d_k) V, written out."""
     return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v  # (B, n, d_v)
 
 
@@ -172,9 +166,8 @@ def dot_product_attention(q, k, v):
     notes=("dot_vs_additive",),
 )
 def _claim_dot_vs_additive(seed: int) -> Outcome:
-    gen = _generator(seed, 4)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    gen = generator_for(seed, 4)
+    with seeded(seed):
         additive = AdditiveAttention(ADDITIVE_D, ADDITIVE_D).eval()
     rows = {"time_median_s_dot": [], "time_median_s_additive": [], "flops_dot": [], "flops_additive": []}
     for n in ADDITIVE_NS:
@@ -183,12 +176,12 @@ def _claim_dot_vs_additive(seed: int) -> Outcome:
         times = interleaved_times_s(fns)
         for name, fn in fns.items():
             rows[f"flops_{name}"].append(counted_flops(fn))
-            rows[f"time_median_s_{name}"].append(_num(times[name]))
-    ratios = [_num(a / t) for a, t in zip(rows["time_median_s_additive"], rows["time_median_s_dot"])]
-    flop_ratios = [_num(a / t) for a, t in zip(rows["flops_additive"], rows["flops_dot"])]
+            rows[f"time_median_s_{name}"].append(rounded(times[name]))
+    ratios = [rounded(a / t) for a, t in zip(rows["time_median_s_additive"], rows["time_median_s_dot"])]
+    flop_ratios = [rounded(a / t) for a, t in zip(rows["flops_additive"], rows["flops_dot"])]
     slowest = f"smallest additive / dot-product time over n in {list(ADDITIVE_NS)} (d = {ADDITIVE_D})"
     return Outcome(
-        measured=_num(min(ratios), 3),
+        measured=rounded(min(ratios), 3),
         rule=all_met(at_least(slowest, min(ratios), DOT_FASTER_RATIO)),
         details={
             "n": list(ADDITIVE_NS),
@@ -197,7 +190,7 @@ def _claim_dot_vs_additive(seed: int) -> Outcome:
             "time_threads": TIME_THREADS,
             "time_ratio": ratios,
             "flops_ratio": flop_ratios,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 time_ratio_largest_n=(ratios[-1], "1", f"additive / dot time at n = {ADDITIVE_NS[-1]}"),
                 flops_ratio_largest_n=(flop_ratios[-1], "1", f"additive / dot counted FLOPs at n = {ADDITIVE_NS[-1]}"),
             ),
@@ -205,15 +198,14 @@ def _claim_dot_vs_additive(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ softmax rows are distributions
 DISTRIBUTION_SIZE = {"batch": 4, "n": 32, "m": 48}
 DISTRIBUTION_LOGIT_STD = 3.0  # scores of scaled attention with some spread
-ROW_SUM_ATOL = 1e-6  # float32 |Σ_j p_ij − 1|: a few units of rounding (eps = 1.2e-7) over 48 terms
+ROW_SUM_ATOL = 1e-6  # float32 |Σ_j p_ij − 1|: a few units of rounding over the row
 UNDERFLOW_GAPS = tuple(range(1, 257))  # logit gaps probed for an exact 0.0 weight
 
 
 def softmax_underflow_gap(dtype: torch.dtype) -> int | None:
-    """The smallest integer gap g in UNDERFLOW_GAPS with softmax([0, g]) = [0.0, 1.0] exactly in `dtype`."""
+    """The smallest gap g in UNDERFLOW_GAPS with softmax([0, g]) = [0.0, 1.0] exactly in `dtype`."""
     for gap in UNDERFLOW_GAPS:
         p = torch.softmax(torch.tensor([0.0, float(gap)], dtype=dtype), dim=-1)
         if float(p[0]) == 0.0 and float(p[1]) == 1.0:
@@ -229,10 +221,9 @@ def softmax_underflow_gap(dtype: torch.dtype) -> int | None:
     notes=("softmax_distribution",),
 )
 def _claim_softmax_distribution(seed: int) -> Outcome:
-    """Row sums and range on random float32 scores decide the verdict; the gaps at which a weight becomes
-    exactly 0.0 (float32, float16) are reported: 'strictly positive' holds in exact arithmetic only."""
+    """Row sums and range decide; the gaps at which a weight underflows to 0.0 are reported."""
     s = DISTRIBUTION_SIZE
-    scores = torch.randn(s["batch"], s["n"], s["m"], generator=_generator(seed, 21)) * DISTRIBUTION_LOGIT_STD
+    scores = torch.randn(s["batch"], s["n"], s["m"], generator=generator_for(seed, 21)) * DISTRIBUTION_LOGIT_STD
     p = torch.softmax(scores, dim=-1)
     sum_error = float((p.sum(-1) - 1).abs().max())
     in_range = bool(((p >= 0) & (p <= 1)).all())
@@ -240,14 +231,14 @@ def _claim_softmax_distribution(seed: int) -> Outcome:
     gap32, gap16 = softmax_underflow_gap(torch.float32), softmax_underflow_gap(torch.float16)
     sums = f"max |row sum − 1| of softmax over random float32 scores (std {DISTRIBUTION_LOGIT_STD})"
     return Outcome(
-        measured=_num(sum_error, 4),
+        measured=rounded(sum_error, 4),
         rule=all_met(at_most(sums, sum_error, ROW_SUM_ATOL), is_true("every weight in [0, 1]", in_range)),
         details={
             **s,
             "all_positive": positive,
-            "min_weight": _num(float(p.min())),
-            "max_weight": _num(float(p.max())),
-            "numbers": _numbers(
+            "min_weight": rounded(float(p.min())),
+            "max_weight": rounded(float(p.max())),
+            "numbers": numbers_of(
                 underflow_gap_float32=(gap32, "1", "smallest logit gap giving an exact 0.0 weight, float32"),
                 underflow_gap_float16=(gap16, "1", "smallest logit gap giving an exact 0.0 weight, float16"),
             ),
@@ -255,7 +246,6 @@ def _claim_softmax_distribution(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ shapes
 SHAPE_CASE = {"n": 7, "m": 11, "d_k": 5, "d_v": 3}
 LAYER_SHAPE = (2, 64, 64)  # (batch, n, d) for the layers
 LAYER_SHAPE_HEADS = 4
@@ -270,7 +260,7 @@ LAYER_SHAPE_HEADS = 4
 )
 def _claim_attention_shapes(seed: int) -> Outcome:
     c = SHAPE_CASE
-    gen = _generator(seed, 22)
+    gen = generator_for(seed, 22)
     q = torch.randn(c["n"], c["d_k"], generator=gen)
     k = torch.randn(c["m"], c["d_k"], generator=gen)
     v = torch.randn(c["m"], c["d_v"], generator=gen)
@@ -298,7 +288,6 @@ def _claim_attention_shapes(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ weighted average of the values
 CONVEX_SIZE = {"n": 64, "d": 32}
 HULL_ATOL = 1e-6  # float32: how far an output coordinate may stray outside [min_j V_jc, max_j V_jc]
 WEIGHTED_SUM_ATOL = 1e-5  # |fused output − Σ_j A_ij V_j| at float32 rounding
@@ -311,11 +300,9 @@ WEIGHTED_SUM_ATOL = 1e-5  # |fused output − Σ_j A_ij V_j| at float32 rounding
     notes=("attention_convex_combination",),
 )
 def _claim_attention_convex_combination(seed: int) -> Outcome:
-    """The fused kernel's output (what the `attention` layer runs) against Σ_j A_ij V_j with A the explicit
-    softmax weights; and every output coordinate inside [min_j V_jc, max_j V_jc], as a convex combination
-    must be."""
+    """The fused kernel's output against Σ_j A_ij V_j, and inside the values' range per coordinate."""
     c = CONVEX_SIZE
-    gen = _generator(seed, 23)
+    gen = generator_for(seed, 23)
     q, k, v = (torch.randn(1, c["n"], c["d"], generator=gen) * 2 for _ in range(3))
     weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(c["d"]), dim=-1)
     with torch.inference_mode():
@@ -327,14 +314,14 @@ def _claim_attention_convex_combination(seed: int) -> Outcome:
     outside = float(torch.maximum(above, below).max())
     hull = f"largest distance of an output coordinate outside [min_j V_jc, max_j V_jc] (n = {c['n']}, d = {c['d']})"
     return Outcome(
-        measured=_num(outside, 4),
+        measured=rounded(outside, 4),
         rule=all_met(
             at_most(hull, outside, HULL_ATOL),
             at_most("max |fused output − Σ_j A_ij V_j|", sum_error, WEIGHTED_SUM_ATOL),
         ),
         details={
             **c,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 weighted_sum_error=(sum_error, "1", "max |SDPA output − Σ_j A_ij V_j|"),
                 weight_min=(float(weights.min()), "1", "smallest attention weight"),
             ),
@@ -342,7 +329,6 @@ def _claim_attention_convex_combination(seed: int) -> Outcome:
     )
 
 
-# ------------------------------------------------------------------------ linearity
 LINEARITY_SIZE = {"n": 16, "d": 32, "heads": 1}
 NONLINEAR_MIN = 0.1  # relative error of additivity or homogeneity at least this: not linear, not rounding
 LINEAR_ATOL = 1e-5  # relative error of V ↦ AV's additivity and homogeneity at float32 rounding
@@ -353,15 +339,14 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _linearity_errors(f, x1: torch.Tensor, x2: torch.Tensor) -> tuple[float, float]:
-    """(additivity, homogeneity) relative errors of f: ‖f(x1+x2) − f(x1) − f(x2)‖/‖f(x1) + f(x2)‖ and
-    ‖f(2·x1) − 2·f(x1)‖/‖2·f(x1)‖; both 0 for a linear f."""
+    """(additivity, homogeneity) relative errors of f, both 0 for a linear f."""
     with torch.inference_mode():
         return _relative(f(x1 + x2), f(x1) + f(x2)), _relative(f(2 * x1), 2 * f(x1))
 
 
 def _linearity_inputs(seed: int, offset: int):
     s = LINEARITY_SIZE
-    gen = _generator(seed, offset)
+    gen = generator_for(seed, offset)
     layer = models.build(models.ROLES.attention_explicit, LayerConfig(d=s["d"], heads=s["heads"]), seed=seed)
     x1, x2 = (torch.randn(1, s["n"], s["d"], generator=gen) for _ in range(2))
     return layer, x1, x2
@@ -375,9 +360,7 @@ def _linearity_inputs(seed: int, offset: int):
     notes=("attention_linearity",),
 )
 def _claim_attention_linearity(seed: int) -> Outcome:
-    """The layer without its biases (which would make even a linear map affine) as a function of its input
-    X: additivity and homogeneity errors of order 1 mean it is not linear (the softmax of X W_q (X W_k)ᵀ
-    sharpens as X grows): both errors at rounding is "holds", the smaller one below NONLINEAR_MIN "partly"."""
+    """The layer without its biases (which would make a linear map affine) as a function of its input X."""
     layer, x1, x2 = _linearity_inputs(seed, 24)
     for proj in (layer.q_proj, layer.k_proj, layer.v_proj, layer.out_proj):
         proj.bias.data.zero_()
@@ -385,7 +368,7 @@ def _claim_attention_linearity(seed: int) -> Outcome:
     smallest = min(additivity, homogeneity)
     errors = "relative additivity and homogeneity errors of the attention layer (biases 0) in its input X"
     return Outcome(
-        measured=_num(smallest, 4),
+        measured=rounded(smallest, 4),
         measured_is=f"the smaller of the {errors}",
         rule=Rule(
             holds=(
@@ -396,7 +379,7 @@ def _claim_attention_linearity(seed: int) -> Outcome:
         ),
         details={
             **LINEARITY_SIZE,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 additivity_error=(additivity, "1", "‖f(X1+X2) − f(X1) − f(X2)‖ / ‖f(X1) + f(X2)‖"),
                 homogeneity_error=(homogeneity, "1", "‖f(2X) − 2f(X)‖ / ‖2f(X)‖"),
             ),
@@ -412,7 +395,6 @@ def _claim_attention_linearity(seed: int) -> Outcome:
     notes=("attention_linearity",),
 )
 def _claim_attention_linear_in_values(seed: int) -> Outcome:
-    """The weights A of the layer's queries and keys on X held fixed; V ↦ A V for two value matrices."""
     layer, x1, x2 = _linearity_inputs(seed, 25)
     with torch.inference_mode():
         q, k = layer._split(layer.q_proj(x1)), layer._split(layer.k_proj(x1))
@@ -422,11 +404,11 @@ def _claim_attention_linear_in_values(seed: int) -> Outcome:
     worst = max(additivity, homogeneity)
     errors = "larger of the relative additivity and homogeneity errors of V ↦ AV, A fixed"
     return Outcome(
-        measured=_num(worst, 4),
+        measured=rounded(worst, 4),
         rule=all_met(at_most(errors, worst, LINEAR_ATOL)),
         details={
             **LINEARITY_SIZE,
-            "numbers": _numbers(
+            "numbers": numbers_of(
                 additivity_error=(additivity, "1", "‖A(V1+V2) − AV1 − AV2‖ / ‖AV1 + AV2‖"),
                 homogeneity_error=(homogeneity, "1", "‖A(2V) − 2AV‖ / ‖2AV‖"),
             ),

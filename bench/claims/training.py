@@ -1,15 +1,5 @@
-"""Training: "the backward pass costs about twice the forward", one claim per layer.
-
-The rule is the one behind "training compute ≈ 6 × parameters × tokens" (Kaplan et al. 2020, §2.1): a matrix
-product Y = X·W has a backward of two products of its size, dX = dY·Wᵀ and dW = Xᵀ·dY. Measured on the
-harness's own training call (bench.point.one_call: the layer in training mode, the input requiring grad, one
-forward and one backward pass from a fixed upstream gradient, every gradient computed): the backward's
-counted FLOPs (the train call's less the forward's, bench.flops) over the forward's decide the verdict; the
-backward's median time over the forward's (a forward with autograd on, interleaved with the train call on
-one thread) is reported, not judged (the backward's element-wise work, memory traffic and kernels differ
-from the forward's, so the time ratio is a property of the machine, not of the rule). The study notes do not
-make this claim.
-"""
+"""Training: "the backward pass costs about twice the forward", one claim per layer, on the harness's training
+call; counted FLOPs decide, the time ratio is reported. Method: docs/method.md."""
 
 from __future__ import annotations
 
@@ -19,19 +9,17 @@ import models
 from bench.point import one_call
 from bench.spec import TRAIN_MODE, PointSpec, expand_grid
 
-from .record import _generator, _num, _numbers, claim, counted_flops, interleaved_times_s
+from .record import claim, counted_flops, generator_for, interleaved_times_s, numbers_of, rounded
 from .verdict import Outcome, all_met, within
 
 KAPLAN = "Kaplan et al. 2020, Scaling Laws for Neural Language Models, §2.1 (backward ≈ 2 × forward)"
-BACKWARD_OVER_FORWARD = 2  # the rule: a product's backward is two products of its size
-ABOUT_REL_TOL = 0.1  # "about twice": the counted ratio within 10 % of 2
-# One size for every layer: n = 8·d, where attention's n²·d terms carry most of its FLOPs (so the fused
-# kernel's recomputation shows), a window of 32 for the restricted attention, batch 2.
+ABOUT_REL_TOL = 0.1  # "about twice": the counted ratio within this fraction of models.BACKWARD_PER_FORWARD
+# n = 8·d, where attention's n²·d terms carry most of its FLOPs, so the fused kernel's recomputation shows.
 SIZE = {"batch": 2, "n": 256, "d": 32, "heads": 4, "k": 3, "window": 32}
 
 
 def train_point(name: str):
-    """The layer's training point at SIZE, as a sweep would make it (sizes it does not read dropped)."""
+    """The layer's training point at SIZE, as a sweep would make it."""
     return expand_grid(
         [name],
         [SIZE["n"]],
@@ -47,7 +35,7 @@ def train_point(name: str):
 def backward_over_forward(spec: PointSpec, seed: int, offset: int) -> dict:
     """Counted FLOPs and median times of the forward and of the backward (the train call less the forward)."""
     layer = models.build(spec.layer, spec.config(), seed=seed)
-    x = torch.randn(spec.batch, spec.n, spec.d, generator=_generator(seed, offset))
+    x = torch.randn(spec.batch, spec.n, spec.d, generator=generator_for(seed, offset))
     train_call, forward = one_call(spec, layer, x, seed)
     flops_forward = counted_flops(forward, autograd=True)
     flops_train = counted_flops(train_call, autograd=True)
@@ -55,8 +43,8 @@ def backward_over_forward(spec: PointSpec, seed: int, offset: int) -> dict:
     return {
         "flops_forward": flops_forward,
         "flops_backward": flops_train - flops_forward,
-        "time_forward_s": _num(times["forward"]),
-        "time_backward_s": _num(times["train"] - times["forward"]),
+        "time_forward_s": rounded(times["forward"]),
+        "time_backward_s": rounded(times["train"] - times["forward"]),
     }
 
 
@@ -74,19 +62,19 @@ def _declare(name: str, offset: int) -> None:
         time_ratio = m["time_backward_s"] / m["time_forward_s"]
         point = ", ".join(f"{k} = {v}" for k, v in spec.as_row().items() if k in SIZE and v is not None)
         return Outcome(
-            measured=_num(flops_ratio),
+            measured=rounded(flops_ratio),
             rule=all_met(
                 within(
                     f"backward / forward counted FLOPs ({point})",
                     flops_ratio,
-                    BACKWARD_OVER_FORWARD,
+                    models.BACKWARD_PER_FORWARD,
                     rel_tol=ABOUT_REL_TOL,
                 )
             ),
             note="the median time's ratio reported, not judged",
             details={
                 **m,
-                "numbers": _numbers(
+                "numbers": numbers_of(
                     flops_backward=(m["flops_backward"], "FLOP", "counted FLOPs of the backward pass"),
                     flops_forward=(m["flops_forward"], "FLOP", "counted FLOPs of the forward pass"),
                     time_ratio=(time_ratio, "1", "backward / forward median time (not judged)"),

@@ -1,30 +1,17 @@
-"""The verdict builder: a claim's bounds, each stated once, and the rule that turns them into a verdict.
-
-A `Check` is one comparison: what is compared (`label`), the measured `value`, the relation and the bound;
-its `met` decides and its `text` says it. The constructors name the relations: `at_most` (≤), `at_least`
-(≥), `below` (<), `above` (>), `equals` (exact), `within` (a relative or absolute tolerance), `between`
-(exclusive) and `is_true` (a condition that compares no single number). A value that was not measured
-(None) or is NaN meets no bound.
-
-A rule combines checks, each rule written once here: `all_met` ("holds" or "fails"), `some_met` (all met:
-"holds", some: "partly", none: "fails") and `Rule(holds=, partly=, needs=)` for a claim that holds under
-some conditions only. An `Outcome` (what a claim's measurement returns) carries `measured`, the rule and
-the details; its `expected` is written from the rule's checks, so the bounds it states are the ones the
-verdict used. `bench.claims.record.claim` makes the Outcome a ClaimResult.
-"""
+"""The verdict builder: a claim's bounds, each stated once in a `Check`, and the rule that makes them a verdict
+(`all_met`, `some_met`, `Rule`). An `Outcome` writes `expected` from the rule's checks, so the bounds it states
+are the ones the verdict used. Method: docs/method.md."""
 
 from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
 
-# The relations a Check knows (its `met` tests them, its `text` writes them); the ordered ones by operator.
 _ORDERED = {"≤": operator.le, "≥": operator.ge, "<": operator.lt, ">": operator.gt}
 RELATIONS = (*_ORDERED, "=", "within", "±", "between", "true")
 
 
 def _shown(value) -> str:
-    """A bound as `expected` writes it: ints with thousands separators, floats in %g."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
     return f"{value:,}" if isinstance(value, int) else f"{value:g}"
@@ -32,14 +19,9 @@ def _shown(value) -> str:
 
 @dataclass(frozen=True)
 class Check:
-    """One comparison a verdict rests on, its bound stated once: `label` (what is compared, in words),
-    `value` (what was measured), `relation` (one of RELATIONS) and `bound`; `met` decides, `text` says it.
-
-    Relations: "≤", "≥", "<", ">" against `bound`; "=" exact equality (numbers, texts, lists, shapes);
-    "within": |value − bound| ≤ tolerance·|bound| (relative); "±": |value − bound| ≤ tolerance (absolute);
-    "between": low < value < high, `bound` = (low, high); "true": `value` is True, `label` states the
-    condition. `bound_text` writes the bound where its number alone would not say it ("1/3", a formula).
-    A value of None (not measured) or NaN meets no relation but "=" with the same None."""
+    """One comparison: `label` (in words), the measured `value`, a `relation` of RELATIONS and its `bound`
+    ("within": relative `tolerance`, "±": absolute, "between": (low, high) exclusive, "true": `value` is the
+    condition). `bound_text` writes a bound its number alone would not say. None or NaN meets no bound but "=" None."""
 
     label: str
     value: object
@@ -71,12 +53,11 @@ class Check:
             return bool(abs(value - bound) <= self.tolerance * abs(bound))
         if self.relation == "±":
             return bool(abs(value - bound) <= self.tolerance)
-        low, high = bound  # "between"
+        low, high = bound
         return bool(low < value < high)
 
     @property
     def text(self) -> str:
-        """'label: relation bound', as `expected` states it."""
         if self.relation == "true":
             return self.label
         if self.relation == "between":
@@ -121,7 +102,7 @@ def within(
     abs_tol: float | None = None,
     bound_text: str | None = None,
 ) -> Check:
-    """|value − target| ≤ rel_tol·|target|, or ≤ abs_tol (one of the two), as math.isclose names them."""
+    """|value − target| ≤ rel_tol·|target|, or ≤ abs_tol (one of the two)."""
     if (rel_tol is None) == (abs_tol is None):
         raise ValueError(f"check {label!r}: give rel_tol or abs_tol")
     relation, tolerance = ("within", rel_tol) if abs_tol is None else ("±", abs_tol)
@@ -129,20 +110,16 @@ def within(
 
 
 def between(label: str, value, low, high, bound_text: str | None = None) -> Check:
-    """low < value < high, both ends excluded."""
     return Check(label, value, "between", (low, high), bound_text=bound_text)
 
 
 def is_true(label: str, condition: bool) -> Check:
-    """A condition that is not a comparison of one number; `label` states it."""
     return Check(label, condition, "true")
 
 
 @dataclass(frozen=True)
 class Rule:
-    """The verdict from tiers of checks: "fails" unless every `needs` check is met; then "holds" when every
-    `holds` check is met, else "partly" when every `partly` check is (none: "partly" as soon as `needs`
-    are), else "fails". `all_met(*checks)` is the rule with `needs` only: "holds" or "fails"."""
+    """ "fails" unless every `needs` is met; "holds" when every `holds` is; else "partly" if every `partly` is."""
 
     holds: tuple[Check, ...] = ()
     partly: tuple[Check, ...] = ()
@@ -168,8 +145,6 @@ class Rule:
 
     @property
     def text(self) -> str:
-        """The checks once each, tiers named where there are tiers: '<holds> for holds; <partly> for partly;
-        either needs <needs>'."""
         if not self.holds:
             return "; ".join(c.text for c in self.needs)
         parts = [" and ".join(c.text for c in self.holds) + " for holds"]
@@ -184,7 +159,7 @@ class Rule:
 
 @dataclass(frozen=True)
 class Graded:
-    """The verdict by how many checks are met: all: "holds", some: "partly", none: "fails"."""
+    """ "holds" when every check is met, "partly" when some are, "fails" when none is."""
 
     checks: tuple[Check, ...]
 
@@ -203,21 +178,19 @@ class Graded:
 
 
 def all_met(*checks: Check) -> Rule:
-    """The plain rule: the verdict "holds" when every check is met, else "fails"."""
+    """ "holds" when every check is met, else "fails"."""
     return Rule(needs=checks)
 
 
 def some_met(*checks: Check) -> Graded:
-    """The graded rule: the verdict "holds" when every check is met, "partly" when some are, "fails" when none is."""
+    """The graded rule (`Graded`)."""
     return Graded(checks)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a claim's measurement returns; the `claim` decorator makes it the ClaimResult. `expected` is
-    written from the rule's checks: the first check's label says what `measured` is, or `measured_is` does
-    (written first) where no check is on `measured` itself; `note` adds what the claim predicts or reports
-    beyond the checks."""
+    """What a claim's measurement returns. `expected` is written from the rule's checks, the first saying what
+    `measured` is (or `measured_is`, where no check is on it); `note` adds what the checks do not say."""
 
     measured: float | int | str
     rule: Rule | Graded

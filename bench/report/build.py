@@ -1,38 +1,31 @@
-"""`python -m bench report`: stored runs in, reports/ out. Measures nothing.
-
-Writes report.md and report.html (same content; figures beside them in figures/), fits.csv,
-numbers.json (every number the report shows, with provenance) and table.tex, and .report-manifest.json
-(the files it wrote). The output folder is switched from the old report to the new one whole, and keeps
-every file the report did not write: see publish.py.
-"""
+"""`python -m bench report`: stored runs in, reports/ out (report.md, report.html, figures/, fits.csv,
+numbers.json, table.tex). Measures nothing."""
 
 from __future__ import annotations
 
-import html
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
-import markdown
 import pandas as pd
 
 from .. import allocator, clock, fits, machine, storage, timing
 from ..errors import BadInput
 from ..peak import stored_peaks
 from ..spec import source_keys
-from ..timing import CPU, NOISY_IQR_RATIO
-from .context import ReportContext, format_value
+from ..timing import CONFIDENCE, CPU, NOISY_IQR_RATIO
+from .claims import claims_section
+from .context import SIZES_SHOWN, ReportContext, format_value
+from .crossover import crossover_section
 from .headline import headline, verdict_table
 from .load import REFERENCE, load_runs, newest_run, select_run_dirs
 from .numbers import numbers_document
+from .paths import paths_section
+from .peak_fraction import peak_section, point_peaks
 from .publish import staged
+from .render import split_sections, to_html, to_markdown
 from .scaling import (
     cite_fits,
-    crossover_section,
     flops_check,
     memory_pair_plot,
-    peak_section,
-    point_peaks,
     rss_table,
     scaling_section,
     sequential_time_section,
@@ -43,11 +36,8 @@ from .training import training_section
 
 
 def machine_key(meta: dict, node=None) -> tuple[str, str]:
-    """(id, words) of the machine a run, or a row of it, was measured on, as sources and cite keys name it: the
-    machine's identity (bench.machine.machine_identity) from the run's meta.json, or for a row of a cluster
-    sweep naming its `node`, from that node's facts in meta.json `nodes`; prefixed "reference." /
-    "reference: " for a committed reference run, so a reference never shares keys with the reader's own run
-    of the same machine."""
+    """(id, words) of the machine a run (or a cluster sweep's `node`) measured on; a reference run's prefixed,
+    so it never shares cite keys with the reader's own run of the same machine."""
     mid, label = machine.machine_identity(machine.node_facts(meta, node) or meta)
     if meta.get("reference"):
         return f"{REFERENCE}.{mid}", f"{REFERENCE}: {label}"
@@ -61,18 +51,15 @@ def _device_words(meta: dict, device: str, key: str, node=None) -> str:
 
 
 def row_nodes(points: pd.DataFrame) -> list:
-    """Each row's Ray node (`node`, a cluster sweep's rows), None for a row measured in its run's process."""
+    """Each row's Ray node, None for a row measured in its run's own process."""
     if "node" not in points:
         return [None] * len(points)
     return [node if isinstance(node, str) and node else None for node in points["node"]]
 
 
 def assign_sources(points: pd.DataFrame, runs: dict[str, dict]) -> tuple[pd.Series, dict[str, str]]:
-    """Each point's source: its machine, device, dtype and mode as a stable id ("intel-xeon-2c-vm.cpu",
-    "intel-xeon-2c-vm.cuda-bfloat16", "intel-xeon-2c-vm.cpu-train"), the prefix of its cite keys; and each
-    source in words ("Intel Xeon, 2 cores (vm) · cpu"). Train points are a source of their own, so no fit,
-    plot or table pools them with inference points; the rows of a cluster sweep take the machine of their
-    node, so no fit pools two machines' points."""
+    """Each point's source, its machine, device, dtype and mode ("intel-xeon-2c-vm.cpu-train"), and each source
+    in words: what no fit, plot or table pools across."""
     sources, labels = [], {}
     for run_id, node, device, key in zip(points["run_id"], row_nodes(points), points["device"], source_keys(points)):
         mid, words = machine_key(runs[run_id], node)
@@ -83,8 +70,7 @@ def assign_sources(points: pd.DataFrame, runs: dict[str, dict]) -> tuple[pd.Seri
 
 
 def newest_of_each(table: pd.DataFrame | None, runs: dict[str, dict], by: str) -> tuple[pd.DataFrame | None, list[str]]:
-    """The rows of the newest run for each value of column `by` (a source or a machine), and the run ids left
-    out: one set of measurements per machine and device, never two pooled."""
+    """The rows of the newest run for each value of column `by`, and the run ids left out."""
     if table is None or table.empty:
         return table, []
     keep = {newest_run(runs, group["run_id"].unique()) for _, group in table.groupby(by)}
@@ -115,7 +101,6 @@ def provenance_section(ctx: ReportContext) -> str:
 
 
 def _nodes_text(meta: dict) -> str:
-    """The nodes of a cluster sweep (meta.json `nodes`, bench.cluster): host, node id, machine, commit, peak."""
     nodes = meta.get("nodes")
     if not isinstance(nodes, dict) or not nodes:
         return ""
@@ -139,19 +124,16 @@ def _nodes_text(meta: dict) -> str:
     )
 
 
-POINT_COLUMNS_SHOWN = ["source", "layer", "batch", "n", "d", "k", "heads", "window"]
+POINT_COLUMNS_SHOWN = ["source", "layer", "batch", *SIZES_SHOWN]
 
 
 def _runs_without(ctx: ReportContext, column: str) -> list[str]:
-    """Runs whose points.csv has no value in `column` (stored before the column existed)."""
     if column not in ctx.points:
         return sorted(ctx.points["run_id"].unique())
     return sorted(run_id for run_id, group in ctx.points.groupby("run_id") if group[column].isna().all())
 
 
 def _timing_methods(ctx: ReportContext) -> str:
-    """Each run's timing method (bench.timing.method_text from its meta.json), its thread choice and the
-    load other processes put on the machine while it ran."""
     lines = []
     for run_id, meta in sorted(ctx.runs.items()):
         policy = meta.get("timing_policy")
@@ -229,91 +211,8 @@ def problems_section(ctx: ReportContext) -> str:
         )
     text += "\n" + _timing_methods(ctx)
     if len(bad):
-        text += (
-            "\n"
-            + bad[["source", "layer", "n", "d", "k", "heads", "window", "status", "error"]].to_markdown(index=False)
-            + "\n"
-        )
+        text += "\n" + bad[["source", "layer", *SIZES_SHOWN, "status", "error"]].to_markdown(index=False) + "\n"
     return text
-
-
-HTML_STYLE = """
-h1 { font-size: 1.55rem; margin: 0.5rem 0; }
-body { font-family: system-ui, sans-serif; max-width: 78rem; margin: 1.5rem auto; padding: 0 1rem; line-height: 1.45; }
-table { border-collapse: collapse; font-size: 0.85rem; margin: 1rem 0; }
-th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: left; }
-th { background: #f3f3f3; }
-#verdicts table { font-size: 0.8rem; }
-#verdicts td, #verdicts th { padding: 0.15rem 0.35rem; white-space: nowrap; }
-#toc ul { columns: 2; margin: 0.5rem 0; }
-details { border-top: 1px solid #ddd; padding: 0.3rem 0; }
-details > summary { cursor: pointer; }
-details > summary h2 { display: inline; font-size: 1.3rem; }
-img { max-width: 100%; }
-code { background: #f5f5f5; padding: 0 0.2rem; }
-.wide { overflow-x: auto; }
-"""
-# Opens the section a table-of-contents link points to (a closed <details> would hide it).
-HTML_SCRIPT = """
-function openTarget() { const t = document.getElementById(location.hash.slice(1)); if (t && t.tagName === 'DETAILS') t.open = true; }
-window.addEventListener('hashchange', openTarget); window.addEventListener('DOMContentLoaded', openTarget);
-"""
-MD_EXTENSIONS = ["tables", "fenced_code"]
-
-
-@dataclass
-class Section:
-    anchor: str
-    title: str
-    body: str  # markdown, without its title
-
-
-def split_sections(md_text: str) -> list[Section]:
-    """The `## ` sections of a markdown text, each with an anchor made from its title."""
-    sections, seen = [], set()
-    for chunk in re.split(r"(?m)^## ", md_text):
-        if not chunk.strip():
-            continue
-        title, _, body = chunk.partition("\n")
-        anchor = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "section"
-        while anchor in seen:
-            anchor += "-2"
-        seen.add(anchor)
-        sections.append(Section(anchor, title.strip(), body))
-    return sections
-
-
-def _toc(sections: list[Section]) -> str:
-    return "\n".join(f"- [{s.title}](#{s.anchor})" for s in sections) + "\n"
-
-
-def to_markdown(title: str, first_screen: str, sections: list[Section]) -> str:
-    parts = [f"# {title}\n", first_screen, "**Contents**\n", _toc(sections)]
-    parts += [f'<a id="{s.anchor}"></a>\n\n## {s.title}\n{s.body}' for s in sections]
-    return "\n".join(parts)
-
-
-def _html(md_text: str) -> str:
-    body = markdown.markdown(md_text, extensions=MD_EXTENSIONS)
-    return body.replace("<table>", '<div class="wide"><table>').replace("</table>", "</table></div>")
-
-
-def to_html(title: str, headline: str, verdicts: str, intro: str, sections: list[Section]) -> str:
-    """The first screen (headline, verdict table, contents), then each section collapsible, closed."""
-    toc = markdown.markdown(_toc(sections), extensions=MD_EXTENSIONS)
-    details = "\n".join(
-        f'<details id="{s.anchor}"><summary><h2>{html.escape(s.title)}</h2></summary>\n{_html(s.body)}\n</details>'
-        for s in sections
-    )
-    return (
-        f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{html.escape(title)}</title>"
-        f"<style>{HTML_STYLE}</style><script>{HTML_SCRIPT}</script></head><body>\n"
-        f"<section id='first-screen'>\n<h1>{html.escape(title)}</h1>\n{_html(headline)}\n"
-        f"<div id='verdicts'>\n{markdown.markdown(verdicts, extensions=MD_EXTENSIONS)}\n</div>\n"
-        f"<nav id='toc'><strong>Contents</strong> (each section opens on a click)\n{toc}</nav>\n{_html(intro)}\n"
-        f"</section>\n{details}\n</body></html>\n"
-    )
 
 
 TITLE = "Sequence layers, measured: does Vaswani et al. (2017), Table 1, hold on this machine?"
@@ -322,8 +221,7 @@ TITLE = "Sequence layers, measured: does Vaswani et al. (2017), Table 1, hold on
 def build_report(
     results: list[Path] | None, out_dir: Path, skip_bad: bool = False, compare_reference: bool = False
 ) -> dict:
-    """Read the chosen runs (load.select_run_dirs: by default this machine's), write reports/ whole: the old
-    report is replaced in one step, and no file the report did not write is touched (publish.py)."""
+    """Read the chosen runs (by default this machine's) and replace the report in `out_dir` whole."""
     dirs, notes = select_run_dirs(results, compare_reference)
     if not dirs:
         raise BadInput("no stored runs found: `make bench` measures this machine")
@@ -353,14 +251,11 @@ def build_report(
         notes.append(
             f"Older runs of the same machine and device, not shown (the newest is): {', '.join(sorted(hidden))}."
         )
-    # Written whole into a staging folder, then switched in (publish.py): `out_dir` holds the old report or
-    # the new one, never a mix, and keeps every file the report did not write.
     with staged(out_dir) as stage:
         return _write_report(stage, points, runs, side, labels, primary, machines, notes)
 
 
 def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, notes) -> dict:
-    """Every file of the report, written into `out_dir` (the staging folder)."""
     ctx = ReportContext(
         points=points,
         runs=runs,
@@ -424,7 +319,7 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
                 "Median time of one forward pass in inference mode (a training step for a `-train` source), "
                 "threads pinned, after warm-up, on the clock its fit uses: the wall clock, or where other "
                 "programs took cores while a point was timed the CPU time of the call's one thread (spread as IQR "
-                f"in points.csv, and the {100 * fits.POINT_CI_CONFIDENCE:g} % interval of the median where the run "
+                f"in points.csv, and the {100 * CONFIDENCE:g} % interval of the median where the run "
                 "stored one; both clocks are in points.csv).\n\n" + two_term_section(ctx),
             )
         )
@@ -450,10 +345,10 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
         parts.append(training_section(ctx, texts))
         table.to_csv(out_dir / "table.csv", index=False)
         (out_dir / "table.tex").write_text(summary_latex(table))
-    parts.append(_optional_section("paths", ctx))
+    parts.append(paths_section(ctx))
     if len(points):
         parts.append(sequential_time_section(ctx))
-    parts.append(_optional_section("claims", ctx))
+    parts.append(claims_section(ctx))
     parts.append(provenance_section(ctx))
 
     sections = split_sections("\n".join(parts))
@@ -463,14 +358,3 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
     storage.write_table(out_dir / "fits.csv", fit_rows)
     storage.write_json(out_dir / "numbers.json", numbers_document(ctx.numbers, runs))
     return {"runs": len(runs), "points": len(points), "figures": len(ctx.figures), "numbers": len(ctx.numbers)}
-
-
-def _optional_section(name: str, ctx: ReportContext) -> str:
-    """The paths and claims sections live in their own modules."""
-    if name == "paths":
-        from .paths import paths_section  # noqa: PLC0415
-
-        return paths_section(ctx)
-    from .claims import claims_section  # noqa: PLC0415
-
-    return claims_section(ctx)

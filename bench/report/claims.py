@@ -1,14 +1,5 @@
-"""The claims section: each textbook claim, what was measured, and its verdict (from claims.csv).
-
-Data: `ctx.claims`, the claims.csv rows of every run that has one, with `run_id`. The section shows the
-latest such run (by `started_utc` in its meta.json, else by run id), one short paragraph per claim.
-
-Figures: claims.csv is the only file the claims command stores, so `bench.claims.claims_frame` keeps the
-series behind each figure in an optional `details` column, a JSON string per row (see bench.claims). A row
-without it (an older or hand-written claims.csv) gets its paragraph and no figure. The supporting numbers
-in `details["numbers"]` ({name: {value, unit, label}}) are cited as `<machine>.claims.<claim_id>.<name>`, the
-headline as `<machine>.claims.<claim_id>.measured`; every number in the text goes through `ctx.cite`.
-"""
+"""The claims section: each textbook claim of the newest claims run, what was measured, its verdict, and its
+figure drawn from the series claims.csv keeps in its `details` column (JSON; a row without it gets no figure)."""
 
 from __future__ import annotations
 
@@ -57,8 +48,8 @@ def claims_section(ctx: ReportContext) -> str:
 
 
 def _by_note(ctx: ReportContext, rows, run_id: str) -> list[str]:
-    """Per study note (bench/claims/catalog.toml): the claims that measure what it says, by verdict; its
-    checkable statements no claim measures yet; and those that need a trained model, not measurable here."""
+    """Per study note (bench/claims/catalog.toml): its claims by verdict, what no claim measures yet, and what
+    needs a trained model."""
     from ..claims import catalog  # noqa: PLC0415 - the notes' statements: data beside the claims
 
     statements = catalog()["statement"]
@@ -93,7 +84,6 @@ def _by_note(ctx: ReportContext, rows, run_id: str) -> list[str]:
 
 
 def _latest_run(ctx: ReportContext) -> str:
-    """The newest claims run of the primary machine (of any machine where it has none)."""
     claims = ctx.claims
     if "machine" in claims and (claims["machine"] == ctx.primary).any():
         claims = claims[claims["machine"] == ctx.primary]
@@ -101,7 +91,6 @@ def _latest_run(ctx: ReportContext) -> str:
 
 
 def _prefix(ctx: ReportContext, run_id: str) -> str:
-    """Cite keys of a claims run: <machine>.claims.<claim_id>..., "claims." where no machine is known."""
     rows = ctx.claims[ctx.claims["run_id"].astype(str) == run_id]
     return f"{rows['machine'].iloc[0]}.claims" if "machine" in rows and len(rows) else "claims"
 
@@ -115,7 +104,6 @@ def _cell(text) -> str:
 
 
 def parse_measured(value):
-    """claims.csv's `measured` back to a number where it is one (CSV mixes numbers and text)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return int(value) if float(value).is_integer() and abs(value) < 1e15 else float(value)
     text = str(value).strip()
@@ -129,8 +117,7 @@ def parse_measured(value):
 
 
 def parse_details(row) -> dict:
-    """The JSON behind a claim's figure and numbers ({} where the row has none). Damaged JSON is an error
-    naming the claim, never read as {}."""
+    """The JSON behind a claim's figure and numbers, {} where there is none; damaged JSON is an error."""
     raw = row.get("details") if hasattr(row, "get") else None
     if raw is None or (isinstance(raw, float) and math.isnan(raw)) or str(raw).strip() == "":
         return {}
@@ -195,10 +182,7 @@ def _paragraph(ctx: ReportContext, row, run_id: str) -> list[str]:
     return out
 
 
-# ------------------------------------------------------------------------------------------ figures
 def _ticks(ax, values) -> None:
-    """Label a log-scaled x axis at the measured sizes, not at powers of ten: plain labels, thinned where
-    they would collide, no minor labels (style.measured_ticks)."""
     style.measured_ticks(ax, values, "x")
 
 
@@ -216,8 +200,7 @@ def _fig_dot_product_variance(d: dict):
 
 
 def _finish(fig, axes, ticks) -> None:
-    """Ticks at the measured values, a tight layout, and each panel's legend under it, off the data (the
-    saved figure grows to hold it: ctx.figure saves with bbox_inches="tight")."""
+    """Ticks at the measured values, a tight layout, and each panel's legend under it, off the data."""
     for ax in axes:
         _ticks(ax, ticks)
         style.grid(ax)
@@ -328,6 +311,3 @@ FIGURES: dict[str, Callable[[dict], tuple]] = {
     "pe_wavelengths": _fig_pe_wavelengths,
     "pe_variance_one_third": _fig_pe_variance,
 }
-
-
-__all__ = ["claims_section", "parse_measured", "parse_details", "FIGURES"]

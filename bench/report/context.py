@@ -1,10 +1,5 @@
-"""What every report section gets: the stored data, and the two ways it may put things in the report.
-
-A section never writes a number into its text by hand: `ctx.cite(...)` registers the number under a stable
-key (it lands in `reports/numbers.json` with its unit, interval and provenance) and returns the text to
-show. Figures go through `ctx.figure(...)`, which saves the PNG under `reports/figures/` and returns the
-markdown that embeds it. So every number and figure in the report is traceable to a stored run.
-"""
+"""What every report section gets: the stored data, `cite` (every number shown, registered for numbers.json
+with its provenance) and `figure` (a PNG under figures/, embedded)."""
 
 from __future__ import annotations
 
@@ -12,14 +7,14 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
 
-matplotlib.use("Agg")  # reports are written headless
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+from ..machine import machine_identity
+from ..spec import SIZES
+from .load import REFERENCE
 
-from ..machine import machine_identity  # noqa: E402
-from .load import REFERENCE  # noqa: E402
+SIZES_SHOWN = tuple(s for s in SIZES if s not in ("batch", "dilation"))  # the sizes a table of points shows
 
 
 @dataclass(frozen=True)
@@ -32,7 +27,7 @@ class Number:
     interval: tuple[float, float] | None = None
     note: str = ""
     text: str = ""  # as the report shows it
-    clock: str = ""  # a number made of times: the clock they were read on (bench.clock)
+    clock: str = ""
 
     def as_dict(self) -> dict:
         out = {"value": self.value, "unit": self.unit, "run_id": self.run_id, "machine": self.machine}
@@ -48,7 +43,7 @@ class Number:
 
 
 def format_value(value, unit: str = "", digits: int = 3) -> str:
-    """Numbers as a reader wants them: 3 significant digits, integers in full, units spelled after."""
+    """3 significant digits, integers in full, the unit after."""
     if isinstance(value, str):
         text = value
     elif isinstance(value, (int,)) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15):
@@ -64,25 +59,23 @@ def format_value(value, unit: str = "", digits: int = 3) -> str:
 
 @dataclass
 class ReportContext:
-    points: pd.DataFrame  # every stored points.csv, concatenated, with a `run_id` column
+    points: pd.DataFrame  # with `run_id` and `source`
     runs: dict[str, dict]  # run_id -> meta.json
     out_dir: Path
-    paths: pd.DataFrame | None = None  # paths.csv rows (with run_id), if any run has one
-    claims: pd.DataFrame | None = None  # claims.csv rows (with run_id), if any run has one
+    paths: pd.DataFrame | None = None
+    claims: pd.DataFrame | None = None
     numbers: dict[str, Number] = field(default_factory=dict)
     figures: list[Path] = field(default_factory=list)
-    labels: dict[str, str] = field(default_factory=dict)  # source -> its name in words (see source_label)
+    labels: dict[str, str] = field(default_factory=dict)  # source -> in words
     primary: str = ""  # the machine the report is about first (this machine, where it has runs)
-    machines: dict[str, str] = field(default_factory=dict)  # source -> its machine (the source's prefix)
-    notes: list[str] = field(default_factory=list)  # what the reader should know about the runs chosen
+    machines: dict[str, str] = field(default_factory=dict)  # source -> its machine
+    notes: list[str] = field(default_factory=list)
 
     def sources(self) -> list[str]:
-        """The sources with points, the primary machine's first, then by name."""
         present = set(self.points["source"]) if "source" in self.points else set()
         return sorted(present, key=lambda s: (self.machine_of_source(s) != self.primary, s))
 
     def machine_words(self, machine: str) -> str:
-        """A machine (a source's prefix) in words, from the label of any of its sources."""
         for source, words in self.labels.items():
             if self.machine_of_source(source) == machine:
                 return words.split(" · ")[0]
@@ -92,7 +85,7 @@ class ReportContext:
         return self.machines.get(source, source.rsplit(".", 1)[0])
 
     def source_tag(self, source: str) -> str:
-        """A short name of a source for a table column: "here · cpu" (this machine), "ref. Intel Xeon · cpu"."""
+        """A source in a table column: "here · cpu", "ref. Intel Xeon · cpu"."""
         device = source.rsplit(".", 1)[-1]
         if self.machine_of_source(source) == self.primary and not self.primary.startswith(f"{REFERENCE}."):
             return f"here · {device}"
@@ -100,8 +93,7 @@ class ReportContext:
         return f"{words.split(',')[0].split(' (')[0]} · {device}"
 
     def source_label(self, source: str) -> str:
-        """A source (the `source` column: machine id and device, "intel-xeon-2c-vm.cpu", the key cite keys
-        start with) in words for readers: "Intel Xeon, 2 cores (vm) · cpu"."""
+        """ "intel-xeon-2c-vm.cpu" (a source: the prefix of its cite keys) as "Intel Xeon, 2 cores (vm) · cpu"."""
         return self.labels.get(source, source)
 
     @property
@@ -109,14 +101,12 @@ class ReportContext:
         return self.out_dir / "figures"
 
     def machine_of(self, run_id: str) -> str:
-        """The machine a run was measured on, in words (bench.machine.machine_identity)."""
         meta = self.runs.get(run_id, {})
         words = machine_identity(meta)[1] if meta else "unknown machine"
         return f"{words}, reference run" if meta.get("reference") else words
 
     def number_machine(self, key: str, run_id: str) -> str:
-        """The machine a cited number was measured on: its run's, or, in a cluster sweep (whose rows each name
-        their node's machine), the machine of the source the key begins with."""
+        """Its run's machine, or in a cluster sweep the machine of the source the key begins with."""
         meta = self.runs.get(run_id, {})
         source = next((s for s in self.labels if key.startswith(f"{s}.")), None) if meta.get("nodes") else None
         if source is None:
@@ -136,10 +126,8 @@ class ReportContext:
         show_unit: bool = True,
         clock: str = "",
     ) -> str:
-        """Register one number under `key` (stable, dotted: `intel-xeon-2c-vm.cpu.attention.time.exponent_n`)
-        and return its text for the report (without the unit when show_unit is False, for text that says
-        it once: "8 of 9 layers"). A number made of times names the `clock` they were read on (only points
-        whose time is to be trusted on it go into one). A key cited twice must carry the same value."""
+        """Register a number under a stable dotted `key` (`intel-xeon-2c-vm.cpu.attention.time.exponent_n`)
+        and return its text; a key cited twice must carry the same value."""
         if (
             isinstance(value, float)
             and value.is_integer()
@@ -167,7 +155,6 @@ class ReportContext:
         return text
 
     def figure(self, fig: plt.Figure, name: str, caption: str) -> str:
-        """Save `fig` as figures/<name>.png, close it, and return the markdown that shows it."""
         self.fig_dir.mkdir(parents=True, exist_ok=True)
         path = self.fig_dir / f"{name}.png"
         fig.savefig(path, dpi=110, bbox_inches="tight")

@@ -1,14 +1,5 @@
-"""The report's first screen: a headline in words for each machine and device ("does Table 1 hold here?"),
-then a compact verdict table, both read from the fits and the paths study; every number through ctx.cite.
-
-The headline counts, per metric, the layers whose primary n-exponent (scaling.cite_fits) is consistent with
-Table 1, inconclusive or inconsistent; for the paths study, the points where the measured layers to cross
-equal the closed form, and the layers whose sequential depth grows with n as Table 1's sequential column
-says: the slope of the measured depth on log-log axes, between the smallest and the largest n of the study,
-within SEQUENTIAL_TOLERANCE of the slope the layer's cell has over the same n, and nearer to it than to any
-other cell's (0 for O(1), 1 for O(n); for O(log n), which is no power of n, log(log n_hi / log n_lo) /
-log(n_hi / n_lo), 0.21 from 64 to 256: models.config.growth_local_exponent).
-"""
+"""The report's first screen: per machine and device a headline in words ("does Table 1 hold here?"), then
+a compact verdict table, from the fits and the paths study (method: docs/method.md)."""
 
 from __future__ import annotations
 
@@ -33,8 +24,7 @@ def _layers(ctx: ReportContext, source: str) -> list[str]:
 
 
 def _verdict_counts(texts: dict, source: str, layers: list[str], metric: str) -> dict[str, int]:
-    """Per verdict, the layers whose primary n-sweep has it; `no_fit`: a sweep that could not be fitted (too
-    few points to be trusted, not asymptotic yet), `unfitted`: no n-sweep at all."""
+    """Per verdict, the layers whose primary n-sweep has it; `no_fit`: not fitted, `unfitted`: no n-sweep."""
     counts = {verdict: 0 for verdict in fits.VERDICTS} | {"no_fit": 0, "unfitted": 0}
     for layer in layers:
         entry = texts.get((source, layer, metric, "n"))
@@ -60,27 +50,23 @@ def _metric_phrase(ctx: ReportContext, source: str, metric: str, counts: dict[st
 
 
 def paths_rows(ctx: ReportContext, source: str) -> pd.DataFrame:
-    """The paths study of the source's machine (empty where it has none)."""
     if ctx.paths is None or "machine" not in ctx.paths:
         return pd.DataFrame()
     return ctx.paths[ctx.paths["machine"] == ctx.machine_of_source(source)]
 
 
 def smallest_k(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows at the smallest k, where the rows have one (the depth and the crossing are shown at it)."""
     if "k" in rows and rows["k"].notna().any():
         rows = rows[rows["k"] == rows["k"].min()]
     return rows
 
 
 def layer_paths(ctx: ReportContext, source: str, layer: str) -> pd.DataFrame:
-    """One layer's rows of the source machine's paths study at its smallest k, by n (empty where none)."""
     rows = paths_rows(ctx, source)
     return rows if rows.empty else smallest_k(rows[rows["layer"] == layer]).sort_values("n")
 
 
 def cite_crossing(ctx: ReportContext, source: str, row, show_unit: bool = True) -> str:
-    """A paths row's measured layers to cross, cited under the source machine's key, or "never"."""
     if pd.isna(row.layers_to_cross):  # a stack that never crossed within the probe's cap
         return "never"
     key = f"{ctx.machine_of_source(source)}.paths.{row.layer}.layers_to_cross.n{int(row.n)}"
@@ -88,7 +74,6 @@ def cite_crossing(ctx: ReportContext, source: str, row, show_unit: bool = True) 
 
 
 def _depth_exponent(rows: pd.DataFrame) -> tuple[float, float, float] | None:
-    """(slope of the measured depth on log-log axes, smallest n, largest n), None without two lengths."""
     rows = rows.sort_values("n")
     lo, hi = rows.iloc[0], rows.iloc[-1]
     if hi.n == lo.n or not lo.seq_depth or pd.isna(lo.seq_depth) or pd.isna(hi.seq_depth):
@@ -97,8 +82,7 @@ def _depth_exponent(rows: pd.DataFrame) -> tuple[float, float, float] | None:
 
 
 def depth_follows_table1(rows: pd.DataFrame, layer: str) -> bool | None:
-    """Whether one layer's measured sequential depth grows with n as its Table 1 cell says (module
-    docstring); None where the rows give no slope."""
+    """Whether the layer's measured depth grows with n as its Table 1 cell says; None without two lengths."""
     measured = _depth_exponent(rows)
     if measured is None:
         return None
@@ -147,8 +131,7 @@ def _cores_text(ctx: ReportContext, source: str, key: str, low: float, high: flo
 
 
 def _short_of_points(texts: dict, fit_rows: pd.DataFrame, source: str, layers: list[str]) -> int:
-    """The layers whose primary time n-sweep has no verdict (inconclusive, or no fit) while unreliable points
-    were left out of one of their time n-fits."""
+    """The layers without a time verdict in n that lost unreliable points from one of their time n-fits."""
     rows = fit_rows[(fit_rows["source"] == source) & (fit_rows["metric"] == "time") & (fit_rows["variable"] == "n")]
     short = set(rows.loc[rows["unreliable_left_out"].fillna(0) > 0, "layer"])
     return sum(
@@ -159,9 +142,8 @@ def _short_of_points(texts: dict, fit_rows: pd.DataFrame, source: str, layers: l
 
 
 def load_phrase(ctx: ReportContext, source: str, missing: int) -> str:
-    """What the load did to the source's run, in words: the cores other programs took before the run and while
-    its points were timed, the points timed on the CPU clock; and where `missing` layers lack a time verdict
-    because points stayed unreliable, that, and what to do. "" for a run from before the load was recorded."""
+    """What other programs' load did to the source's run, and where `missing` layers lack a time verdict for
+    it, what to do; "" for a run from before the load was recorded."""
     ok = ctx.points[(ctx.points["source"] == source) & (ctx.points["status"] == "ok")]
     if ok.empty or "load_others_cores" not in ok or ok["load_others_cores"].isna().all():
         return ""
@@ -200,8 +182,7 @@ def load_phrase(ctx: ReportContext, source: str, missing: int) -> str:
 
 
 def headline(ctx: ReportContext, texts: dict, fit_rows: pd.DataFrame | None = None) -> str:
-    """One paragraph per source, this machine's first, with what the load did (`fit_rows`: fits.fit_table's,
-    to tell time verdicts lost to unreliable points)."""
+    """One paragraph per source, this machine's first."""
     lines = []
     for source in ctx.sources():
         layers = _layers(ctx, source)
@@ -239,8 +220,7 @@ def _crossing(ctx: ReportContext, source: str, layer: str) -> str:
 
 
 def verdict_table(ctx: ReportContext, texts: dict) -> str:
-    """Layers down, the n-exponents (mark, value, interval) and layers to cross across; with several
-    sources, each layer's rows side by side, one per source."""
+    """Layers down, n-exponents and layers to cross across; with several sources a row per layer and source."""
     sources = ctx.sources()
     several = len(sources) > 1
     rows = []

@@ -1,10 +1,5 @@
-"""Reading stored runs for the report: run folders, or folders that hold run folders (to any depth: the
-committed reference runs are results/reference/<machine>/<run-id>/), and choosing which of them to show.
-
-Which runs: by default this machine's own runs in results/ (not the reference ones); when it has none yet,
-the reference runs, and the report says so. `--compare reference` adds the reference runs; `--results`
-names the folders to read. Of several runs of one machine and device, the newest is shown (one set of
-points per machine and device, never two averaged or pooled); the others are named in the report."""
+"""Reading stored runs for the report (run folders, or folders of them to any depth) and choosing which of
+them to show. method: docs/method.md"""
 
 from __future__ import annotations
 
@@ -15,14 +10,14 @@ import pandas as pd
 
 from .. import machine, storage
 from ..errors import BadInput, RunFailed
-from ..spec import mode_of
+from ..folder import is_run_dir, read_meta, read_points
 
 REFERENCE_DIR = storage.RESULTS_ROOT / "reference"
 REFERENCE = "reference"  # the folder name that marks committed reference runs, and their sources' prefix
 
 
 def _runs_below(path: Path, depth: int = 3) -> list[Path]:
-    if storage.is_run_dir(path):
+    if is_run_dir(path):
         return [path]
     if depth == 0 or not path.is_dir():
         return []
@@ -52,12 +47,12 @@ REPORT_META_KEYS = ("run_id", "status")  # what the report reads of every run's 
 
 
 def _read_run(run_dir: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
-    meta = storage.read_meta(run_dir, REPORT_META_KEYS)
+    meta = read_meta(run_dir, REPORT_META_KEYS)
     tables = {}
     for name in ("points", "paths", "claims"):
         path = run_dir / f"{name}.csv"
         if path.exists():
-            df = storage.read_points(run_dir) if name == "points" else storage.read_csv(path)
+            df = read_points(run_dir) if name == "points" else storage.read_csv(path)
             df.insert(0, "run_id", meta.get("run_id") or run_dir.name)
             tables[name] = df
     return meta, tables
@@ -73,12 +68,8 @@ def _size(tables: dict[str, pd.DataFrame]) -> int:
 
 
 def load_runs(paths: list[Path], skip_bad: bool = False, exclude: tuple[Path, ...] = ()):
-    """(points, runs meta by run_id, paths, claims): tables concatenated over runs, with a run_id column;
-    each run's meta gets `folder` and `reference` (stored under a reference/ folder). A damaged run (a file
-    unreadable, a point stored twice) is a RunFailed naming it, unless skip_bad (then it is named on stderr
-    and left out). A copy of a run in another folder (a backup: the same run id, machine and start) is read
-    once, never pooled: the first found, or the copy holding more rows where they differ (a copy taken
-    while the run went on); the copy left out is named on stderr."""
+    """(points, runs meta by run_id, paths, claims), tables with a run_id column; a damaged run is a RunFailed
+    naming it, or with skip_bad named on stderr and left out; a copy of a run is read once."""
     runs: dict[str, dict] = {}
     read: dict[str, dict[str, pd.DataFrame]] = {}
     copies: dict[tuple, str] = {}  # identity -> run id
@@ -123,7 +114,6 @@ def load_runs(paths: list[Path], skip_bad: bool = False, exclude: tuple[Path, ..
     points = (
         frames["points"] if frames["points"] is not None else pd.DataFrame(columns=storage.POINT_COLUMNS + ["run_id"])
     )
-    points["mode"] = mode_of(points)  # runs stored before modes existed measured inference only
     return points, runs, frames["paths"], frames["claims"]
 
 
@@ -157,7 +147,7 @@ def select_run_dirs(results: list[Path] | None, compare_reference: bool = False)
 
 def _machine_of(run_dir: Path) -> str | None:
     try:
-        return machine.machine_identity(storage.read_meta(run_dir, REPORT_META_KEYS))[0]
+        return machine.machine_identity(read_meta(run_dir, REPORT_META_KEYS))[0]
     except RunFailed:
         return None  # damaged: load_runs names it
 

@@ -32,7 +32,7 @@ def numbers_document(numbers: dict[str, Number], runs: dict[str, dict]) -> dict:
                     "devices",
                 )
             }
-            | ({"machines": meta["machines"]} if meta.get("machines") else {})  # a cluster sweep's (bench.cluster)
+            | ({"machines": meta["machines"]} if meta.get("machines") else {})  # a cluster sweep's
             for rid, meta in runs.items()
         },
         "numbers": {key: numbers[key].as_dict() for key in sorted(numbers)},
@@ -56,8 +56,6 @@ def load_numbers(reports_dir: Path) -> dict:
 
 
 def matches(key: str, pattern: str | None) -> bool:
-    """`cite --list PATTERN`: a shell glob (fnmatch, the whole key) when PATTERN has *, ? or [; else a
-    substring of the key. No pattern matches every key."""
     if not pattern:
         return True
     if any(c in pattern for c in GLOB_CHARACTERS):
@@ -66,8 +64,7 @@ def matches(key: str, pattern: str | None) -> bool:
 
 
 def list_numbers(pattern: str | None, reports_dir: Path) -> list[str]:
-    """`cite --list [PATTERN]`: one line per key of numbers.json that matches, sorted: the key, then its
-    value and unit. A pattern that matches no key is a BadInput naming it."""
+    """`cite --list [PATTERN]`: each matching key with its value and unit, sorted; none is a BadInput."""
     numbers = load_numbers(reports_dir).get("numbers", {})
     keys = sorted(key for key in numbers if matches(key, pattern))
     if not keys and pattern:
@@ -81,7 +78,6 @@ def list_numbers(pattern: str | None, reports_dir: Path) -> list[str]:
 
 
 def cite_sentence(key: str, reports_dir: Path) -> str:
-    """One sentence a teacher can paste: the number, its interval, and where it was measured."""
     doc = load_numbers(reports_dir)
     numbers = doc.get("numbers", {})
     if key not in numbers:

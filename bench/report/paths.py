@@ -13,19 +13,16 @@ from . import style
 from .context import ReportContext
 
 TITLE = "## Maximum path length and sequential operations\n"
-_IDENTITY = ["layer", "n", "k", "window"]
-SIZE_SYMBOL = {"k": "k", "window": "r"}  # the size a layer's path depends on, as the formulas write it
+SIZE_SYMBOL = {"k": "k", "window": "r"}  # what a path depends on besides n, as the formulas write it
 
 
 def _path_size(layer: str) -> str | None:
-    """The column (k or window) that a layer's path length depends on, None for a constant path."""
     sizes = [s for s in models.LAYERS[layer].table1.sizes if s in SIZE_SYMBOL]
     return sizes[0] if sizes else None
 
 
 def _plot_layers() -> dict[str, list[str]]:
-    """One line per distinct path rule (layers sharing a rule, such as conv and conv_separable, are one
-    line, named after all of them): {first layer: every layer with its rule}."""
+    """{first layer: every layer with its path rule}: one line per rule (conv and conv_separable share one)."""
     by_rule: dict[int, list[str]] = {}
     for name, cls in models.LAYERS.items():
         by_rule.setdefault(id(cls.path), []).append(name)
@@ -37,29 +34,28 @@ def _int(value) -> int | None:
 
 
 def _latest(ctx: ReportContext) -> pd.DataFrame:
-    """One row per (layer, n, k, window) of the primary machine's paths study (the study is exact and the same
-    on every machine; where the primary machine has none, the first machine's): the newest stored run's."""
+    """The newest row per layer and sizes of the primary machine's paths study (else the first machine's: the
+    study is exact, the same on every machine)."""
     rows = ctx.paths.copy()
     if "machine" in rows:
         machines = list(dict.fromkeys(rows["machine"]))
         rows = rows[rows["machine"] == (ctx.primary if ctx.primary in machines else machines[0])]
-    for column in ("k", "window"):
+    for column in SIZE_SYMBOL:
         if column not in rows:
             rows[column] = pd.NA
     rows["_started"] = rows["run_id"].map(lambda r: ctx.runs.get(r, {}).get("started_utc") or "")
-    rows = rows.sort_values("_started", kind="stable").drop_duplicates(_IDENTITY, keep="last")
+    rows = rows.sort_values("_started", kind="stable").drop_duplicates(["layer", "n", *SIZE_SYMBOL], keep="last")
     order = {name: i for i, name in enumerate(models.LAYERS)}
     rows["_order"] = rows["layer"].map(lambda name: order.get(name, len(order)))
     return rows.sort_values(["_order", "k", "window", "n"]).drop(columns=["_started", "_order"])
 
 
 def _prefix(row) -> str:
-    """<machine>.paths, or paths for rows that name no machine."""
     return f"{row.machine}.paths" if "machine" in row.index else "paths"
 
 
 def _key(row, what: str) -> str:
-    """Stable dotted key: <machine>.paths.<layer>[.k<k>][.r<window>].n<n>.<what>."""
+    """<machine>.paths.<layer>[.k<k>][.r<window>].n<n>.<what>"""
     parts = [_prefix(row), row.layer]
     if _int(row.k) is not None:
         parts.append(f"k{_int(row.k)}")
@@ -73,6 +69,11 @@ def _cite(ctx: ReportContext, row, column: str, unit: str) -> str:
         return "–"
     value = _int(row[column])
     return "never" if value is None else ctx.cite(_key(row, column), value, unit, row.run_id)
+
+
+def _at_ends(ctx: ReportContext, lo, hi, column: str, unit: str, join: str = ", ", at_n: bool = True) -> str:
+    """A column cited at both ends of the study: "63 layers at n = 64, 255 layers at n = 256"."""
+    return join.join(_cite(ctx, row, column, unit) + (f" at n = {int(row.n)}" if at_n else "") for row in (lo, hi))
 
 
 def _label(row, names: list[str] | None = None) -> str:
@@ -100,15 +101,13 @@ def _table(ctx: ReportContext, rows: pd.DataFrame) -> str:
 
 
 def _reference_depth(ctx: ReportContext, row) -> str:
-    """The depth of the layer's step-by-step reference, "" for a layer without one (or a paths.csv from before
-    the column)."""
     if "seq_depth_reference" not in row.index or pd.isna(row["seq_depth_reference"]):
         return ""
     return _cite(ctx, row, "seq_depth_reference", "ops")
 
 
 def _ends(rows: pd.DataFrame, layer: str) -> list[tuple[object, pd.Series, pd.Series]]:
-    """(k or window, row at the smallest n, row at the largest n) for each k/window of `layer`."""
+    """(k or window, row at the smallest n, row at the largest n) for each k or window of `layer`."""
     out = []
     part = rows[rows["layer"] == layer]
     group_by = _path_size(layer) or "k"
@@ -127,40 +126,34 @@ def _findings(ctx: ReportContext, rows: pd.DataFrame) -> list[str]:
         for size, lo, hi in _ends(rows, layer):
             text = (
                 f"- **{layer}** ({SIZE_SYMBOL[_path_size(layer)]} = {size}): "
-                f"{_cite(ctx, lo, 'layers_to_cross', 'layers')} at n = {int(lo.n)}, "
-                f"{_cite(ctx, hi, 'layers_to_cross', 'layers')} at n = {int(hi.n)}; the closed form "
-                f"{rule.text} gives {_cite(ctx, lo, 'layers_to_cross_formula', 'layers')} and "
-                f"{_cite(ctx, hi, 'layers_to_cross_formula', 'layers')}."
+                f"{_at_ends(ctx, lo, hi, 'layers_to_cross', 'layers')}; the closed form "
+                f"{rule.text} gives {_at_ends(ctx, lo, hi, 'layers_to_cross_formula', 'layers', ' and ', False)}."
             )
             if rule.margin is not None:
                 text += (
                     f" Measured with the two positions inside a longer sequence ({_cite(ctx, hi, 'margin', 'positions')} "
                     f"more each side at n = {int(hi.n)}): the centered k^l stack has one path from 0 to "
                     f"n−1, and for most n it runs outside 0..n−1, where zero padding cuts it. The same stack "
-                    f"zero-padded at length n itself: {_cite(ctx, lo, 'layers_to_cross_no_margin', 'layers')} at "
-                    f"n = {int(lo.n)}, {_cite(ctx, hi, 'layers_to_cross_no_margin', 'layers')} at n = {int(hi.n)} "
+                    f"zero-padded at length n itself: {_at_ends(ctx, lo, hi, 'layers_to_cross_no_margin', 'layers')} "
                     f"(never: position n−1 is unreachable at any depth)."
                 )
             items.append(text)
     for layer in [name for name in models.LAYERS if name not in growing]:
         for _, lo, hi in _ends(rows, layer):
             items.append(
-                f"- **{layer}**: {_cite(ctx, lo, 'layers_to_cross', 'layers')} at n = {int(lo.n)} and "
-                f"{_cite(ctx, hi, 'layers_to_cross', 'layers')} at n = {int(hi.n)}; on its way to position n−1 "
-                f"information from position 0 passes {_cite(ctx, lo, 'path_hops', 'steps')} and "
-                f"{_cite(ctx, hi, 'path_hops', 'steps')} (dependent steps: {_hops_of(lo)})."
+                f"- **{layer}**: {_at_ends(ctx, lo, hi, 'layers_to_cross', 'layers', ' and ')}; on its way to position n−1 "
+                f"information from position 0 passes {_at_ends(ctx, lo, hi, 'path_hops', 'steps', ' and ', False)} "
+                f"(dependent steps: {_hops_of(lo)})."
             )
     return items
 
 
 def _hops_of(row) -> str:
-    """What a row's path hops counted, in words (paths.csv's `path_hops_of`)."""
     what = row.get("path_hops_of", "")
     return what if isinstance(what, str) and what else "layers crossed"
 
 
 def _ratio(ctx: ReportContext, lo, hi, layer: str, column: str) -> str:
-    """×(hi/lo) of a depth column, cited, for ×(n_hi/n_lo) in n, cited."""
     ratio = hi[column] / lo[column] if lo[column] else math.nan
     return (
         f"×{ctx.cite(f'{_prefix(hi)}.{layer}.{column}.ratio_n{int(hi.n)}_n{int(lo.n)}', round(ratio, 2), '1', hi.run_id)} "
@@ -170,20 +163,18 @@ def _ratio(ctx: ReportContext, lo, hi, layer: str, column: str) -> str:
 
 
 def _scan_depth_text(ctx: ReportContext, rows: pd.DataFrame) -> str:
-    """The parallel scans: the forward's depth (its levels) beside its step-by-step reference's (n steps)."""
     parts = []
     for layer in models.scans():
-        levels = models.LAYERS[layer].scan_levels
         for _, lo, hi in _ends(rows, layer):
+            levels = " → ".join(str(models.LAYERS[layer].scan_levels(int(row.n))) for row in (lo, hi))
             text = (
-                f"{layer}'s forward goes from {_cite(ctx, lo, 'seq_depth', 'ops')} at n = {int(lo.n)} to "
-                f"{_cite(ctx, hi, 'seq_depth', 'ops')} at n = {int(hi.n)} ({_ratio(ctx, lo, hi, layer, 'seq_depth')}; "
-                f"⌈log₂ n⌉ = {levels(int(lo.n))} → {levels(int(hi.n))} levels)"
+                f"{layer}'s forward goes from {_at_ends(ctx, lo, hi, 'seq_depth', 'ops', ' to ')} "
+                f"({_ratio(ctx, lo, hi, layer, 'seq_depth')}; ⌈log₂ n⌉ = {levels} levels)"
             )
             if "seq_depth_reference" in hi.index and not pd.isna(hi.seq_depth_reference):
                 text += (
                     f", while its step-by-step reference, the same recurrence as a loop over time, goes from "
-                    f"{_cite(ctx, lo, 'seq_depth_reference', 'ops')} to {_cite(ctx, hi, 'seq_depth_reference', 'ops')} "
+                    f"{_at_ends(ctx, lo, hi, 'seq_depth_reference', 'ops', ' to ', False)} "
                     f"({_ratio(ctx, lo, hi, layer, 'seq_depth_reference')})"
                 )
             parts.append(text)
@@ -207,10 +198,9 @@ def _depth_text(ctx: ReportContext, rows: pd.DataFrame) -> str:
     for layer in models.recurrent():
         for _, lo, hi in _ends(rows, layer):
             parts.append(
-                f"{layer}'s reference goes from {_cite(ctx, lo, 'seq_depth', 'ops')} at n = {int(lo.n)} to "
-                f"{_cite(ctx, hi, 'seq_depth', 'ops')} at n = {int(hi.n)} "
+                f"{layer}'s reference goes from {_at_ends(ctx, lo, hi, 'seq_depth', 'ops', ' to ')} "
                 f"({_ratio(ctx, lo, hi, layer, 'seq_depth')}), while its forward pass measures "
-                f"{_cite(ctx, lo, 'seq_depth_forward', 'ops')} and {_cite(ctx, hi, 'seq_depth_forward', 'ops')}"
+                f"{_at_ends(ctx, lo, hi, 'seq_depth_forward', 'ops', ' and ', False)}"
             )
     text += "; ".join(parts) + ". " if parts else ""
     text += (
@@ -222,10 +212,7 @@ def _depth_text(ctx: ReportContext, rows: pd.DataFrame) -> str:
     consts = []
     for layer in [name for name in models.LAYERS if name not in models.stepwise()]:
         for _, lo, hi in _ends(rows, layer)[:1]:  # the depth of one layer does not depend on k or r
-            consts.append(
-                f"{layer} {_cite(ctx, lo, 'seq_depth', 'ops')} at n = {int(lo.n)}, "
-                f"{_cite(ctx, hi, 'seq_depth', 'ops')} at n = {int(hi.n)}"
-            )
+            consts.append(f"{layer} {_at_ends(ctx, lo, hi, 'seq_depth', 'ops')}")
     if consts:
         text += "The layers without a step loop stay constant in n: " + "; ".join(consts) + ".\n"
     return text
@@ -239,8 +226,7 @@ def _figure(ctx: ReportContext, rows: pd.DataFrame) -> str:
     data["series"] = [_label(row, lines[row.layer]) for _, row in data.iterrows()]
     data["layers_to_cross"] = data["layers_to_cross"].astype(float)
     series = list(dict.fromkeys(data["series"]))
-    # each line in the colour of its (first) layer, as in every figure; sizes of one layer (k=3, k=5) in
-    # that colour, lighter and with another marker for each further size
+    # each line in its (first) layer's colour; a layer's further sizes (k=5 after k=3) lighter, other markers
     palette = style.layer_palette(data["layer"].unique())
     first = {name: group["layer"].iloc[0] for name, group in data.groupby("series", sort=False)}
     rank = {name: [s for s in series if first[s] == first[name]].index(name) for name in series}

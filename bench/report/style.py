@@ -1,28 +1,15 @@
-"""One look for every figure of the report.
-
-- One colour and one marker per layer, the same in every figure: `layer_palette()` and `layer_markers()`
-  follow the registration order of `models.LAYERS` through a fixed palette ("tab10", then "Dark2", then
-  evenly spaced hues), so a layer registered later gets the next free colour and no other layer's changes.
-- Log axes labelled for reading, not for counting decades: `measured_ticks` puts the ticks of a swept size
-  (n, d, k) at the values measured, labelled plainly ("64", "128"), a label left blank where it would
-  touch its neighbour at the size drawn, and no minor ticks or labels; `log_axis` labels a measured quantity at 1-2-5 or 1-3 steps with its unit
-  ("300 µs", "1 ms") and leaves the minor ticks unlabelled.
-- `legend_outside`: the legend right of (or below) the panel, never over the data.
-- `slope_guide`: a thin dashed line ∝ x^p through an anchor point, labelled "∝ n²".
-"""
+"""One look for every figure of the report: a colour and a marker per layer, the same everywhere; log axes
+labelled for reading; legends off the data; dashed slope guides (method: docs/method.md)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
 
-import matplotlib
-
-matplotlib.use("Agg")  # reports are written headless
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import seaborn as sns  # noqa: E402
-from matplotlib.ticker import (  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import seaborn as sns
+from matplotlib.ticker import (
     EngFormatter,
     FixedLocator,
     Formatter,
@@ -31,12 +18,12 @@ from matplotlib.ticker import (  # noqa: E402
     NullFormatter,
     NullLocator,
 )
-from matplotlib.transforms import offset_copy  # noqa: E402
+from matplotlib.transforms import offset_copy
 
-import models  # noqa: E402
+import models
 
 PALETTE = "tab10"  # the first ten layers' colours, in registration order
-EXTRA_COLORS = "Dark2"  # further layers': of these and black, each the farthest from every colour taken
+EXTRA_COLORS = "Dark2"  # further layers'
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "H", "8")
 GUIDE_STYLE = {"linestyle": (0, (4, 3)), "linewidth": 1.0, "alpha": 0.55, "zorder": 1}
 LEGEND_FONTSIZE = 8
@@ -45,18 +32,15 @@ PANEL_SIZE = (5.2, 4.0)  # inches per panel of a figure with one panel per sourc
 _SUPERSCRIPT = str.maketrans("0123456789.-", "⁰¹²³⁴⁵⁶⁷⁸⁹·⁻")
 
 
-# -------------------------------------------------------------------------------------- layer identity
 def _layer_names(extra: Iterable[str] = ()) -> list[str]:
-    """The registered layers in registration order, then any other names (sorted: a stored run may name a
-    layer no longer registered)."""
+    """The registered layers in order, then other names sorted (a stored run may name a layer no longer built)."""
     names = list(models.LAYERS)
     return names + sorted({str(name) for name in extra} - set(names))
 
 
 def _colors(count: int) -> list[tuple]:
-    """PALETTE's colours, then, one at a time, the candidate of EXTRA_COLORS (and black) farthest in RGB
-    from every colour already taken (Dark2's own order put the eleventh layer's teal beside tab10's green),
-    then husl's colours where even those run out."""
+    """PALETTE's colours, then of EXTRA_COLORS and black the one farthest in RGB from those taken, one at a time
+    (Dark2's own order put the eleventh layer's teal beside tab10's green), then husl's."""
     colors = [tuple(c) for c in sns.color_palette(PALETTE)]
     candidates = [tuple(c) for c in sns.color_palette(EXTRA_COLORS)] + [(0.0, 0.0, 0.0)]
     while len(colors) < count and candidates:
@@ -69,28 +53,21 @@ def _colors(count: int) -> list[tuple]:
 
 
 def layer_palette(extra: Iterable[str] = ()) -> dict[str, tuple]:
-    """{layer: RGB} for every registered layer (and the names in `extra`), by registration order: the same
-    colour for a layer in every figure and every call."""
     names = _layer_names(extra)
     return dict(zip(names, _colors(len(names))))
 
 
 def layer_markers(extra: Iterable[str] = ()) -> dict[str, str]:
-    """{layer: matplotlib marker}, by registration order like the colours (for readers who cannot tell
-    two colours apart)."""
     names = _layer_names(extra)
     return {name: MARKERS[i % len(MARKERS)] for i, name in enumerate(names)}
 
 
 def layer_order(names: Iterable[str]) -> list[str]:
-    """`names` in registration order (unregistered ones last, sorted): the order of every legend."""
     present = {str(name) for name in names}
     return [name for name in _layer_names(present) if name in present]
 
 
-# ---------------------------------------------------------------------------------------------- ticks
 def plain(value: float) -> str:
-    """A tick label as a reader writes the number: 64, 1024, 0.5."""
     value = float(value)
     return f"{int(value)}" if value.is_integer() and abs(value) < 1e15 else f"{value:g}"
 
@@ -112,10 +89,8 @@ def _axis(ax, axis: str):
 
 
 def _thin(positions, widths, preferred=None) -> list[int]:
-    """The indices of the labels to show, given each label's centre and extent along the axis (pixels):
-    the first and the last always, then the preferred ones (`preferred[i]` true: a power of two among
-    sizes 512, 1536, 2048, ...), then the others, each in axis order and kept where it is clear of every
-    label kept before it, so that no two labels touch and a round size wins over its odd neighbour."""
+    """The indices of the labels to show, given their centres and extents (pixels) along the axis: the ends,
+    then the preferred (a power of two), then the rest, each kept where it touches no label kept before."""
     count = len(positions)
     if count <= 2:
         return list(range(count))
@@ -139,8 +114,7 @@ def _power_of_two(value: float) -> bool:
 
 
 class MeasuredFormatter(Formatter):
-    """Labels at the measured values, `fmt`-formatted, thinned when drawn so that none overlaps another
-    at the size the axis has then (a label that would touch its neighbour is left blank)."""
+    """Labels at the measured values, thinned when drawn (a label that would touch another is left blank)."""
 
     def __init__(self, fmt: Callable[[float], str] = None):
         self.fmt = fmt or plain
@@ -168,9 +142,7 @@ class MeasuredFormatter(Formatter):
 
 
 def measured_ticks(ax, values, axis: str = "x", fmt: Callable[[float], str] = plain) -> list[float]:
-    """Make `axis` logarithmic with its ticks at the measured `values` (a size swept: n, d, k), labelled
-    plainly (64, 128, ...; any two labels that would collide at the drawn size: one of them left blank),
-    and no minor ticks, so no minor labels. Returns the tick values."""
+    """A log `axis` with its ticks at the measured `values` of a swept size, labelled plainly, no minor ticks."""
     values = sorted({float(v) for v in values if v is not None and np.isfinite(float(v)) and float(v) > 0})
     which = _axis(ax, axis)
     if which.get_scale() != "log":
@@ -188,9 +160,8 @@ TICK_SCHEMES = ((1, 2, 3, 4, 5, 6, 7, 8, 9), (1, 2, 5), (1, 3), (1,))  # multipl
 
 
 def nice_log_ticks(low: float, high: float, max_ticks: int = 8) -> list[float]:
-    """Round values to label a log axis from `low` to `high`, at most `max_ticks` of them: 1-2-5 steps,
-    else 1-3, else decades (every 2nd, 3rd... decade over a wide span); over less than about a decade,
-    evenly spaced round values (3.5, 4, 4.5 MB)."""
+    """At most `max_ticks` round values from `low` to `high`: 1-2-5, 1-3 or decade steps, or under a decade
+    evenly spaced ones (3.5, 4, 4.5 MB)."""
     if not (low > 0 and high > low):
         return []
     first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
@@ -204,8 +175,7 @@ def nice_log_ticks(low: float, high: float, max_ticks: int = 8) -> list[float]:
                     out.append(value)
         return out
 
-    # preferred: evenly looking steps (1-2-5, 1-3, decades, every 2nd... decade) giving 3 or more labels;
-    # then evenly spaced values (a span under a decade), every multiple, and at last any 2 or 1 values
+    # evenly looking steps first, then evenly spaced values (under a decade), every multiple; 3 labels, else 2, 1
     even = [ticks(subs, 1) for subs in TICK_SCHEMES[1:]] + [ticks((1,), step) for step in range(2, 10)]
     linear = MaxNLocator(nbins=max(2, min(4, max_ticks - 1)), steps=[1, 2, 2.5, 5, 10]).tick_values(low, high)
     linear = [float(f"{v:.12g}") for v in linear if low * (1 - 1e-9) <= v <= high * (1 + 1e-9)]
@@ -218,10 +188,8 @@ def nice_log_ticks(low: float, high: float, max_ticks: int = 8) -> list[float]:
 
 
 def log_axis(ax, axis: str = "y", fmt: Callable[[float], str] = plain) -> list[float]:
-    """Make `axis` logarithmic and label it at round values inside its current limits (call it once the
-    data are drawn; the limits are then fixed), formatted by `fmt` (`eng("s")`, `percent`), as many as the
-    axis has room for (labels left blank where two would still touch); minor ticks kept for the grid,
-    unlabelled. Returns the tick values."""
+    """A log `axis` labelled at round values within its limits (fixed from now: call it once the data are
+    drawn), as many as it has room for; minor ticks unlabelled, for the grid."""
     which = _axis(ax, axis)
     if which.get_scale() != "log":
         (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
@@ -248,16 +216,12 @@ def log_axis(ax, axis: str = "y", fmt: Callable[[float], str] = plain) -> list[f
 
 
 def grid(ax) -> None:
-    """Light grid: major lines, fainter minor ones (where an axis has minor ticks)."""
     ax.grid(True, which="major", alpha=0.35, linewidth=0.7)
     ax.grid(True, which="minor", alpha=0.12, linewidth=0.5)
 
 
-# --------------------------------------------------------------------------------------------- legend
 def legend_outside(ax, handles=None, labels=None, title: str | None = None, where: str = "right", **kwargs):
-    """The legend outside the panel, right of it (top-aligned) or below it (under the x label), so that it
-    never covers data. The figure must be saved with bbox_inches="tight" (ctx.figure does). Returns the
-    legend, or None when there is nothing to show."""
+    """The legend right of the panel or below it, never over the data (saved with bbox_inches="tight")."""
     if handles is None:
         handles, labels = ax.get_legend_handles_labels()
     if not handles:
@@ -266,7 +230,7 @@ def legend_outside(ax, handles=None, labels=None, title: str | None = None, wher
     if where == "right":
         options.update(loc="upper left", bbox_to_anchor=(1.03, 1.0))
     elif where == "below":
-        # below the tick labels and the x label: a fixed distance in points, whatever the panel's height
+        # under the x label: a fixed distance in points, whatever the panel's height
         below = offset_copy(ax.transAxes, fig=ax.figure, y=-34, units="points")
         options.update(loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below, ncol=min(2, len(handles)))
     else:
@@ -275,9 +239,8 @@ def legend_outside(ax, handles=None, labels=None, title: str | None = None, wher
     return ax.legend(handles, labels, title=title, **options)
 
 
-# ---------------------------------------------------------------------------------------- slope guide
 def exponent_text(exponent: float) -> str:
-    """2 -> "²", 1 -> "", 1.5 -> "¹·⁵" (at most 2 decimals; within 0.02 of an integer it is that integer)."""
+    """2 -> "²", 1 -> "", 1.5 -> "¹·⁵" (within 0.02 of an integer, that integer)."""
     rounded = round(exponent)
     if abs(exponent - rounded) < 0.02:
         return "" if rounded == 1 else str(int(rounded)).translate(_SUPERSCRIPT)
@@ -285,16 +248,13 @@ def exponent_text(exponent: float) -> str:
 
 
 def slope_label(exponent: float, variable: str = "n") -> str:
-    """ "∝ n²", "∝ d", "∝ k¹·⁵"; "∝ 1" for a flat line."""
     if abs(exponent) < 0.02:
         return "∝ 1"
     return f"∝ {variable}{exponent_text(exponent)}"
 
 
 def slope_guide(ax, x, anchor: tuple[float, float], exponent: float, variable: str = "n", color="0.35", label=None):
-    """A dashed line y = y₀·(x/x₀)^exponent over the x values `x` (and x₀), through `anchor` = (x₀, y₀);
-    thin and light, drawn without moving the axes' limits. Its legend label is "∝ n^p" unless `label`
-    says otherwise (a label starting with "_" keeps it out of the legend). Returns the Line2D."""
+    """A thin dashed line y = y₀·(x/x₀)^exponent through `anchor` (x₀, y₀), not moving the axes' limits."""
     x0, y0 = float(anchor[0]), float(anchor[1])
     xs = np.array(sorted({float(v) for v in x} | {x0}), float)
     ys = y0 * (xs / x0) ** float(exponent)
@@ -311,27 +271,7 @@ def slope_guide(ax, x, anchor: tuple[float, float], exponent: float, variable: s
 
 
 def panels(count: int, sharex: bool = True, sharey: bool = True):
-    """A figure of `count` panels side by side sharing their axes: (fig, list of axes)."""
     fig, axes = plt.subplots(
         1, count, figsize=(PANEL_SIZE[0] * count, PANEL_SIZE[1]), squeeze=False, sharex=sharex, sharey=sharey
     )
     return fig, list(axes[0])
-
-
-__all__ = [
-    "layer_palette",
-    "layer_markers",
-    "layer_order",
-    "plain",
-    "percent",
-    "eng",
-    "measured_ticks",
-    "nice_log_ticks",
-    "log_axis",
-    "grid",
-    "legend_outside",
-    "exponent_text",
-    "slope_label",
-    "slope_guide",
-    "panels",
-]

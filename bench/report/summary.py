@@ -1,5 +1,4 @@
-"""The textbook table with measured values beside the predicted ones (report.md and table.tex), and what the
-rows beyond the paper's table change."""
+"""Table 1 with measured values beside the predicted ones (report.md, table.tex), and the rows beyond it."""
 
 from __future__ import annotations
 
@@ -15,8 +14,6 @@ from .headline import cite_crossing, layer_paths
 
 
 def _exp(texts: dict, source: str, layer: str, metric: str, variable: str) -> str:
-    """The primary fit's exponent with its verdict mark (see scaling.cite_fits for which fit that is);
-    "– ?" where no sweep of it could be fitted."""
     key = (source, layer, metric, variable)
     if key not in texts:
         return "–"
@@ -25,7 +22,6 @@ def _exp(texts: dict, source: str, layer: str, metric: str, variable: str) -> st
 
 
 def _paths_span(ctx: ReportContext, source: str, layer: str) -> tuple[int, int] | None:
-    """(smallest n, largest n) of the layer's rows in the paths study of the source's machine."""
     rows = layer_paths(ctx, source, layer)
     return None if rows.empty else (int(rows["n"].iloc[0]), int(rows["n"].iloc[-1]))
 
@@ -33,8 +29,8 @@ def _paths_span(ctx: ReportContext, source: str, layer: str) -> tuple[int, int] 
 def _paths_cells(
     ctx: ReportContext, source: str, layer: str, header_span: tuple[int, int] | None = None
 ) -> tuple[str, str]:
-    """Measured sequential depth and layers to cross at the two ends of the paths study of the source's
-    machine; the lengths are named in the cell unless they are `header_span` (the table header's)."""
+    """Measured depth and layers to cross at both ends of the paths study, the lengths named unless the
+    header's (`header_span`)."""
     rows = layer_paths(ctx, source, layer)
     if rows.empty:
         return "–", "–"
@@ -52,8 +48,7 @@ def _paths_cells(
 
 
 def _common_span(ctx: ReportContext) -> tuple[int, int] | None:
-    """The (smallest, largest) n of the paths study that most layers share: the table's header names it and
-    a cell names its own where it differs (a scan's depth is followed to longer sequences)."""
+    """The (smallest, largest) n of the paths study that most layers share, named in the table's header."""
     spans = Counter(
         span
         for source in ctx.sources()
@@ -70,7 +65,7 @@ def summary_rows(ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict) -> pd.
     for source in ctx.sources():
         present = set(ctx.points.loc[ctx.points["source"] == source, "layer"])
         for layer in [l for l in models.LAYERS if l in present]:
-            row = models.LAYERS[layer].table1  # the layer's own Table 1 row
+            row = models.LAYERS[layer].table1
             depth, cross = _paths_cells(ctx, source, layer, common)
             rows.append(
                 {
@@ -98,8 +93,7 @@ def summary_markdown(table: pd.DataFrame) -> str:
 
 
 def beyond_table1(ctx: ReportContext, texts: dict) -> str:
-    """The rows the paper's table does not have (layers published after it, whose Table1Row names its own
-    source and a note): what each changes against the table, and what was measured of it here."""
+    """The layers published after the paper's table: what each changes, and what was measured of it here."""
     items = []
     for layer, cls in models.LAYERS.items():
         row = cls.table1
@@ -151,7 +145,6 @@ def _latex_cell(text: str) -> str:
 
 
 def summary_latex(table: pd.DataFrame) -> str:
-    """The same table for slides and papers (needs booktabs and amssymb)."""
     if table.empty:
         return "% no points stored\n"
     tex = table.map(_latex_cell)

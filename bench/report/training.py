@@ -1,12 +1,5 @@
-"""The report's training section: a training step (mode "train": one forward and one backward pass, bench.point)
-beside the inference forward pass of the same point.
-
-Per layer, at its largest point measured in both modes: train / inference of the FLOPs (exact counts), of the
-median time and of the peak memory, and the range of the time ratio over every point measured in both; the
-memory the forward pass leaves for the backward (`mem_saved_bytes`) against n for the explicit and the fused
-attention, the recurrence and the convolution (models.ROLES); the train n-exponents against Table 1 (the same
-predictions hold: a backward pass repeats the forward's products). Every number through ctx.cite.
-"""
+"""The report's training section: a training step (forward and backward, `run --mode train`) beside the
+inference forward pass of the same point: ratios, train exponents, what the forward keeps for the backward."""
 
 from __future__ import annotations
 
@@ -15,32 +8,30 @@ import pandas as pd
 import models
 
 from .. import clock
-from ..spec import DEFAULT_MODE, TRAIN_MODE
+from ..spec import DEFAULT_MODE, IDENTITY, TRAIN_MODE
 from ..timing import CPU, WALL
 from .context import ReportContext
 from .headline import verdict_cell
-from .scaling import GUIDE_NOTE, _predicted_from_formula, primary_sweeps, sweep_figure
+from .sweep_plot import GUIDE_NOTE, predicted_from_formula, primary_sweeps, sweep_figure
 
-# What makes two rows the same point but for their mode.
-SAME_POINT = ["layer", "device", "dtype", "batch", "n", "d", "k", "heads", "window", "dilation"]
+SAME_POINT = [c for c in IDENTITY if c != "mode"]  # two rows of one point but for their mode
 SAVED_LAYERS = (
     models.ROLES.attention_explicit,
     models.ROLES.attention,
     models.ROLES.recurrent,
     models.ROLES.convolution,
 )
-RATIOS = {  # column: what its train / inference ratio is called ("time_s": on the pair's one clock)
+RATIOS = {  # column: its train / inference ratio in words
     "flops_counted": "FLOPs",
     "time_s": "time",
     "mem_peak_bytes": "peak memory",
 }
-MODES = ("train", "inference")  # the suffixes of `matched`'s columns
+MODES = ("train", "inference")
 
 
 def matched(ctx: ReportContext, train_source: str) -> pd.DataFrame:
-    """The ok points of `train_source` measured in inference mode too on the same machine (and, by the merge's
-    keys, the same device and dtype), one row each with the train columns suffixed `_train` and the inference
-    columns `_inference`."""
+    """The ok points of `train_source` measured in inference mode too on the same machine, one row each, columns
+    suffixed `_train` and `_inference`."""
     ok = ctx.points[ctx.points["status"] == "ok"]
     machine = ctx.machine_of_source(train_source)
     train = ok[ok["source"] == train_source]
@@ -52,8 +43,7 @@ def matched(ctx: ReportContext, train_source: str) -> pd.DataFrame:
 
 
 def _paired_times(both: pd.DataFrame) -> pd.DataFrame:
-    """`both` with each pair's times on one clock (bench.clock.group_clock of its two rows): `time_s_train`,
-    `time_s_inference`, `time_ok` (both to be trusted on it) and `clock`."""
+    """`both` with each pair's times on one clock: `time_s_train`, `time_s_inference`, `time_ok`, `clock`."""
     sides = {
         mode: pd.DataFrame({c[: -len(mode) - 1]: both[c] for c in both if c.endswith(f"_{mode}")}, index=both.index)
         for mode in MODES
@@ -148,7 +138,7 @@ def _saved_figure(ctx: ReportContext, source: str) -> str:
         "mem_saved_bytes",
         "memory",
         {source: ctx.source_label(source)},
-        exponent=_predicted_from_formula("memory", "n"),
+        exponent=predicted_from_formula("memory", "n"),
     )
     fig.suptitle("What the forward pass keeps for the backward", fontsize=11)
     fig.axes[0].set_ylabel("allocated at the end of the forward")
@@ -162,7 +152,6 @@ def _saved_figure(ctx: ReportContext, source: str) -> str:
 
 
 def training_section(ctx: ReportContext, texts: dict) -> str:
-    """The section, or "" where no train points are shown."""
     trained = set(ctx.points.loc[ctx.points["mode"] == TRAIN_MODE, "source"])
     sources = [s for s in ctx.sources() if s in trained]
     if not sources:

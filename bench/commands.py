@@ -1,0 +1,331 @@
+"""The commands of `python -m bench` (bench.cli parses their options): run, paths, claims, report, cite, list."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import models
+
+from . import folder, machine, storage
+from .errors import BadInput, RunFailed
+from .preflight import before_measuring, print_lines, wide_kernel_warnings
+from .presets import Preset, get_preset, load_presets
+from .spec import DEFAULT_MODE, SIZES, PointSpec, expand_grid
+from .timing import CPU, TimingPolicy
+
+MAX_PATHS_N = 16_384  # the paths study runs a stack of up to n−1 layers over n positions; attention_math holds n²
+MAX_PATHS_POSITIONS = 2**22  # conv_dilated is probed inside k·n extra positions each side (bench/paths.py)
+
+
+def _cuda_where(cluster=None) -> tuple[bool, str]:
+    if cluster is not None:
+        return cluster.has("cuda"), "on any node of the Ray cluster"
+    return machine.cuda_available(), "on this machine"
+
+
+def resolve_devices(device: str, cluster=None) -> list[str]:
+    """`auto`: the CPU and, if present, the GPU; `cuda` must be present."""
+    cuda, where = _cuda_where(cluster)
+    if device == "auto":
+        return ["cpu"] + (["cuda"] if cuda else [])
+    if device == "cuda" and not cuda:
+        raise BadInput(f"--device cuda: no CUDA GPU is present {where}; allowed here: cpu, auto")
+    return [device]
+
+
+def _grid_specs(args, cluster=None) -> list[PointSpec]:
+    missing = [f"--{name}" for name in ("layers", "n", "d") if getattr(args, name) is None]
+    if missing:
+        raise BadInput(f"run: give --preset NAME or a grid; missing {' '.join(missing)}")
+    return expand_grid(
+        layers=args.layers,
+        n=args.n,
+        d=args.d,
+        k=args.k or [3],
+        heads=[args.heads or 1],
+        window=[args.window],
+        batch=[args.batch or 1],
+        devices=resolve_devices(args.device or "auto", cluster),
+        dtypes=[args.dtype or "float32"],
+        modes=[args.mode or DEFAULT_MODE],
+    )
+
+
+GRID_OPTIONS = ("layers", *SIZES)  # those `run` has options for; a preset sets them all
+# What `run --resume DIR` reads (where to measure the rest, too); DIR/plan.json fixes the rest of the options.
+RESUME_READS = ("command", "debug", "resume", "no_progress", "ray", "exclusive_node")
+
+
+def _policy(args, policy: TimingPolicy) -> TimingPolicy:
+    """The preset's (or default) timing policy with --rounds, --target-time, --passes applied."""
+    if args.rounds is not None:
+        policy = replace(policy, min_rounds=args.rounds, max_rounds=max(args.rounds, policy.max_rounds))
+    if args.target_time is not None:
+        policy = replace(policy, target_s=args.target_time)
+    if args.passes is not None:
+        policy = replace(policy, passes=args.passes)
+    if args.clock is not None:
+        policy = replace(policy, clock=args.clock)
+    return policy
+
+
+def ignored_by_resume(args) -> list[str]:
+    """The options given beside --resume that it would ignore, as flags, in the parser's order."""
+    return [
+        f"--{name.replace('_', '-')}"
+        for name, value in vars(args).items()
+        if name not in RESUME_READS and value is not None and value is not False
+    ]
+
+
+def check_preset_device(preset: Preset, cluster=None) -> None:
+    """A preset sized for a GPU is refused without one, naming the presets for a CPU."""
+    cuda, where = _cuda_where(cluster)
+    if preset.device == "cuda" and not cuda:
+        raise BadInput(
+            f"--preset {preset.name}: sized for a CUDA GPU, and none is present {where}; on a CPU use --preset "
+            f"{preset.cpu_instead}"
+        )
+
+
+def cmd_run(args, argv) -> int:
+    from .run import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():  # a scheduler's SIGTERM, from the first moment, ends the run like Ctrl-C
+        return _run(args, argv)
+
+
+def _run(args, argv) -> int:
+    if args.exclusive_node and args.ray is None:
+        raise BadInput("--exclusive-node: only with --ray ADDRESS|local (it places GPU points on a Ray cluster)")
+    if args.resume is not None:
+        ignored = ignored_by_resume(args)
+        if ignored:
+            raise BadInput(
+                f"--resume finishes the run as planned in {args.resume / 'plan.json'}; "
+                f"{', '.join(ignored)} would be ignored"
+            )
+    if args.clock == CPU:
+        if args.threads not in (None, 1):
+            raise BadInput(
+                f"--clock cpu --threads {args.threads}: the CPU clock times a call on one thread (with several, "
+                "threads waiting at a barrier count CPU time too); give --threads 1 or leave --threads out"
+            )
+        args.threads = 1
+    cluster = None
+    if args.ray is not None:
+        from .cluster import Cluster  # Ray is optional, imported only here
+
+        cluster = Cluster.connect(args.ray, exclusive_node=args.exclusive_node, threads=args.threads)
+    try:
+        return _run_on(args, argv, cluster)
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def _run_on(args, argv, cluster) -> int:
+    from .run import Run
+
+    if args.resume is not None:
+        run = Run.resume(args.resume, cluster=cluster)
+        if cluster is None and run.meta.get("ray"):
+            run.log(f"measuring the rest here, not on Ray (it was begun on {run.meta['ray'].get('address')})")
+    else:
+        grid_given = [f"--{name}" for name in GRID_OPTIONS if getattr(args, name, None) is not None]
+        if args.preset is not None and grid_given:
+            raise BadInput(f"--preset {args.preset} and {' '.join(grid_given)}: give a preset or a grid, not both")
+        if args.preset is not None:
+            preset = get_preset(args.preset)
+            check_preset_device(preset, cluster)
+            specs, policy = (
+                preset.specs(resolve_devices(args.device or "auto", cluster), dtype=args.dtype, mode=args.mode),
+                preset.timing,
+            )
+        else:
+            specs, policy = _grid_specs(args, cluster), TimingPolicy()
+        policy = _policy(args, policy)
+        lines = before_measuring(specs, policy, threads=args.threads, yes=args.yes, on_cluster=cluster is not None)
+        run = Run.create(
+            specs,
+            policy,
+            out=args.out,
+            command=argv,
+            preset=args.preset,
+            threads=args.threads,
+            seed=args.seed or 0,
+            cluster=cluster,
+        )
+        print_lines(lines)  # before measuring, which goes ahead
+    try:
+        meta = run.execute(progress=not args.no_progress and sys.stderr.isatty())  # no bar in a log file
+    except KeyboardInterrupt:
+        print(
+            f"interrupted: the passes finished so far are stored in {run.dir}; finish the run with "
+            f"`python -m bench run --resume {run.dir}`",
+            file=sys.stderr,
+        )
+        return 1
+    summary = ", ".join(f"{v} {k}" for k, v in meta["status_counts"].items())
+    where = f"{meta['threads']} thread(s)"
+    if cluster is not None:
+        where = f"{len(meta.get('nodes') or {})} Ray node(s) of {len(meta.get('machines') or {})} machine(s)"
+    print(
+        f"run {run.dir.name}: {meta['points_stored']} points ({summary}; {meta['points_cpu_clock']} on the CPU "
+        f"clock, {meta['points_sampled_further']} sampled further, {meta['points_unreliable']} unreliable) in "
+        f"{meta['measure_s']:.0f} s on {where} -> {run.dir}"
+    )
+    return 0
+
+
+def cmd_paths(args, argv) -> int:
+    import pandas as pd
+
+    from .paths import DEFAULT_WINDOW, paths_table
+
+    if args.preset is not None:
+        studies = [
+            (cfg.get("layers"), cfg.get("n"), cfg.get("k") or [3], cfg.get("window", DEFAULT_WINDOW))
+            for cfg in get_preset(args.preset).paths
+        ]
+    else:
+        studies = [(args.layers, args.n, args.k or [3], args.window or DEFAULT_WINDOW)]
+    if not studies or any(not layers or not ns for layers, ns, _, _ in studies):
+        raise BadInput("paths: give --preset NAME or --layers and --n")
+    for layers, ns, ks, window in studies:
+        _check_paths_study(layers, ns, ks, window)
+    tables = [paths_table(layers, ns, ks, window=window) for layers, ns, ks, window in studies]
+    table = tables[0] if len(tables) == 1 else pd.concat(tables, ignore_index=True)
+    return _write_side_table(args, argv, "paths", table)
+
+
+def _check_paths_study(layers: list[str], ns: list[int], ks: list[int], window: int) -> None:
+    """Bad input (exit 2) where one study of `paths` cannot be measured; the warnings it deserves."""
+    from .paths import DEFAULT_D, ends_margin
+
+    for n in ns:
+        if not 2 <= n <= MAX_PATHS_N:
+            raise BadInput(
+                f"paths --n {n}: allowed 2 to {MAX_PATHS_N} (a path from position 0 to n−1 needs 2 positions; "
+                f"a stack of up to n−1 layers over n positions takes minutes per layer at {MAX_PATHS_N})"
+            )
+    for layer, n, k in itertools.product(layers, ns, ks):  # each layer's own check (models/), as in a sweep
+        try:
+            models.check(layer, models.LayerConfig(d=DEFAULT_D, k=k, window=window), n)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+        positions = n + 2 * ends_margin(layer, n, k)
+        if positions > MAX_PATHS_POSITIONS:
+            raise BadInput(
+                f"paths --k {k} --n {n}: {layer} is probed over n·(1 + 2k) = {positions} positions; allowed up "
+                f"to {MAX_PATHS_POSITIONS} (give a smaller k or n)"
+            )
+    for line in wide_kernel_warnings(itertools.product(layers, ns, ks)):
+        print(f"warning: {line}", file=sys.stderr)
+
+
+def _write_side_table(args, argv, kind: str, table) -> int:
+    from .run import store_side_table
+
+    path = store_side_table(kind, table, out=args.out, command=argv, preset=getattr(args, "preset", None))
+    print(f"{kind}: {len(table)} rows -> {path}")
+    return 0
+
+
+def cmd_claims(args, argv) -> int:
+    from .claims import claims_frame, measure_claims
+
+    table = claims_frame(measure_claims(seed=args.seed))
+    return _write_side_table(args, argv, "claims", table)
+
+
+def cmd_report(args, argv) -> int:
+    from .report.build import build_report
+
+    written = build_report(
+        args.results, args.out, skip_bad=args.skip_bad, compare_reference=args.compare == "reference"
+    )
+    print(
+        f"report: {written['points']} points from {written['runs']} runs -> {args.out / 'report.md'} "
+        f"and report.html ({written['figures']} figures, {written['numbers']} citable numbers)"
+    )
+    return 0
+
+
+def cmd_cite(args, argv) -> int:
+    from .report.numbers import cite_sentence, list_numbers
+
+    if args.list is not None:
+        if args.key is not None:
+            raise BadInput(f"cite {args.key} --list: give a KEY or --list [PATTERN], not both")
+        for line in list_numbers(args.list or None, args.reports):
+            print(line)
+    elif args.key is None:
+        raise BadInput("cite: give a KEY of numbers.json, or --list [PATTERN] to see the keys")
+    else:
+        print(cite_sentence(args.key, args.reports))
+    return 0
+
+
+def first_sentence(doc: str | None) -> str:
+    """The whole first sentence of a docstring: its first paragraph's lines joined until a period followed
+    by a space or the end ("0..n-1" and "cfg.dilation" do not end it)."""
+    paragraph = " ".join((doc or "").strip().split("\n\n")[0].split())
+    end = re.search(r"(?<!\.)\.(?=\s|$)", paragraph)
+    return paragraph[: end.end()] if end else paragraph
+
+
+def _run_lines(runs: list[Path], indent: str) -> list[str]:
+    width = max((len(run.name) for run in runs), default=0)
+    lines = []
+    for run in runs:
+        try:
+            meta = folder.read_meta(run, required=())
+        except RunFailed as exc:
+            lines.append(f"{indent}{run.name:{width}s}  damaged: {exc}")
+            continue
+        label = machine.machine_identity(meta)[1]
+        date = (meta.get("started_utc") or "?")[:10]
+        what = folder.tables_in(run)
+        preset = f"preset {meta['preset']}" if meta.get("preset") else "no preset"
+        lines.append(
+            f"{indent}{run.name:{width}s}  {meta.get('kind', '?'):6s} {meta.get('status', '?'):11s} {date}  "
+            f"{label}  ({preset}; {' '.join(what) or 'no tables'})"
+        )
+    return lines
+
+
+def cmd_list(args, argv) -> int:
+    from .report import load
+
+    print("presets:")
+    for name, preset in load_presets().items():
+        print(f"  {name:8s} {len(preset.specs(['cpu'])):4d} points per device  {preset.description}")
+    print("layers:")
+    for name, cls in models.LAYERS.items():
+        print(f"  {name} (sizes {', '.join(('n', 'd', *cls.uses))})")
+        print(f"      {first_sentence(cls.__doc__)}")
+    print("stored runs:")
+    runs = folder.list_runs(storage.RESULTS_ROOT)
+    print("\n".join(_run_lines(runs, "  ") or ["  (none)"]))
+    machines = sorted(p for p in load.REFERENCE_DIR.iterdir() if p.is_dir()) if load.REFERENCE_DIR.is_dir() else []
+    if machines:
+        print("reference runs:")
+        for machine_dir in machines:
+            print(f"  {machine_dir.name}/")
+            print("\n".join(_run_lines(folder.list_runs(machine_dir), "    ") or ["    (none)"]))
+    return 0
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "paths": cmd_paths,
+    "claims": cmd_claims,
+    "report": cmd_report,
+    "cite": cmd_cite,
+    "list": cmd_list,
+}

@@ -1,0 +1,386 @@
+"""A run folder (results/<run-id>/, or --out DIR) and RunFolder, its one writer: its lock, meta.json and
+plan.json, every append to its files, and what a resume finds stored. method: docs/method.md"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import platform
+import sys
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from types import MappingProxyType
+
+import pandas as pd
+import torch
+from filelock import FileLock, Timeout
+
+from . import formats, machine, storage
+from .errors import BadInput, RunFailed
+from .spec import PointSpec, validate
+from .timing import TimingPolicy
+
+META, PLAN, POINTS, TIMINGS, STARTED, ERRORS = (
+    "meta.json",
+    "plan.json",
+    "points.csv",
+    "timings.jsonl",
+    "started.jsonl",
+    "errors.log",
+)
+LOCK_NAME = ".writer.lock"
+OWNER_NAME = ".writer.json"  # who holds the lock
+WRITER_FILES = (LOCK_NAME, OWNER_NAME)
+META_KEYS = ("run_id", "kind", "status", "started_utc")
+KILLED_AFTER = 2  # deaths of the process (or Ray worker) measuring a point before it is stored `killed`
+PROCESS = uuid.uuid4().hex[:12]  # this process, in started.jsonl (a pid can be reused)
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / META).exists()
+
+
+def list_runs(root: Path | None = None) -> list[Path]:
+    root = root or storage.RESULTS_ROOT
+    if not root.exists():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and is_run_dir(p))
+
+
+def make_run_id(device_tag: str, now: datetime | None = None) -> str:
+    now = now or datetime.now(UTC)
+    return f"{now:%Y%m%dT%H%M%SZ}-{device_tag}"
+
+
+def new_run_dir(root: Path, run_id: str) -> Path:
+    """Create root/<run_id> (suffixing -2, -3 ... if taken); never reuse an existing folder."""
+    root.mkdir(parents=True, exist_ok=True)
+    for suffix in [""] + [f"-{i}" for i in range(2, 1000)]:
+        path = root / f"{run_id}{suffix}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise RunFailed(f"could not find a free run folder name for {run_id} under {root}")
+
+
+def hold(run_dir: Path) -> FileLock:
+    """The folder's writer lock (an OS lock: a killed holder's is dropped); BadInput naming the holder if taken."""
+    lock = FileLock(str(run_dir / LOCK_NAME), timeout=0, thread_local=False)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise BadInput(
+            f"{run_dir}: another process is writing this run folder ({_owner(run_dir)}); "
+            "one writer at a time: wait for it to end, or stop it"
+        ) from None
+    owner = {"pid": os.getpid(), "host": platform.node(), "since": storage.utc_now(), "command": " ".join(sys.argv)}
+    storage.write_json(run_dir / OWNER_NAME, owner)
+    return lock
+
+
+def _owner(run_dir: Path) -> str:
+    try:
+        owner = json.loads((run_dir / OWNER_NAME).read_text())
+        return f"pid {owner['pid']} on {owner['host']} since {owner['since']}: {owner['command']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a process that has not said who it is yet"
+
+
+def claim_out_dir(path: Path) -> tuple[Path, FileLock]:
+    """--out DIR, new or empty; held before it is found empty, so of several processes one gets it."""
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"--out {path}: exists and is not a folder")
+    path.mkdir(parents=True, exist_ok=True)
+    lock = hold(path)
+    if any(p.name not in WRITER_FILES for p in path.iterdir()):
+        lock.release()
+        raise BadInput(
+            f"--out {path}: exists and is not empty; runs are never overwritten "
+            f"(choose a new folder, or --resume {path} to finish it)"
+        )
+    return path, lock
+
+
+def read_meta(run_dir: Path, required: tuple[str, ...] = META_KEYS) -> dict:
+    path = run_dir / META
+    meta = storage.read_json(path)
+    if not isinstance(meta, dict):
+        raise RunFailed(f"{path}: damaged, expected a JSON object, found {type(meta).__name__}")
+    missing = [key for key in required if key not in meta]
+    if missing:
+        raise RunFailed(f"{path}: damaged, keys {', '.join(missing)} missing")
+    formats.schema_of(meta, path)
+    return meta
+
+
+def read_points(run_dir: Path, plan: dict[str, dict] | None = None) -> pd.DataFrame:
+    """points.csv, checked (storage.check_points), older rows with their `mode`."""
+    path = run_dir / POINTS
+    df = storage.read_csv(path)
+    missing = [c for c in ("layer", "n", "d", "status", "point_id") if c not in df.columns]
+    if missing:
+        raise RunFailed(f"{path}: damaged, columns {missing} missing")
+    return formats.with_mode(storage.check_points(df, path, plan))
+
+
+def tables_in(run_dir: Path) -> list[str]:
+    """The tables a run folder holds: points.csv, paths.csv, claims.csv."""
+    return [name for name in (POINTS, "paths.csv", "claims.csv") if (run_dir / name).exists()]
+
+
+def read_timing_records(run_dir: Path) -> list[dict]:
+    return storage.read_jsonl(run_dir / TIMINGS)
+
+
+def _started_fault(entry) -> str | None:
+    if isinstance(entry, dict) and ({"point_id", "attempt", "pass"} <= set(entry) or entry.get("stopped")):
+        return None
+    return "expected point_id, attempt and pass"
+
+
+def read_started(run_dir: Path) -> list[dict]:
+    return storage.read_jsonl(run_dir / STARTED, _started_fault)
+
+
+def _larger(spec: PointSpec, than: PointSpec) -> bool:
+    """Same layer, device, dtype and other settings, and at least as large in n, d and batch."""
+    fixed = ("layer", "device", "dtype", "k", "heads", "window", "dilation")
+    same = all(getattr(spec, f) == getattr(than, f) for f in fixed)
+    return same and spec.n >= than.n and spec.d >= than.d and spec.batch >= than.batch and spec != than
+
+
+class RunFolder:
+    """A run folder's one writer (meta.json by `update_meta` alone) and what is stored in it so far; `observer`
+    hears "started", "record", "row" and "error" as each is stored."""
+
+    def __init__(self, path: Path, lock: FileLock | None = None, meta: dict | None = None):
+        self.path, self.lock = path, lock
+        self._meta = dict(meta or {})
+        self.observer: Callable[[str, dict], None] | None = None
+        self._rows: dict[str, dict] = {}
+        self._records: dict[tuple[str, int, int], dict] = {}
+        self._blockers: list[PointSpec] = []  # out of memory or killed: their larger siblings are skipped
+        self._deaths: dict[str, int] = {}
+
+    @classmethod
+    def create(cls, out: Path | None, tag: str) -> RunFolder:
+        if out is not None:
+            return cls(*claim_out_dir(out))
+        path = new_run_dir(storage.RESULTS_ROOT, make_run_id(tag))
+        return cls(path, hold(path))
+
+    @classmethod
+    def open(cls, path: Path, required: tuple[str, ...] = META_KEYS) -> RunFolder:
+        lock = hold(path)
+        try:
+            return cls(path, lock, read_meta(path, required))
+        except BaseException:
+            lock.release()
+            raise
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
+    @property
+    def meta(self) -> MappingProxyType:
+        return MappingProxyType(self._meta)
+
+    def has_meta(self) -> bool:
+        return (self.path / META).exists()
+
+    def update_meta(self, **changes) -> None:
+        """The one writer of meta.json: `changes` set, the file written whole."""
+        self._meta.update(changes)
+        storage.write_json(self.path / META, self._meta)
+
+    def extend_meta(self, key: str, item) -> None:
+        self.update_meta(**{key: [*self._meta.get(key, []), item]})
+
+    def begin(self, kind: str, command: list[str], preset: str | None, threads: int, **more) -> None:
+        """meta.json of a new folder of any kind (a sweep, paths, claims), with `more` keys."""
+        meta = {
+            "run_id": self.path.name,
+            "kind": kind,
+            "schema": formats.SCHEMA,
+            "started_utc": storage.utc_now(),
+            "finished_utc": None,
+            "status": "running",
+            "command": " ".join(command),
+            "preset": preset,
+            **machine.run_meta(threads),
+        }
+        self.update_meta(**(meta | more))
+
+    def save_json(self, name: str, obj) -> None:
+        if name == META:
+            raise ValueError("meta.json is written by update_meta")
+        storage.write_json(self.path / name, obj)
+
+    def write_plan(self, specs: list[PointSpec], policy: TimingPolicy, seed: int) -> str:
+        """plan.json: what a resume finishes; returns its digest (meta.json's plan_sha1)."""
+        plan = {"specs": [s.as_row() for s in specs], "timing_policy": policy.as_dict(), "seed": seed}
+        self.save_json(PLAN, plan)
+        return _plan_digest(plan)
+
+    def read_plan(self) -> tuple[list[PointSpec], TimingPolicy, int]:
+        """plan.json's specs, policy and seed, each checked against itself and meta.json."""
+        path, plan, meta = self.path / PLAN, storage.read_json(self.path / PLAN), self._meta
+        if not isinstance(plan, dict) or not isinstance(plan.get("specs"), list) or "timing_policy" not in plan:
+            raise RunFailed(f"{path}: damaged, expected an object with `specs` (a list) and `timing_policy`")
+        if meta.get("plan_sha1") not in (None, _plan_digest(plan)):
+            raise RunFailed(f"{path}: does not match this folder's meta.json (plan_sha1): a plan from another run?")
+        specs = []
+        for index, row in enumerate(plan["specs"]):
+            try:
+                specs.append(validate(PointSpec(**row)))
+            except (TypeError, BadInput) as exc:
+                raise RunFailed(f"{path}: damaged at specs[{index}]: {exc}") from None
+        try:
+            policy = TimingPolicy.stored(plan["timing_policy"])
+        except TypeError as exc:
+            raise RunFailed(f"{path}: damaged at timing_policy: {exc}") from None
+        if meta.get("points_planned") not in (None, len(specs)):
+            raise RunFailed(f"{path}: {len(specs)} points, meta.json planned {meta['points_planned']}")
+        return specs, policy, plan.get("seed", 0)
+
+    def add_table(self, name: str, table: pd.DataFrame) -> Path:
+        if (self.path / name).exists():
+            raise BadInput(f"--out {self.path}: already has {name}; run folders are never overwritten")
+        storage.write_table(self.path / name, table)
+        return self.path / name
+
+    def point_columns(self) -> list[str]:
+        return formats.points_header(self.path / POINTS, storage.POINT_COLUMNS)
+
+    def points(self) -> pd.DataFrame:
+        return read_points(self.path)
+
+    def append_point(self, row: dict) -> None:
+        """A row in points.csv; a point stored already, or a value in a column an older folder lacks, is refused."""
+        extra = set(row) - set(storage.POINT_COLUMNS)
+        if extra:
+            raise ValueError(f"row has columns not in the schema: {sorted(extra)}")
+        path, columns = self.path / POINTS, self.point_columns()
+        lost = sorted(c for c in set(storage.POINT_COLUMNS) - set(columns) if row.get(c) not in (None, ""))
+        if lost:
+            raise RunFailed(
+                f"{path}: stored without the columns {lost}, which this row fills; measure into a new folder"
+            )
+        complete = storage.complete_row(columns)
+        storage.repair_tail(path, complete)
+        if path.exists() and any(r.get("point_id") == row["point_id"] for r in _csv_rows(path)):
+            raise RunFailed(f"{path}: point {row['point_id']} ({row.get('layer')}, n={row.get('n')}) is already stored")
+        storage.append_row(path, {c: row.get(c) for c in columns}, columns, complete)
+
+    def store_row(self, spec: PointSpec, row: dict) -> None:
+        row = dict(row, finished_utc=storage.utc_now())
+        self.append_point(row)
+        self._rows[spec.point_id] = row
+        if row["status"] in ("oom", "killed"):
+            self._blockers.append(spec)
+        self._tell("row", row)
+
+    def store_record(self, record: dict) -> None:
+        storage.repair_tail(self.path / TIMINGS)
+        storage.append_line(self.path / TIMINGS, json.dumps(record, default=str) + "\n")
+        self._records[(record["point_id"], record["attempt"], record["pass"])] = record
+        self._tell("record", record)
+
+    def store_error(self, spec: PointSpec, traceback_text: str) -> None:
+        storage.append_line(self.path / ERRORS, f"=== {storage.utc_now()} {spec.key}\n{traceback_text.rstrip()}\n")
+        self._tell("error", {"point_id": spec.point_id, "traceback": traceback_text})
+
+    def note_start(self, point_id: str, attempt: int, p: int) -> None:
+        entry = {"point_id": point_id, "attempt": attempt, "pass": p}
+        self._started_line(entry)
+        self._tell("started", entry)
+
+    def note_stop(self) -> None:
+        """This process stops cleanly (an interrupt, an error): its last start was no death."""
+        if (self.path / STARTED).exists():
+            self._started_line({"stopped": True})
+
+    def _started_line(self, entry: dict) -> None:
+        path = self.path / STARTED
+        storage.repair_tail(path)
+        line = dict(entry, process=PROCESS, pid=os.getpid(), utc=storage.utc_now())
+        storage.append_line(path, json.dumps(line) + "\n")
+
+    def _tell(self, what: str, payload: dict) -> None:
+        if self.observer is not None:
+            self.observer(what, payload)
+
+    def read_stored(self, specs: list[PointSpec]) -> None:
+        """Rows, pass records and deaths (a process's last start whose pass was never stored), checked against
+        the plan's `specs`."""
+        by_id = {s.point_id: s for s in specs}
+        path = self.path / POINTS
+        if path.exists():
+            storage.repair_tail(path, storage.complete_row(self.point_columns()))
+        if path.exists() and path.stat().st_size:
+            for row in read_points(self.path, {pid: s.as_row() for pid, s in by_id.items()}).to_dict("records"):
+                self._rows[row["point_id"]] = row
+                if row["status"] in ("oom", "killed"):
+                    self._blockers.append(by_id[row["point_id"]])
+
+        def planned(record) -> str | None:
+            formats.check_record(record, self.path / TIMINGS)
+            return None if record["point_id"] in by_id else f"point {record['point_id']} is not in plan.json"
+
+        for record in storage.read_jsonl(self.path / TIMINGS, planned):
+            self._records[(record["point_id"], record["attempt"], record["pass"])] = record
+        last = {formats.process_of(entry): entry for entry in read_started(self.path)}
+        for entry in last.values():
+            pid = entry.get("point_id")
+            if entry.get("stopped") or pid not in by_id or pid in self._rows:
+                continue
+            if (pid, entry["attempt"], entry["pass"]) not in self._records:
+                self._deaths[pid] = self._deaths.get(pid, 0) + 1
+
+    def stored(self, point_id: str) -> bool:
+        return point_id in self._rows
+
+    def record(self, point_id: str, attempt: int, p: int) -> dict | None:
+        return self._records.get((point_id, attempt, p))
+
+    def records_of(self, *point_ids: str) -> list[dict]:
+        return [r for key, r in sorted(self._records.items()) if key[0] in point_ids]
+
+    def deaths(self, point_id: str) -> int:
+        return self._deaths.get(point_id, 0)
+
+    def blocked_by(self, spec: PointSpec) -> PointSpec | None:
+        """A smaller point of the same sweep that ran out of memory or was killed."""
+        return next((b for b in self._blockers if _larger(spec, b)), None)
+
+
+def _plan_digest(plan: dict) -> str:
+    return hashlib.sha1(json.dumps(plan["specs"], sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _csv_rows(path: Path):
+    with open(path, newline="") as f:
+        yield from csv.DictReader(f)
+
+
+def store_side_table(kind: str, table, *, out: Path | None, command: list[str], preset: str | None) -> Path:
+    """paths.csv / claims.csv, added to an existing run folder or in a new one of its own; returns its path."""
+    if out is not None and is_run_dir(out):
+        folder = RunFolder(out, hold(out))
+    else:
+        folder = RunFolder.create(out, kind)
+    try:
+        if not folder.has_meta():
+            folder.begin(
+                kind, command, preset, torch.get_num_threads(), status="finished", finished_utc=storage.utc_now()
+            )
+        return folder.add_table(f"{kind}.csv", table)
+    finally:
+        folder.release()

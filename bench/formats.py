@@ -1,0 +1,63 @@
+"""Older run folders, in one place: what each was written without, and how a reader copes. meta.json's
+`schema` is a folder's format; one without the key is schema 1."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import RunFailed
+from .spec import mode_of
+
+SCHEMA = 2  # meta.json `schema` of the folders this version writes
+# Schema 1 folders were written over many versions; depending on their age they lack
+#   points.csv: columns added since (`mode`, `node`, `mem_saved_bytes`...) and rows' `point_id`;
+#   timings.jsonl: `visit_s`, and before interleaved passes `point_id`, `attempt` and `pass` (not resumable);
+#     before sampling until known, attempt 1 was a whole second set of passes;
+#   started.jsonl: `process` (the writer's pid stood for it);
+#   meta.json: `plan_sha1` and `points_planned` (the plan is then taken as it is).
+
+
+def schema_of(meta: dict, path: Path) -> int:
+    """The folder's format; RunFailed for one newer than this version reads."""
+    schema = meta.get("schema", 1)
+    if not isinstance(schema, int) or schema > SCHEMA:
+        raise RunFailed(f"{path}: schema {schema!r}, this version reads 1 to {SCHEMA}: update bench to read it")
+    return schema
+
+
+def points_header(path: Path, columns: list[str]) -> list[str]:
+    """The columns rows are appended to `path` in: an older folder's own header, else `columns`."""
+    if not path.exists() or path.stat().st_size == 0:
+        return columns
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), [])
+    return header if header and set(header) <= set(columns) and header[-1] == columns[-1] else columns
+
+
+def identified(df: pd.DataFrame) -> pd.Series:
+    """Which rows have a point id; an older row without one is known by its spec columns."""
+    return df["point_id"].notna() & (df["point_id"].astype(str).str.strip() != "")
+
+
+def with_mode(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows stored before the `mode` column measured inference."""
+    return df.assign(mode=mode_of(df))
+
+
+def check_record(record: dict, path: Path) -> None:
+    if not {"point_id", "attempt", "pass"} <= set(record):
+        raise RunFailed(
+            f"{path}: written by an older version without interleaved passes; it cannot be resumed (start a new run)"
+        )
+
+
+def visit_s(record: dict) -> float:
+    """Seconds a pass over a point took; a record from before `visit_s`: its rounds' time."""
+    return record.get("visit_s", sum(record["stats"]["data"]) * record["stats"].get("iterations", 1))
+
+
+def process_of(entry: dict):
+    return entry.get("process", entry.get("pid"))

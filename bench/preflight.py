@@ -1,0 +1,324 @@
+"""What `run` says before it measures: the plan's warnings (sweeps that cannot be fitted, kernels wider than the
+sequence), its estimated duration and peak memory (bench.estimate), and whether it goes ahead unasked, is asked
+about on a terminal, or is refused. Method: docs/method.md."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Iterable, Mapping
+
+import pandas as pd
+import psutil
+
+import models
+
+from . import estimate, machine
+from .errors import BadInput
+from .estimate import PlanEstimate, PointEstimate, device_kind
+from .spec import LAYER_SIZES, SIZES, PointSpec, expand_grid
+from .sweeps import MIN_FIT_POINTS, SWEEP_KEYS, VARIABLES, asymptotic_range, sweep_keys, sweeps
+from .timing import TimingPolicy
+
+PLAN_SIZES = (*(s for s in SIZES if s != "batch"), "batch")  # the sizes a warning names, in its order
+LONG_RUN_S = 30 * 60  # above this estimate `run` asks before measuring (or wants --yes without a terminal)
+# On the CPU a point beyond the memory swaps or meets the OS's out-of-memory killer, which ends the whole run; on a
+# GPU the allocator raises torch.OutOfMemoryError, stored as `oom` (the gpu preset relies on it).
+REFUSED_BEYOND_MEMORY = ("cpu",)
+
+
+def plan_warnings(specs: list[PointSpec]) -> list[str]:
+    """One line per sweep of at least MIN_FIT_POINTS values, or n-sweep of the points in none, whose fixed fit
+    range keeps fewer, with sizes that would serve; none where another sweep of the plan fits that layer and
+    variable. Devices and dtypes share the rule, so a line is given once."""
+    if not specs:
+        return []
+    points = pd.DataFrame([spec.as_row() for spec in specs]).assign(status="ok")
+    pending, fitted, covered = [], set(), set()
+    for variable in VARIABLES:
+        for fixed, sweep in sweeps(points, variable):
+            if sweep[variable].nunique() >= MIN_FIT_POINTS:
+                covered.update(_keys(sweep))
+                warning = _plan_warning(fixed, sweep, variable)
+                pending += [((fixed["layer"], variable), line) for line in warning]
+                if not warning:
+                    fitted.add((fixed["layer"], variable))
+    alone = points[[key not in covered for key in _keys(points)]]
+    keys = sweep_keys(alone)
+    fixed_keys = [c for c in SWEEP_KEYS if c != "n"]
+    for key, group in alone.groupby([keys[c] for c in fixed_keys], dropna=False):
+        fixed = dict(zip(fixed_keys, key))
+        pending += [((fixed["layer"], "n"), line) for line in _plan_warning(fixed, group.drop_duplicates("n"), "n")]
+    return list(dict.fromkeys(line for what, line in pending if what not in fitted))
+
+
+def _keys(frame: pd.DataFrame) -> list[tuple]:
+    return list(sweep_keys(frame).astype(object).fillna(-1).itertuples(index=False, name=None))
+
+
+def _plan_warning(fixed: dict, sweep: pd.DataFrame, variable: str) -> list[str]:
+    layer = fixed["layer"]
+    kept = asymptotic_range(sweep, variable, layer)
+    if len(kept) >= MIN_FIT_POINTS:
+        return []
+    row = models.LAYERS[layer].table1
+    values = sorted(int(v) for v in sweep[variable])
+    sizes = ", ".join(f"{k}={int(fixed[k])}" for k in PLAN_SIZES if k in fixed and not pd.isna(fixed[k]))
+    listed = f"{variable}={','.join(map(str, values))}"
+    what = f"the {variable}-sweep {listed}" if len(values) > 1 else f"the single point {listed}"
+    why = f"fewer than the {MIN_FIT_POINTS} a fit needs"
+    if row.fit_n_over_d is not None and len(kept) < len(sweep):
+        bound = f" = {row.fit_n_over_d * int(fixed['d'])}" if variable == "n" else ""
+        why = (
+            f"only n >= {row.fit_n_over_d}·d{bound} count, where Table 1's {row.compute_text} term carries the "
+            f"counted FLOPs; {why}"
+        )
+    return [
+        f"{layer} at {sizes}: {what} keeps {len(kept)} of {len(values)} point{'s' if len(values) != 1 else ''} "
+        f"for the FLOPs and memory fits ({why}); {_sizes_that_serve(fixed, sweep, kept, variable)}"
+    ]
+
+
+def _sizes_that_serve(fixed: dict, sweep: pd.DataFrame, kept: pd.DataFrame, variable: str) -> str:
+    """The condition the fixed range puts on the swept size, and an example of MIN_FIT_POINTS sizes the layer
+    accepts and the range keeps (none where the layer refuses them)."""
+    layer = fixed["layer"]
+    ratio = models.LAYERS[layer].table1.fit_n_over_d
+    first = sweep.iloc[0]
+    values = sorted(int(v) for v in sweep[variable])
+    chosen = sorted(int(v) for v in kept[variable])  # the sizes the rule keeps already
+    alternative = ""
+    if ratio is not None and variable == "d":  # d <= n / ratio: smaller widths, or a longer sequence
+        limit = int(first["n"]) // ratio
+        chosen = chosen or ([limit] if limit >= 1 else [])
+        while chosen and len(chosen) < MIN_FIT_POINTS and chosen[0] // 2 >= 1:
+            chosen.insert(0, chosen[0] // 2)
+        condition = f"d <= {limit} (n/{ratio}): give at least {MIN_FIT_POINTS} such d"
+        alternative = f"; or n >= {ratio * values[-1]} ({ratio}·d for d up to {values[-1]})"
+    elif ratio is not None and variable == "n":
+        bound = ratio * int(first["d"])
+        chosen = chosen or [bound]
+        while len(chosen) < MIN_FIT_POINTS:
+            chosen.append(chosen[-1] * 2)
+        condition = f"n >= {bound} ({ratio}·d): give at least {MIN_FIT_POINTS} such n"
+    elif ratio is not None and not len(kept):  # another size swept at an n below ratio·d
+        return f"give n >= {ratio * int(first['d'])} ({ratio}·d)"
+    else:
+        step = values[-1] - values[0] if variable == "k" and len(values) > 1 else 2
+        while len(chosen) < MIN_FIT_POINTS:
+            chosen.append(chosen[-1] + step if variable == "k" else chosen[-1] * 2)
+        condition = f"give at least {MIN_FIT_POINTS} values of {variable}"
+    if len(chosen) >= MIN_FIT_POINTS and _plan_keeps(fixed, variable, chosen):
+        condition += f", e.g. --{variable} {','.join(map(str, chosen))}"
+    return condition + alternative
+
+
+def _plan_keeps(fixed: dict, variable: str, values: list[int]) -> bool:
+    """Whether the sweep of `values` at the `fixed` sizes is valid and keeps MIN_FIT_POINTS points."""
+    sizes = {s: [None] if pd.isna(fixed.get(s)) else [int(fixed[s])] for s in SIZES if s != variable}
+    try:  # a dilation left out (NaN: its k's) is derived from each k again
+        specs = expand_grid(
+            layers=[fixed["layer"]], **sizes, **{variable: values}, devices=[fixed["device"]], dtypes=[fixed["dtype"]]
+        )
+    except BadInput:
+        return False
+    frame = pd.DataFrame([spec.as_row() for spec in specs])
+    return len(asymptotic_range(frame, variable, fixed["layer"])) >= MIN_FIT_POINTS
+
+
+def wide_kernel_warnings(points: Iterable[tuple[str, int, int | None]]) -> list[str]:
+    """One line per kernel size k wider than a sequence length n it is paired with, of (layer, n, k) of the
+    layers that read k. Only the kernel's own width: conv_dilated's span may exceed n by design."""
+    wide: dict[int, tuple[set[str], set[int]]] = {}
+    for layer, n, k in points:
+        if k is not None and "k" in models.LAYERS[layer].uses and k > n:
+            layers, ns = wide.setdefault(k, (set(), set()))
+            layers.add(layer)
+            ns.add(n)
+    return [
+        f"k={k} is wider than the sequence at n={','.join(map(str, sorted(ns)))} "
+        f"({', '.join(sorted(layers))}): most of each output's taps read the zero padding, outside Table 1's "
+        f"setting of a kernel narrower than the sequence (k < n); measured anyway"
+        for k, (layers, ns) in sorted(wide.items())
+    ]
+
+
+def format_duration(seconds: float) -> str:
+    """In the unit that reads best: 45 s, 2.4 min, 30 min, 1.5 h, 12 days."""
+    for unit, size, below in (("s", 1, 90), ("min", 60, 90 * 60), ("h", 3600, 48 * 3600), ("days", 86400, math.inf)):
+        if seconds < below:
+            value = seconds / size
+            return f"{value:.1f} {unit}" if value < 10 and unit != "s" else f"{value:.0f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def format_bytes(n: float) -> str:
+    """Three significant digits in decimal units: 579 MB, 1.2 GB."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 999.5:
+            return f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n:.3g} TB"
+
+
+def describe_point(spec: PointSpec) -> str:
+    uses = models.LAYERS[spec.layer].uses
+    sizes = [f"{name}={getattr(spec, name)}" for name in SIZES if name not in LAYER_SIZES or name in uses]
+    dtype = "" if spec.dtype == "float32" else f" {spec.dtype}"
+    return f"{spec.layer} {' '.join(sizes)} on {spec.device}{dtype}"
+
+
+def summary_line(plan: PlanEstimate) -> str:
+    """`plan: 115 points, about 2.4 min on this machine (estimate...), peak memory about 570 MB on cpu (...)`."""
+    memory = ", ".join(
+        f"{format_bytes(p.memory_bytes)} on {device} ({describe_point(p.spec).rsplit(' on ', 1)[0]})"
+        for device, p in sorted(plan.largest().items())
+    )
+    extra = f"; at most {format_duration(plan.extra_s)} more where points need more rounds" if plan.extra_s else ""
+    return (
+        f"plan: {len(plan.points)} points, about {format_duration(plan.time_s)} on this machine "
+        f"(estimate{extra}), peak memory about {memory or '0 B'}"
+    )
+
+
+def _beyond(plan: PlanEstimate, limits: Mapping[str, int], kinds: tuple[str, ...]) -> dict[str, list]:
+    out: dict[str, list[PointEstimate]] = {}
+    for p in plan.points:
+        device = p.spec.device
+        if device_kind(device) in kinds and device in limits and p.memory_bytes > limits[device]:
+            out.setdefault(device, []).append(p)
+    return {device: sorted(ps, key=lambda p: -p.memory_bytes) for device, ps in sorted(out.items())}
+
+
+def _beyond_text(points: list[PointEstimate], limit: int, what: str) -> str:
+    largest = describe_point(points[0].spec)
+    if len(points) == 1:
+        return (
+            f"{largest} needs about {format_bytes(points[0].memory_bytes)}, more than the {format_bytes(limit)} {what}"
+        )
+    return (
+        f"{largest} and {len(points) - 1} smaller point(s) need up to about "
+        f"{format_bytes(points[0].memory_bytes)}, more than the {format_bytes(limit)} {what}"
+    )
+
+
+def too_large(plan: PlanEstimate, total_bytes: Mapping[str, int]) -> list[str]:
+    """One line per device of REFUSED_BEYOND_MEMORY with points estimated above its whole memory."""
+    return [
+        _beyond_text(points, total_bytes[device], f"of memory {device} has")
+        for device, points in _beyond(plan, total_bytes, REFUSED_BEYOND_MEMORY).items()
+    ]
+
+
+def expected_ooms(plan: PlanEstimate, total_bytes: Mapping[str, int]) -> list[str]:
+    """One line per other device (a GPU) with points estimated above its whole memory: warned about."""
+    kinds = tuple(k for k in estimate.CALL_OVERHEAD_S if k not in REFUSED_BEYOND_MEMORY)
+    return [
+        _beyond_text(points, total_bytes[device], f"of memory {device} has")
+        + ": expected to run out of memory, stored as oom with the larger points of the layer skipped"
+        for device, points in _beyond(plan, total_bytes, kinds).items()
+    ]
+
+
+def reasons_to_ask(
+    plan: PlanEstimate, available_bytes: Mapping[str, int], long_run_s: float | None = None
+) -> list[str]:
+    """Why a run should not start unasked: an estimate above `long_run_s` (default LONG_RUN_S), or a point above
+    the memory available now on a device of REFUSED_BEYOND_MEMORY."""
+    long_run_s = LONG_RUN_S if long_run_s is None else long_run_s
+    reasons = []
+    if plan.time_s > long_run_s:
+        reasons.append(
+            f"it takes about {format_duration(plan.time_s)} (estimate), above the "
+            f"{format_duration(long_run_s)} a run starts without asking"
+        )
+    for device, points in _beyond(plan, available_bytes, REFUSED_BEYOND_MEMORY).items():
+        reasons.append(_beyond_text(points, available_bytes[device], f"available on {device} now"))
+    return reasons
+
+
+def stdin_is_terminal() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+def _ask_stdin(question: str) -> bool:
+    print(question, end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def print_lines(lines: list[str]) -> None:
+    for line in lines:
+        print(line, file=sys.stderr)
+
+
+def device_memory(devices: Iterable[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """(available now, total) bytes of each device: psutil for the CPU, the CUDA driver for a GPU."""
+    import torch
+
+    available, total = {}, {}
+    for device in set(devices):
+        if device.startswith("cuda"):
+            available[device], total[device] = torch.cuda.mem_get_info()
+        else:
+            memory = psutil.virtual_memory()
+            available[device], total[device] = memory.available, memory.total
+    return available, total
+
+
+def confirm_plan(
+    plan: PlanEstimate,
+    available_bytes: dict[str, int],
+    total_bytes: dict[str, int],
+    *,
+    yes: bool,
+    interactive: bool,
+    ask: Callable[[str], bool] | None = None,
+) -> None:
+    """Go ahead, or raise BadInput. With `yes` always; a CPU point above the whole memory: refused; a long plan,
+    or a CPU point above the memory available now: asked about (`ask`) when `interactive`, else refused."""
+    if yes:
+        return
+    refused = too_large(plan, total_bytes)
+    if refused:
+        raise BadInput(f"run: {'; '.join(refused)}; give smaller sizes, or --yes to try it anyway")
+    reasons = reasons_to_ask(plan, available_bytes)
+    if not reasons:
+        return
+    if not interactive:
+        raise BadInput(
+            f"run: {'; '.join(reasons)}; stdin is not a terminal to ask, so give --yes to measure it anyway, "
+            "or a smaller plan"
+        )
+    if not (ask or _ask_stdin)(f"{'; '.join(reasons)}. Measure it? [y/N] "):
+        raise BadInput("run: not confirmed, nothing measured; --yes measures without asking")
+
+
+def before_measuring(
+    specs: list[PointSpec], policy: TimingPolicy, *, threads: int | None, yes: bool, on_cluster: bool
+) -> list[str]:
+    """The lines to print before a new run measures: its warnings, then `plan: N points, about T ...`; raises
+    BadInput where the plan is refused. A question prints the lines first; a refusal prints nothing else."""
+    warnings = plan_warnings(specs) + wide_kernel_warnings((s.layer, s.n, s.k) for s in specs)
+    if on_cluster and any(s.device != "cpu" for s in specs) and not machine.cuda_available():
+        return [
+            *(f"warning: {line}" for line in warnings),
+            f"plan: {len(specs)} points (no estimate: this machine has no GPU to time a matmul on)",
+        ]
+    from .load import Load, choose_threads, physical_cores
+    from .threads import pinned_threads
+
+    quiet = Load(others_busy_cores=0.0, loadavg_1m=0.0, logical_cores=psutil.cpu_count() or 1, wall_s=0.0)
+    with pinned_threads(threads or choose_threads(quiet, physical_cores())[0]):  # the run measures its load
+        rates = estimate.quick_rates(specs)
+    plan = estimate.estimate_plan(specs, policy, rates)
+    available, total = device_memory({s.device for s in specs})
+    lines = [f"warning: {line}" for line in [*warnings, *expected_ooms(plan, total)]]
+    lines.append(summary_line(plan))
+
+    def ask(question: str) -> bool:
+        print_lines(lines)
+        lines.clear()
+        return _ask_stdin(question)
+
+    confirm_plan(plan, available, total, yes=yes, interactive=stdin_is_terminal(), ask=ask)
+    return lines

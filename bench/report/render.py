@@ -1,0 +1,86 @@
+"""The report's two pages from one markdown text: report.md, and report.html with a first screen (headline,
+verdicts, contents) and every `## ` section collapsible."""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+
+import markdown
+
+HTML_STYLE = """
+h1 { font-size: 1.55rem; margin: 0.5rem 0; }
+body { font-family: system-ui, sans-serif; max-width: 78rem; margin: 1.5rem auto; padding: 0 1rem; line-height: 1.45; }
+table { border-collapse: collapse; font-size: 0.85rem; margin: 1rem 0; }
+th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: left; }
+th { background: #f3f3f3; }
+#verdicts table { font-size: 0.8rem; }
+#verdicts td, #verdicts th { padding: 0.15rem 0.35rem; white-space: nowrap; }
+#toc ul { columns: 2; margin: 0.5rem 0; }
+details { border-top: 1px solid #ddd; padding: 0.3rem 0; }
+details > summary { cursor: pointer; }
+details > summary h2 { display: inline; font-size: 1.3rem; }
+img { max-width: 100%; }
+code { background: #f5f5f5; padding: 0 0.2rem; }
+.wide { overflow-x: auto; }
+"""
+# Opens the section a table-of-contents link points to (a closed <details> would hide it).
+HTML_SCRIPT = """
+function openTarget() { const t = document.getElementById(location.hash.slice(1)); if (t && t.tagName === 'DETAILS') t.open = true; }
+window.addEventListener('hashchange', openTarget); window.addEventListener('DOMContentLoaded', openTarget);
+"""
+MD_EXTENSIONS = ["tables", "fenced_code"]
+
+
+@dataclass
+class Section:
+    anchor: str
+    title: str
+    body: str
+
+
+def split_sections(md_text: str) -> list[Section]:
+    sections, seen = [], set()
+    for chunk in re.split(r"(?m)^## ", md_text):
+        if not chunk.strip():
+            continue
+        title, _, body = chunk.partition("\n")
+        anchor = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "section"
+        while anchor in seen:
+            anchor += "-2"
+        seen.add(anchor)
+        sections.append(Section(anchor, title.strip(), body))
+    return sections
+
+
+def _toc(sections: list[Section]) -> str:
+    return "\n".join(f"- [{s.title}](#{s.anchor})" for s in sections) + "\n"
+
+
+def to_markdown(title: str, first_screen: str, sections: list[Section]) -> str:
+    parts = [f"# {title}\n", first_screen, "**Contents**\n", _toc(sections)]
+    parts += [f'<a id="{s.anchor}"></a>\n\n## {s.title}\n{s.body}' for s in sections]
+    return "\n".join(parts)
+
+
+def _html(md_text: str) -> str:
+    body = markdown.markdown(md_text, extensions=MD_EXTENSIONS)
+    return body.replace("<table>", '<div class="wide"><table>').replace("</table>", "</table></div>")
+
+
+def to_html(title: str, headline: str, verdicts: str, intro: str, sections: list[Section]) -> str:
+    toc = markdown.markdown(_toc(sections), extensions=MD_EXTENSIONS)
+    details = "\n".join(
+        f'<details id="{s.anchor}"><summary><h2>{html.escape(s.title)}</h2></summary>\n{_html(s.body)}\n</details>'
+        for s in sections
+    )
+    return (
+        f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{html.escape(title)}</title>"
+        f"<style>{HTML_STYLE}</style><script>{HTML_SCRIPT}</script></head><body>\n"
+        f"<section id='first-screen'>\n<h1>{html.escape(title)}</h1>\n{_html(headline)}\n"
+        f"<div id='verdicts'>\n{markdown.markdown(verdicts, extensions=MD_EXTENSIONS)}\n</div>\n"
+        f"<nav id='toc'><strong>Contents</strong> (each section opens on a click)\n{toc}</nav>\n{_html(intro)}\n"
+        f"</section>\n{details}\n</body></html>\n"
+    )

@@ -1,0 +1,270 @@
+"""Sweeps: points that differ in one size only, what Table 1 predicts over them, and the range of each that a
+fit uses (FLOPs and memory: a fixed rule; time: the measured asymptotic regime). Method: docs/method.md."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import optimize, stats
+
+import models
+
+from . import clock as clocks
+from . import timing
+from .spec import LAYER_SIZES, SIZES, SWEPT_STACK_LAYER, WHERE, mode_of
+
+VARIABLES = ("n", "d", "k")  # the sizes a sweep may vary
+MIN_FIT_POINTS = 3
+TOLERANCE = {"flops": 0.15, "time": 0.2, "memory": 0.35}  # the band around a prediction, and Table 1's regime
+PLATEAU_FRACTION = 0.8  # a time sweep is asymptotic from the first point within this share of its best rate
+PER_CALL_SHARE_THRESHOLD = 0.2  # a per-call cost above this share of the time explains a time exponent
+ELEMENTWISE_SHARE_THRESHOLD = 0.05  # element-wise work above this share of all FLOPs may set the time
+# per point, the device's compute peak on each clock (bench.peak), where the caller adds it
+PEAK_COLUMNS = {timing.WALL: "peak_flops_per_s", timing.CPU: "peak_cpu_flops_per_s"}
+SWEEP_KEYS = ["layer", *WHERE, "batch", *(s for s in SIZES if s != "batch")]  # a point's identity (bench.spec)
+FIXED_SIZES = tuple(s for s in SIZES if s != "batch")  # what fits.csv's `fixed` names; batch has its own column
+
+
+def _g(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _pct(fraction: float) -> str:
+    value = 100 * fraction
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
+
+
+def _dilation_beside_k(points: pd.DataFrame) -> pd.Series:
+    def given_by_k(layer, k) -> float:
+        cls = models.LAYERS.get(layer)
+        if cls is None or "dilation" not in cls.uses or pd.isna(k):
+            return math.nan
+        return cls.path.stack_dilation(SWEPT_STACK_LAYER, int(k))
+
+    by_k = [given_by_k(layer, k) for layer, k in zip(points["layer"], points["k"])]
+    return points["dilation"].where(points["dilation"].ne(by_k))
+
+
+def sweep_keys(points: pd.DataFrame) -> pd.DataFrame:
+    """Per point, what a sweep holds fixed: SWEEP_KEYS and any `source`. A dilated convolution's dilation moves
+    with k along a k-sweep, so the key holds only a dilation other than k's (NaN: k's)."""
+    keys = (["source"] if "source" in points else []) + SWEEP_KEYS
+    missing = {c: np.nan for c in (*LAYER_SIZES, "mode") if c not in points}
+    frame = points.assign(**missing)
+    return frame.assign(dilation=_dilation_beside_k(frame))[keys]
+
+
+def sweeps(points: pd.DataFrame, variable: str):
+    """(fixed sizes, points) of each group of ok points that differ only in `variable`, over at least 2 values."""
+    if "mode" not in points:  # stored before modes: inference
+        points = points.assign(mode=mode_of(points))
+    ok = points[points["status"] == "ok"]
+    keys = sweep_keys(ok)
+    fixed = [c for c in keys if c != variable]
+    for key, group in ok.groupby([keys[c] for c in fixed], dropna=False):
+        if group[variable].nunique() >= 2 and group[variable].notna().all():
+            yield dict(zip(fixed, key)), group.drop_duplicates(variable, keep="last")  # a re-measured point: its last
+
+
+def fixed_text(fixed: dict) -> str:
+    """The sizes a sweep holds fixed, as fits.csv's `fixed` column says them: `d=32, heads=4`."""
+    return ", ".join(f"{s}={int(fixed[s])}" for s in FIXED_SIZES if s in fixed and not pd.isna(fixed[s]))
+
+
+def _require_sizes(layer: str, points: pd.DataFrame, sizes) -> None:
+    for size in sizes:
+        if size not in points or points[size].isna().any():
+            raise ValueError(
+                f"{layer}: size {size!r} missing (needed by its formula); a {layer} point must store {size}"
+            )
+
+
+def table1_cost(layer: str, n, d, k=None, window=None) -> np.ndarray:
+    return models.LAYERS[layer].table1.cost(n, d, k, window)
+
+
+def table1_text(layer: str) -> str:
+    return models.LAYERS[layer].table1.compute_text
+
+
+def _cfg(row) -> models.LayerConfig:
+    return models.LayerConfig.of(row.d, row.dtype, **{s: getattr(row, s, None) for s in LAYER_SIZES})
+
+
+def predicted_exponent(metric: str, layer: str, sweep: pd.DataFrame, variable: str) -> float:
+    """Slope of Table 1's row (FLOPs, time) or of the activation estimate (memory) over the sweep's x."""
+    x = sweep[variable].to_numpy(float)
+    if metric == "memory":
+        _require_sizes(layer, sweep, models.LAYERS[layer].uses)
+        y = [models.analytic_activation_bytes(layer, int(r.batch), int(r.n), _cfg(r)) for r in sweep.itertuples()]
+    else:
+        _require_sizes(layer, sweep, models.LAYERS[layer].table1.sizes)
+        y = table1_cost(layer, sweep["n"], sweep["d"], sweep.get("k"), sweep.get("window"))
+    return float(stats.linregress(np.log(x), np.log(np.asarray(y, float))).slope)
+
+
+def asymptotic_range(sweep: pd.DataFrame, variable: str, layer: str) -> pd.DataFrame:
+    """The points of one sweep that the fixed rule of FLOPs and memory keeps, sorted by the variable."""
+    sweep = sweep.sort_values(variable)
+    n_over_d = models.LAYERS[layer].table1.fit_n_over_d
+    if n_over_d is not None:
+        return sweep[sweep["n"] >= n_over_d * sweep["d"]]
+    upper = sweep[sweep[variable] >= sweep[variable].median()]
+    if len(upper) < MIN_FIT_POINTS:
+        upper = sweep.tail(MIN_FIT_POINTS)
+    return upper
+
+
+def table1_regime_start(sweep: pd.DataFrame, variable: str, layer: str) -> int | None:
+    """Index of the first point (sweep sorted) from which every local FLOP exponent is within
+    TOLERANCE["flops"] of Table 1's, over at least MIN_FIT_POINTS points; None where there is no such suffix."""
+    x = sweep[variable].to_numpy(float)
+    flops = sweep["flops_counted"].to_numpy(float)
+    within = []
+    for i in range(len(sweep) - 1):
+        local = math.log(flops[i + 1] / flops[i]) / math.log(x[i + 1] / x[i])
+        predicted = predicted_exponent("flops", layer, sweep.iloc[i : i + 2], variable)
+        within.append(abs(local - predicted) <= TOLERANCE["flops"])
+    start = len(within)  # the last pair that fails, plus one
+    while start > 0 and within[start - 1]:
+        start -= 1
+    return start if len(sweep) - start >= MIN_FIT_POINTS else None
+
+
+def plateau_start(rates) -> int:
+    """Index of the first rate within PLATEAU_FRACTION of the best one (rates in sweep order)."""
+    rates = np.asarray(rates, float)
+    return int(np.argmax(rates >= PLATEAU_FRACTION * rates.max()))
+
+
+@dataclass(frozen=True)
+class OverheadFit:
+    """time ≈ per_call_s + flops / rate_flops_per_s."""
+
+    per_call_s: float
+    rate_flops_per_s: float  # inf when time does not grow with the FLOPs
+
+    def flops_to_plateau(self, fraction: float = PLATEAU_FRACTION) -> float:
+        """The FLOPs from which the rate f/(c + f/R) is at least fraction·R: f = c·R·fraction/(1 − fraction)."""
+        return self.per_call_s * self.rate_flops_per_s * fraction / (1 - fraction)
+
+
+def overhead_fit(flops, time_s) -> OverheadFit:
+    """t = c + f/R by non-negative least squares on relative error (rows scaled by 1/t), as two_term_fit."""
+    f, t = np.asarray(flops, float), np.asarray(time_s, float)
+    basis = np.column_stack([np.ones_like(f), f]) / t[:, None]
+    (c, inverse_rate), _ = optimize.nnls(basis, np.ones_like(t))
+    return OverheadFit(float(c), math.inf if inverse_rate == 0 else float(1 / inverse_rate))
+
+
+def size_for_flops(x, flops, target_flops: float) -> float:
+    """The size whose FLOPs reach target_flops, by the last two points' local exponent (NaN: no growth)."""
+    x, f = np.asarray(x, float), np.asarray(flops, float)
+    exponent = math.log(f[-1] / f[-2]) / math.log(x[-1] / x[-2])
+    if not exponent > 0 or not math.isfinite(target_flops):
+        return math.nan
+    return float(x[-1] * (target_flops / f[-1]) ** (1 / exponent))
+
+
+def useful_flops(points: pd.DataFrame) -> pd.Series:
+    """`flops_useful` where the layer states it (work a kernel skips left out), else `flops_counted`."""
+    if "flops_useful" not in points:
+        return points["flops_counted"]
+    return points["flops_useful"].where(points["flops_useful"].notna(), points["flops_counted"])
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    data: pd.DataFrame  # the points to fit (may be fewer than MIN_FIT_POINTS), their time on `clock` in time_s
+    sweep: pd.DataFrame  # the sweep's reliable points with a time, sorted
+    rule: str
+    left_out: int  # unreliable points left out
+    reason: str  # why there is no fit ("" when there is one)
+    overhead: OverheadFit | None
+    plateau_size: float  # where "not asymptotic yet": the size that would reach the plateau
+    clock: str = timing.WALL  # the clock of every time in it (bench.clock.group_clock)
+
+
+def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
+    """The measured asymptotic range of one time sweep, on one clock for all its points."""
+    sweep = clocks.on_clock(sweep.sort_values(variable))
+    on = sweep["clock"].iloc[0] if len(sweep) else timing.WALL
+    timed = sweep[sweep["time_s"].notna() & (sweep["time_s"] > 0)]
+    keep = timed["time_ok"].astype(bool)
+    reliable = timed[keep]
+    left_out = int((~keep).sum())
+
+    def result(data, rule, reason, overhead=None, size=math.nan) -> TimeRange:
+        return TimeRange(data, reliable, rule, left_out, reason, overhead, size, on)
+
+    if len(reliable) < MIN_FIT_POINTS:
+        return result(reliable, "plateau", f"too few points ({len(reliable)} < {MIN_FIT_POINTS})")
+    flops, t = reliable["flops_counted"].to_numpy(float), reliable["time_s"].to_numpy(float)
+    if not (np.isfinite(flops).all() and (flops > 0).all()):
+        data = asymptotic_range(reliable, variable, layer)
+        reason = f"too few points ({len(data)} < {MIN_FIT_POINTS})" if len(data) < MIN_FIT_POINTS else ""
+        return result(data, "fixed (no FLOP counts)", reason)
+    rates = flops / t
+    overhead = overhead_fit(flops, t)
+    regime = table1_regime_start(reliable, variable, layer)
+    if regime is None:
+        exponent = float(stats.linregress(np.log(reliable[variable].to_numpy(float)), np.log(flops)).slope)
+        predicted = predicted_exponent("flops", layer, reliable, variable)
+        reason = (
+            f"Table 1's term does not set the counted FLOPs here (their exponent {exponent:.2f} "
+            f"against {predicted:.2f} over {variable} = {int(reliable[variable].iloc[0])}–"
+            f"{int(reliable[variable].iloc[-1])}), so time cannot test it"
+        )
+        return result(reliable.iloc[0:0], "plateau", reason, overhead)
+    data = reliable.iloc[max(plateau_start(rates), regime) :]
+    if len(data) >= MIN_FIT_POINTS:
+        return result(data, "plateau", "", overhead)
+    peak_column = PEAK_COLUMNS[on]
+    peak = reliable[peak_column].to_numpy(float) if peak_column in reliable else np.full(len(rates), np.nan)
+    if np.isfinite(peak).all():
+        shares, of = useful_flops(reliable).to_numpy(float) / t / peak, "peak"
+    else:
+        shares, of = rates / rates.max(), "the sweep's best"
+    target = overhead.flops_to_plateau()
+    size = size_for_flops(reliable[variable], flops, target) if target > flops[-1] else math.nan
+    if math.isfinite(size):
+        reach = f"{variable} ≥ {math.ceil(round(size, 6))} would reach the plateau"  # round: float noise
+    elif target <= flops[-1]:
+        reach = "the rate rises more than a per-call cost explains (t = c + f/R), so no size is predicted"
+    else:
+        reach = "t = c + f/R gives no size that reaches the plateau"
+    reason = f"not asymptotic yet ({_pct(shares[0])} % → {_pct(shares[-1])} % of {of}; {reach})"
+    return result(data, "plateau", reason, overhead, size)
+
+
+def time_explanation(tr: TimeRange, variable: str) -> tuple[str, dict]:
+    """(text, numbers) of what Table 1 leaves out that the data shows to matter: a per-call cost, element-wise work."""
+    data = tr.sweep if tr.reason or tr.data[variable].nunique() < 2 else tr.data
+    out, numbers = [], {}
+    if tr.overhead is not None and len(data):
+        c, rate = tr.overhead.per_call_s, tr.overhead.rate_flops_per_s
+        share = c / (c + float(data["flops_counted"].iloc[0]) / rate) if c > 0 else 0.0  # of the modelled time
+        numbers["per_call_s"], numbers["per_call_share"] = c, share
+        if share > PER_CALL_SHARE_THRESHOLD:
+            out.append(
+                f"a per-call cost c = {_g(c)} s is {_pct(share)} % of the time at {variable} = "
+                f"{int(data[variable].iloc[0])} (t = c + f/R over the sweep)"
+            )
+    if "flops_elementwise" in data and data[variable].nunique() >= 2:
+        elem, matmul = data["flops_elementwise"].to_numpy(float), data["flops_counted"].to_numpy(float)
+        if np.isfinite(elem).all() and (elem > 0).all() and (matmul > 0).all():
+            shares = elem / (elem + matmul)
+            x = data[variable].to_numpy(float)
+            elem_exp = float(stats.linregress(np.log(x), np.log(elem)).slope)
+            matmul_exp = float(stats.linregress(np.log(x), np.log(matmul)).slope)
+            numbers.update(elementwise_share=float(shares.max()), elementwise_exponent=elem_exp)
+            if shares.max() > ELEMENTWISE_SHARE_THRESHOLD and abs(elem_exp - matmul_exp) > TOLERANCE["time"]:
+                out.append(
+                    f"element-wise work (softmax, gates; not in Table 1) is {_pct(shares[0])} % → "
+                    f"{_pct(shares[-1])} % of the FLOPs over {variable} = {int(x[0])}–{int(x[-1])} and grows "
+                    f"as {variable}^{elem_exp:.2f}, the matrix products as {variable}^{matmul_exp:.2f}"
+                )
+    return "; ".join(out), numbers
