@@ -21,7 +21,7 @@ from filelock import FileLock, Timeout
 
 from . import formats, machine, storage
 from .errors import BadInput, RunFailed
-from .spec import PointSpec, validate
+from .spec import IDENTITY, PointSpec, validate
 from .timing import TimingPolicy
 
 META, PLAN, POINTS, TIMINGS, STARTED, ERRORS = (
@@ -149,9 +149,8 @@ def read_started(run_dir: Path) -> list[dict]:
 
 
 def _larger(spec: PointSpec, than: PointSpec) -> bool:
-    """Same layer, device, dtype and other settings, and at least as large in n, d and batch."""
-    fixed = ("layer", "device", "dtype", "k", "heads", "window", "dilation")
-    same = all(getattr(spec, f) == getattr(than, f) for f in fixed)
+    """Same layer, device, dtype, mode and other sizes, and at least as large in n, d and batch."""
+    same = all(getattr(spec, f) == getattr(than, f) for f in IDENTITY if f not in ("n", "d", "batch"))
     return same and spec.n >= than.n and spec.d >= than.d and spec.batch >= than.batch and spec != than
 
 

@@ -17,19 +17,12 @@ import pandas as pd
 
 from . import formats
 from .errors import RunFailed
+from .spec import LAYER_SIZES, SIZES
 
+# A point's identity (bench.spec.IDENTITY) in points.csv's column order, which bench/interface.md fixes.
+IDENTITY_COLUMNS = ("layer", "device", "dtype", "batch", "n", "d", *LAYER_SIZES, "mode")
 POINT_COLUMNS = [
-    "layer",
-    "device",
-    "dtype",
-    "batch",
-    "n",
-    "d",
-    "k",
-    "heads",
-    "window",
-    "dilation",
-    "mode",
+    *IDENTITY_COLUMNS,
     "time_median_s",
     "time_iqr_s",
     "time_mean_s",
@@ -79,8 +72,8 @@ POINT_COLUMNS = [
     "finished_utc",
 ]
 STATUSES = ("ok", "oom", "killed", "error", "skipped")
-SPEC_COLUMNS = ("layer", "device", "dtype", "batch", "n", "d", "k", "heads", "window", "dilation", "mode", "node")
-SIZE_COLUMNS = ("n", "d", "batch")
+SPEC_COLUMNS = (*IDENTITY_COLUMNS, "node")
+SIZE_COLUMNS = tuple(s for s in SIZES if s not in LAYER_SIZES)  # the sizes every point has
 TEXT_COLUMNS = (
     "time_flag",
     "time_wall_flag",

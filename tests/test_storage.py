@@ -56,3 +56,10 @@ def test_out_dir_must_be_new_or_empty(tmp_path):
     (tmp_path / "full" / "points.csv").write_text("x")
     with pytest.raises(BadInput, match="never overwritten"):
         folder.claim_out_dir(tmp_path / "full")
+
+
+def test_points_csv_begins_with_a_points_identity():
+    from bench.spec import IDENTITY  # noqa: PLC0415
+
+    assert sorted(storage.IDENTITY_COLUMNS) == sorted(IDENTITY)
+    assert storage.POINT_COLUMNS[: len(IDENTITY)] == list(storage.IDENTITY_COLUMNS)
