@@ -82,6 +82,7 @@ def test_a_row_is_stored_once_and_an_oom_blocks_its_larger_siblings(tmp_path):
     assert folder.stored(SPECS[0].point_id) and not folder.stored(SPECS[1].point_id)
     assert folder.blocked_by(SPECS[1]) == SPECS[0]  # same sweep, larger n
     assert folder.blocked_by(PointSpec(layer="lstm", n=16, d=4)) is None  # another layer
+    assert folder.blocked_by(PointSpec(layer="conv", n=16, d=4, k=3, mode="train")) is None  # another mode
     with pytest.raises(RunFailed, match=f"point {SPECS[0].point_id} .* is already stored"):
         folder.store_row(SPECS[0], _row(SPECS[0]))
     folder.note_start(SPECS[1].point_id, 0, 0)
