@@ -8,15 +8,13 @@ import logging
 import socket
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from tqdm import tqdm
 
 from .errors import BadInput, RunFailed
 from .folder import RunFolder
-from .ray_phase import Phase
+from .ray_phase import Phase, Sweep
 from .ray_worker import plural
-from .run import skip_if_blocked
 from .spec import PointSpec
 from .timing import TimingPolicy
 
@@ -42,14 +40,6 @@ def import_ray():
             f"--ray: Ray is not installed in this Python ({sys.executable}); install the extra: {INSTALL_HINT}"
         ) from None
     return ray
-
-
-@dataclass(frozen=True)
-class Sweep:
-    folder: RunFolder
-    policy: TimingPolicy
-    seed: int
-    threads: int | None  # asked of every node; None: each chooses from its free cores
 
 
 class Cluster:
@@ -131,7 +121,7 @@ class Cluster:
             machines=meta.get("machines", {}),
             threads_reason=reason if reason.startswith(ON_RAY) else f"{ON_RAY}; {meta.get('threads_reason')}",
         )
-        pending = [s for s in specs if not skip_if_blocked(folder, s)]
+        pending = [s for s in specs if not folder.skip_if_blocked(s)]
         self.log(f"{self.describe()}; {plural(len(pending), 'point')} to measure; placement: {PLACEMENT}")
         bar = tqdm(total=len(pending), desc="points", unit="pt", disable=not progress, file=sys.stderr)
         sweep = Sweep(folder, policy, seed, threads)

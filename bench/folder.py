@@ -21,6 +21,7 @@ from filelock import FileLock, Timeout
 
 from . import formats, machine, storage
 from .errors import BadInput, RunFailed
+from .point import unmeasured_row
 from .spec import IDENTITY, PointSpec, validate
 from .timing import TimingPolicy
 
@@ -358,6 +359,15 @@ class RunFolder:
     def blocked_by(self, spec: PointSpec) -> PointSpec | None:
         """A smaller point of the same sweep that ran out of memory or was killed."""
         return next((b for b in self._blockers if _larger(spec, b)), None)
+
+    def skip_if_blocked(self, spec: PointSpec) -> bool:
+        """Store `spec` as `skipped` if a smaller point of its sweep ran out of memory or was killed."""
+        blocker = self.blocked_by(spec)
+        if blocker is None:
+            return False
+        reason = f"larger than n={blocker.n} d={blocker.d} batch={blocker.batch}, which ran out of memory or was killed"
+        self.store_row(spec, unmeasured_row(spec, int(self.meta["threads"]), "skipped", reason))
+        return True
 
 
 def _plan_digest(plan: dict) -> str:

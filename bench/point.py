@@ -150,6 +150,11 @@ def base_row(spec: PointSpec, threads: int) -> dict:
     )
 
 
+def unmeasured_row(spec: PointSpec, threads: int | None, status: str, error: str) -> dict:
+    """The row of a point stored without a measurement: out of memory, killed, skipped, an error."""
+    return dict(base_row(spec, threads), status=status, error=error)
+
+
 def point_row(
     spec: PointSpec, threads: int, timing: Timing, probes: dict, clock: tuple[str, str], others_busy_cores: float
 ) -> dict:

@@ -6,18 +6,16 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import RunFailed
-from .folder import KILLED_AFTER
+from .folder import KILLED_AFTER, RunFolder
 from .peak import with_measurement
+from .point import unmeasured_row
 from .ray_worker import NodeWorker, Placement, chunks, death_reason, node_columns, placements, plural
-from .run import skip_if_blocked, unmeasured_row
 from .spec import PointSpec, device_key
 from .storage import utc_now
-
-if TYPE_CHECKING:
-    from .cluster import Cluster, Sweep
+from .timing import TimingPolicy
 
 START_TIMEOUT_S = 300.0  # a busy cluster may hold the CPUs a first worker needs until its other jobs end
 POLL_S = 5.0  # how often the driver looks for nodes that joined or died while it waits for results
@@ -57,8 +55,18 @@ class _Worker:
         return f"[{host} {self.placement.node[:8]}]"
 
 
+@dataclass(frozen=True)
+class Sweep:
+    folder: RunFolder
+    policy: TimingPolicy
+    seed: int
+    threads: int | None  # asked of every node; None: each chooses from its free cores
+
+
 class Phase:
-    def __init__(self, cluster: Cluster, sweep: Sweep, device: str, bar):
+    """One device's points of a sweep, measured on the nodes of `cluster` (a bench.cluster.Cluster)."""
+
+    def __init__(self, cluster, sweep: Sweep, device: str, bar):
         self.cluster, self.ray, self.sweep, self.folder = cluster, cluster.ray, sweep, sweep.folder
         self.device, self.bar = device, bar
         self.remote = self.ray.remote(NodeWorker)
@@ -316,7 +324,7 @@ class Phase:
             self.folder.store_row(spec, {**row, **node_columns(worker.facts or {"node": node}, spec.device)})
             self.bar.update(1)
         chunk.specs = [s for s in chunk.specs if s not in failed]
-        skipped = [s for s in chunk.specs if skip_if_blocked(self.folder, s)]
+        skipped = [s for s in chunk.specs if self.folder.skip_if_blocked(s)]
         self.bar.update(len(skipped))
         chunk.specs = [s for s in chunk.specs if s not in skipped]
         then = f"{plural(len(chunk.specs), 'point')} of {chunk.name} go to another node" if chunk.specs else "stored"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 from statistics import fmean
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tqdm import tqdm
 
@@ -24,13 +24,19 @@ from .folder import KILLED_AFTER, META_KEYS, RunFolder, is_run_dir
 from .folder import store_side_table as store_side_table  # bench.cli's name for it
 from .load import Load, LoadMeter, busy_warning, choose_threads, physical_cores, sample_load
 from .peak import compute_peak, with_measurement
-from .point import PassFailure, base_row, measure_pass, point_row
+from .point import PassFailure, measure_pass, point_row, unmeasured_row
 from .spec import PointSpec, device_key
 from .threads import pinned_threads
 from .timing import Timing, TimingPolicy, choose_clock, method_constants, pass_order, rounds_of, summarize
 
-if TYPE_CHECKING:
-    from .cluster import Cluster
+
+class Elsewhere(Protocol):
+    """Where a run's points are measured when not in this process: a Ray cluster (bench.cluster.Cluster)."""
+
+    def measure(
+        self, folder: RunFolder, specs: list[PointSpec], policy: TimingPolicy, *, seed: int, progress: bool
+    ) -> None: ...
+
 
 FIRST, EXTRA = 0, 1  # a record's `attempt`: the plan's passes, then those sampling until the time is known
 META_REQUIRED = (*META_KEYS, "threads", "machine_info", "commit_info")  # what a resume needs
@@ -66,20 +72,6 @@ def sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, old)
 
 
-def unmeasured_row(spec: PointSpec, threads: int | None, status: str, error: str) -> dict:
-    return dict(base_row(spec, threads), status=status, error=error)
-
-
-def skip_if_blocked(folder: RunFolder, spec: PointSpec) -> bool:
-    """Store `spec` as `skipped` if a smaller point of its sweep ran out of memory or was killed."""
-    blocker = folder.blocked_by(spec)
-    if blocker is None:
-        return False
-    reason = f"larger than n={blocker.n} d={blocker.d} batch={blocker.batch}, which ran out of memory or was killed"
-    folder.store_row(spec, unmeasured_row(spec, int(folder.meta["threads"]), "skipped", reason))
-    return True
-
-
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
@@ -91,7 +83,7 @@ class Run:
     policy: TimingPolicy
     seed: int = 0
     log: Callable[[str], None] = _stderr
-    cluster: Cluster | None = None  # measures the points on a Ray cluster; None: this process
+    cluster: Elsewhere | None = None  # measures the points on a Ray cluster; None: this process
     measure_peaks: bool = True  # False in a Ray worker's chunk: its node measures the peak
     _timings: dict[str, tuple[int, Timing]] = field(default_factory=dict, init=False, repr=False)
 
@@ -124,7 +116,7 @@ class Run:
         threads_cap: int | None = None,
         seed: int = 0,
         log: Callable[[str], None] = _stderr,
-        cluster: Cluster | None = None,
+        cluster: Elsewhere | None = None,
     ) -> Run:
         threads, why, load = decide_threads(threads, threads_cap)
         folder = RunFolder.create(out, "-".join(sorted({s.device for s in specs})))
@@ -154,7 +146,7 @@ class Run:
         return run
 
     @classmethod
-    def resume(cls, run_dir: Path, log: Callable[[str], None] = _stderr, cluster: Cluster | None = None) -> Run:
+    def resume(cls, run_dir: Path, log: Callable[[str], None] = _stderr, cluster: Elsewhere | None = None) -> Run:
         """The run in `run_dir`, held, with what is stored checked (RunFailed naming what is damaged)."""
         if not run_dir.is_dir() or not is_run_dir(run_dir):
             raise BadInput(f"--resume {run_dir}: not a run folder (no meta.json there)")
@@ -312,7 +304,7 @@ class Run:
     def _visit(self, spec: PointSpec, attempt: int, p: int) -> None:
         first = attempt == FIRST and p == 0
         started_s = time.monotonic()
-        if first and skip_if_blocked(self.folder, spec):
+        if first and self.folder.skip_if_blocked(spec):
             return
         plan = None if first else self._plan(spec)
         self.folder.note_start(spec.point_id, attempt, p)
