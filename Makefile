@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 PRESET ?= quick
 
-.PHONY: install bench report compare lint test test-fast browser clean-venv
+.PHONY: install bench report compare reference-report lint test test-fast browser clean-venv
 
 install: $(VENV)/.installed
 
@@ -23,6 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[test,ray]"
 	@touch $@
 
+# bench, report and compare write this machine's report to reports/local/ (git ignores it); no tracked file changes.
 bench: install
 	$(PY) -m bench run --preset $(PRESET) --device auto
 	$(PY) -m bench paths --preset $(PRESET)
@@ -35,6 +36,10 @@ report: install
 # This machine's runs beside the reference runs that ship in results/reference/, each machine apart.
 compare: install
 	$(PY) -m bench report --compare reference
+
+# For maintainers, after a reference run is added: the shipped report (tracked) regenerated from results/reference/.
+reference-report: install
+	$(PY) -m bench report --results results/reference --out reports/reference
 
 # ruff (rules in pyproject.toml) and its formatter, then the tests.
 lint: install

@@ -14,7 +14,6 @@ import psutil
 
 import models
 
-from . import storage
 from .commands import COMMANDS, MAX_PATHS_N
 from .errors import BadInput, RunFailed
 from .preflight import LONG_RUN_S, format_duration
@@ -132,12 +131,13 @@ COMMAND_TEXT = {  # (help, description)
         "Measure each textbook claim about self-attention; write claims.csv.",
     ),
     "report": (
-        "regenerate reports/ from stored runs (measures nothing)",
+        "regenerate reports/local/ from stored runs (measures nothing)",
         "Write report.md, report.html, figures/, fits.csv, numbers.json, table.tex.",
     ),
     "cite": (
         "one measured number with its provenance; --list lists the keys",
-        "Print one number of reports/numbers.json as a sentence to paste, or list the keys with --list.",
+        "Print one number of numbers.json (reports/local/, then the shipped reports/reference/) as a sentence to "
+        "paste, or list the keys with --list.",
     ),
 }
 
@@ -149,16 +149,6 @@ def _grid_options(parser: argparse.ArgumentParser, preset_help: str, n_example: 
     parser.add_argument("--k", type=_int_list("k"), help="odd kernel sizes of the convolutions, e.g. 3,5 (default 3)")
     parser.add_argument(
         "--window", type=_positive_int("window"), help=f"r, the window of restricted attention {window_note}"
-    )
-
-
-def _reports_dir(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
-    parser.add_argument(
-        flag,
-        type=Path,
-        default=storage.RESULTS_ROOT.parent / "reports",
-        metavar="DIR",
-        help=f"{help} (default reports/)",
     )
 
 
@@ -265,7 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
         "share of the CPUs; a CPU point's worker always holds all of its node's CPUs",
     )
     run.add_argument(
-        "--no-progress", action="store_true", help="no progress bar (there is none when stderr is not a terminal)"
+        "--no-progress",
+        action="store_true",
+        help="no progress (a bar on a terminal; in a log file or a pipe, a line every few seconds)",
     )
 
     paths = command("paths")
@@ -289,7 +281,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="run folders, or folders of runs, to any depth (default: this machine's runs under results/, "
         "or the reference runs where it has none yet)",
     )
-    _reports_dir(report, "--out", "the folder to write report.md, report.html, figures/ and the tables to")
+    report.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="the folder to write report.md, report.html, figures/ and the tables to (default reports/local/; "
+        "reports/reference/ is the shipped report of results/reference/)",
+    )
     report.add_argument("--skip-bad", action="store_true", help="report the other runs when one is damaged")
     report.add_argument(
         "--compare",
@@ -301,17 +299,25 @@ def build_parser() -> argparse.ArgumentParser:
     cite.add_argument(
         "key",
         nargs="?",
-        help="a key of numbers.json, e.g. intel-xeon-2c-vm.cpu.attention.time.exponent_n: machine, device, layer, what (not with --list)",
+        help="a key of numbers.json, e.g. reference.intel-xeon-2c-vm.cpu.attention.time.exponent_n: machine, device, "
+        "layer, what (not with --list)",
     )
     cite.add_argument(
         "--list",
         nargs="?",
         const="",
         metavar="PATTERN",
-        help="list the keys, one a line with value and unit; only those matching PATTERN if given: a substring "
-        "of the key, or a shell glob (fnmatch) when PATTERN has *, ? or [, e.g. '*.exponent_n'",
+        help="list the keys, one a line with value, unit and the report it is read from; only those matching "
+        "PATTERN if given: a substring of the key, or a shell glob (fnmatch) when PATTERN has *, ? or [, e.g. "
+        "'*.exponent_n'",
     )
-    _reports_dir(cite, "--reports", "the report folder that holds numbers.json")
+    cite.add_argument(
+        "--reports",
+        type=Path,
+        metavar="DIR",
+        help="the report folder that holds numbers.json (default: reports/local/, then reports/reference/; "
+        "a key in both is read from the first)",
+    )
 
     command("list")
     return parser

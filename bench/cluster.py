@@ -9,10 +9,9 @@ import socket
 import sys
 from collections.abc import Callable
 
-from tqdm import tqdm
-
 from .errors import BadInput, RunFailed
 from .folder import RunFolder
+from .progress import progress_bar
 from .ray_phase import Phase, Sweep
 from .ray_worker import plural
 from .spec import PointSpec
@@ -123,7 +122,7 @@ class Cluster:
         )
         pending = [s for s in specs if not folder.skip_if_blocked(s)]
         self.log(f"{self.describe()}; {plural(len(pending), 'point')} to measure; placement: {PLACEMENT}")
-        bar = tqdm(total=len(pending), desc="points", unit="pt", disable=not progress, file=sys.stderr)
+        bar = progress_bar(len(pending), "points", "stored", show=progress)
         sweep = Sweep(folder, policy, seed, threads)
         try:
             for device in sorted({s.device for s in pending}):

@@ -162,7 +162,7 @@ def _run_on(args, argv, cluster) -> int:
         )
         print_lines(lines)  # before measuring, which goes ahead
     try:
-        meta = run.execute(progress=not args.no_progress and sys.stderr.isatty())  # no bar in a log file
+        meta = run.execute(progress=not args.no_progress)  # a bar on a terminal, else lines (bench.progress)
     except KeyboardInterrupt:
         print(
             f"interrupted: the passes finished so far are stored in {run.dir}; finish the run with "
@@ -244,30 +244,31 @@ def cmd_claims(args, argv) -> int:
 
 
 def cmd_report(args, argv) -> int:
+    from .report import numbers
     from .report.build import build_report
 
-    written = build_report(
-        args.results, args.out, skip_bad=args.skip_bad, compare_reference=args.compare == "reference"
-    )
+    out = args.out or numbers.LOCAL_REPORT_DIR
+    written = build_report(args.results, out, skip_bad=args.skip_bad, compare_reference=args.compare == "reference")
     print(
-        f"report: {written['points']} points from {written['runs']} runs -> {args.out / 'report.md'} "
+        f"report: {written['points']} points from {written['runs']} runs -> {out / 'report.md'} "
         f"and report.html ({written['figures']} figures, {written['numbers']} citable numbers)"
     )
     return 0
 
 
 def cmd_cite(args, argv) -> int:
-    from .report.numbers import cite_sentence, list_numbers
+    from .report.numbers import cite_sentence, default_reports, list_numbers
 
+    reports = default_reports() if args.reports is None else [args.reports]
     if args.list is not None:
         if args.key is not None:
             raise BadInput(f"cite {args.key} --list: give a KEY or --list [PATTERN], not both")
-        for line in list_numbers(args.list or None, args.reports):
+        for line in list_numbers(args.list or None, reports):
             print(line)
     elif args.key is None:
         raise BadInput("cite: give a KEY of numbers.json, or --list [PATTERN] to see the keys")
     else:
-        print(cite_sentence(args.key, args.reports))
+        print(cite_sentence(args.key, reports))
     return 0
 
 

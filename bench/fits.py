@@ -274,7 +274,7 @@ def fit_table(points: pd.DataFrame) -> pd.DataFrame:
                     variable=variable,
                     tolerance=TOLERANCE[metric],
                     source=fixed.get("source", fixed["device"]),
-                    run_id=sweep["run_id"].iloc[-1] if "run_id" in sweep else "",
+                    run_id=newest_run_of(sweep),
                     dtype=fixed["dtype"],
                     mode=fixed["mode"],
                     batch=fixed["batch"],
@@ -283,8 +283,35 @@ def fit_table(points: pd.DataFrame) -> pd.DataFrame:
                     sweep_x_max=sweep[variable].max(),
                     sweep_points=len(sweep),
                 )
+                row["reason"] += runs_text(sweep)
                 rows.append(row)
     return pd.DataFrame(rows, columns=FIT_COLUMNS)
+
+
+RUN_STARTED = "run_started_utc"
+
+
+def _runs_oldest_first(sweep: pd.DataFrame) -> list[str]:
+    if "run_id" not in sweep:
+        return []
+    if RUN_STARTED not in sweep:
+        return list(dict.fromkeys(sweep["run_id"]))
+    return sorted(set(sweep["run_id"]), key=lambda r: (sweep.loc[sweep["run_id"] == r, RUN_STARTED].iloc[0], r))
+
+
+def newest_run_of(sweep: pd.DataFrame) -> str:
+    """A fit's run: the newest run among its sweep's points (its last point's where age is unknown)."""
+    if RUN_STARTED not in sweep:
+        return sweep["run_id"].iloc[-1] if "run_id" in sweep else ""
+    return _runs_oldest_first(sweep)[-1]
+
+
+def runs_text(sweep: pd.DataFrame) -> str:
+    runs = _runs_oldest_first(sweep)
+    if len(runs) < 2:
+        return ""
+    counts = sweep["run_id"].value_counts()
+    return f"; points of {len(runs)} runs: " + ", ".join(f"{r} ({counts[r]})" for r in runs)
 
 
 def two_term_fit(points: pd.DataFrame) -> tuple[float, float, float, float]:

@@ -14,8 +14,6 @@ from pathlib import Path
 from statistics import fmean
 from typing import Protocol
 
-from tqdm import tqdm
-
 import models
 
 from . import allocator, formats, machine, storage
@@ -25,6 +23,7 @@ from .folder import store_side_table as store_side_table  # bench.cli's name for
 from .load import Load, LoadMeter, busy_warning, choose_threads, physical_cores, sample_load
 from .peak import compute_peak, with_measurement
 from .point import PassFailure, measure_pass, point_row, unmeasured_row
+from .progress import progress_bar
 from .spec import PointSpec, device_key
 from .threads import pinned_threads
 from .timing import Timing, TimingPolicy, choose_clock, method_constants, pass_order, rounds_of, summarize
@@ -280,7 +279,7 @@ class Run:
     def _passes(self, specs: list[PointSpec], attempt: int, passes, progress: bool) -> None:
         todo = sum(1 for p in passes for s in specs if self.folder.record(s.point_id, attempt, p) is None)
         desc = "points" if attempt == FIRST else "more"
-        bar = tqdm(total=todo, desc=desc, unit="pt", disable=not progress, file=sys.stderr, dynamic_ncols=True)
+        bar = progress_bar(todo, desc, "visits", show=progress)
         shown = self.policy.passes if attempt == FIRST else self.policy.passes + self.policy.extra_passes
         try:
             for p in passes:

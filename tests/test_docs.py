@@ -2,13 +2,17 @@
 docs/method.md says the same). The README reaches `make bench` on its first screen and links what exists."""
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
+from small_report import write_run
 
 import models
 from bench import fits, load, timing
+from bench.cli import main
 from bench.presets import get_preset
+from bench.report import numbers
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -56,3 +60,35 @@ def test_every_file_the_readme_links_exists():
     for link in links:
         if not link.startswith("http"):
             assert (ROOT / link).exists(), link
+
+
+def cite_commands(markdown: str) -> list[list[str]]:
+    """The arguments of every `python -m bench cite ...` line of the fenced code blocks, comments dropped."""
+    blocks = re.findall(r"^```\w*\n(.*?)^```", markdown, flags=re.M | re.S)
+    lines = [line for block in blocks for line in block.splitlines() if "-m bench cite" in line]
+    return [(words := shlex.split(line, comments=True))[words.index("bench") + 1 :] for line in lines]
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/usage.md"])
+def test_the_cite_examples_of_the_docs_work_after_a_run_of_this_machine(tmp_path, monkeypatch, capsys, doc):
+    """As after `make bench` on a fresh clone: this machine's report (a small one, written by `report` without
+    --out, to reports/local/ moved to tmp) and the shipped reports/reference/ as it is in the checkout."""
+    commands = cite_commands((ROOT / doc).read_text())
+    assert any("--list" in argv for argv in commands) and any("--list" not in argv for argv in commands), commands
+    local = tmp_path / "reports" / "local"
+    monkeypatch.setattr(numbers, "LOCAL_REPORT_DIR", local)
+    assert main(["report", "--results", str(write_run(tmp_path / "results"))]) == 0
+    capsys.readouterr()
+    for argv in commands:
+        assert main(argv) == 0, (argv, capsys.readouterr().err)
+        out = capsys.readouterr().out.splitlines()
+        assert out, argv
+        if "--list" in argv:  # the keys of this machine's report beside the shipped one's, each with its report
+            assert any(line.endswith(str(local)) for line in out) and any(line.endswith("reference") for line in out)
+
+
+def test_usage_states_the_progress_interval():
+    from bench.progress import PROGRESS_EVERY_S  # noqa: PLC0415
+
+    usage = " ".join((ROOT / "docs" / "usage.md").read_text().split())
+    assert f"it writes a line every {PROGRESS_EVERY_S:g} s instead" in usage

@@ -244,3 +244,59 @@ def test_two_batches_at_the_same_sizes_are_two_sweeps_with_their_own_keys(tmp_pa
     numbers = json.loads((out / "numbers.json").read_text())["numbers"]
     keys = [k for k in numbers if ".lstm.time.exponent_n.d32" in k]
     assert any(k.endswith(".b1") for k in keys) and any(k.endswith(".b8") for k in keys), keys
+
+
+# ------------------------------------------------------- verdict cells judged against what they show
+@pytest.mark.parametrize(
+    ("layer", "hops", "follows"),
+    [
+        ("rnn", (63, 255), True),  # n − 1 steps inside one layer: slope 1.009, Table 1's O(n)
+        ("rnn", (1, 1), False),  # one layer crossed is no O(n) path
+        ("conv", (63, 255), True),  # O(n/k) at a fixed k grows as n
+        ("conv_dilated", (5, 6), True),  # slope 0.132, log₂'s 0.208 from 64 to 256: within 0.1, nearer than 0
+        ("attention_local", (8, 32), True),  # O(n/r): slope 1
+        ("attention", (1, 1), True),
+        ("attention", (63, 255), False),
+    ],
+)
+def test_the_path_cell_judges_hops_against_the_table1_path_cell(layer, hops, follows):
+    from bench.report.headline import hops_follow_table1
+
+    rows = pd.DataFrame({"n": [64, 256], "path_hops": hops})
+    assert hops_follow_table1(rows, layer) is follows
+
+
+def _paths_context(tmp_path):
+    from bench.report.context import ReportContext
+
+    rows = [
+        ("rnn", 64, 1, 63, "reference cell steps"),
+        ("rnn", 256, 1, 255, "reference cell steps"),
+        ("conv", 64, 63, 63, "layers crossed"),
+        ("conv", 256, 255, 255, "layers crossed"),
+    ]
+    paths = pd.DataFrame(rows, columns=["layer", "n", "layers_to_cross", "path_hops", "path_hops_of"]).assign(
+        k=3, layers_to_cross_formula=lambda t: t["layers_to_cross"], run_id="p1", machine="box"
+    )
+    points = pd.DataFrame({"source": ["box.cpu"], "layer": ["rnn"], "run_id": ["r1"]})
+    return ReportContext(points=points, runs={}, out_dir=tmp_path, paths=paths, machines={"box.cpu": "box"})
+
+
+def test_a_recurrence_path_shows_its_steps_inside_one_layer_beside_table1s_cell(tmp_path):
+    from bench.report.headline import path_cell
+
+    ctx = _paths_context(tmp_path)
+    assert path_cell(ctx, "box.cpu", "rnn") == "O(n) · ✓ 63 → 255 steps inside 1 layer"
+    assert path_cell(ctx, "box.cpu", "conv") == "O(n/k) · ✓ 63 → 255 layers"
+    assert path_cell(ctx, "box.cpu", "attention") == "O(1) · –"  # no paths study of it
+    assert ctx.numbers["box.paths.rnn.path_hops.n256"].value == 255
+
+
+def test_an_exponent_cell_shows_the_prediction_it_was_judged_against():
+    from bench.report.headline import verdict_cell
+
+    texts = {("s", "attention_local", "memory", "n"): ("0.458 [0.423, 0.494]", "consistent", 0.4761)}
+    assert verdict_cell(texts, "s", "attention_local", "memory") == "✓\u00a00.458\u00a0[0.423,\u00a00.494] (0.48)"
+    texts = {("s", "lstm", "time", "n"): ("–", "inconclusive", float("nan"))}
+    assert verdict_cell(texts, "s", "lstm", "time") == "?\u00a0–"
+    assert verdict_cell(texts, "s", "conv", "time") == "–"

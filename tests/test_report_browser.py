@@ -1,6 +1,6 @@
 """report.html as a person sees it: rendered by headless Chromium (Debian's `chromium`, driven by Playwright)
 at 1024×768, every figure loaded, the verdict table inside 1024 px, every table-of-contents link landing on
-a section, the headline on the first screen. The real test builds the report from the committed runs and
+a section, the headline and a figure on the first screen. The real test builds the report from the committed runs and
 saves screenshots under build/browser/; the fast tests check the checks on small hand-made pages.
 
 Skips, saying how to install what is missing, without Chromium (`apt-get install chromium`, or `make
@@ -23,6 +23,7 @@ RESULTS = REPO / "results"
 SHOTS = REPO / "build" / "browser"
 
 NARROW = (1024, 768)  # the first screen a person is checked against
+FIGURE_SHOWN_PX = 200  # of a figure's height at least this much (or all of it) on the first screen
 WIDE = (1400, 900)  # the full-page screenshot; one screen of this size is the unit of the page height
 
 
@@ -143,7 +144,7 @@ def headline_problems(page, height: int = NARROW[1]) -> list[str]:
         """() => {
             const verdicts = document.getElementById('verdicts');
             return [...document.querySelectorAll('#first-screen p')]
-                .filter(p => !p.closest('#verdicts, #toc'))
+                .filter(p => !p.closest('#verdicts, #toc, #first-figure'))
                 .filter(p => !verdicts || (p.compareDocumentPosition(verdicts) & Node.DOCUMENT_POSITION_FOLLOWING))
                 .map(p => {
                     const r = p.getBoundingClientRect();
@@ -166,7 +167,32 @@ def headline_problems(page, height: int = NARROW[1]) -> list[str]:
     return problems
 
 
-CHECKS = (image_problems, verdict_table_problems, toc_problems, headline_problems)
+def first_figure_problems(page, height: int = NARROW[1]) -> list[str]:
+    """A loaded figure in #first-screen, shown, with FIGURE_SHOWN_PX of it (or all of it) inside the first
+    `height` px."""
+    if not page.query_selector("#first-screen"):
+        return []  # headline_problems names it
+    figures = page.evaluate(
+        """() => [...document.querySelectorAll('#first-screen img')].map(img => {
+            const r = img.getBoundingClientRect();
+            return {src: img.getAttribute('src'), w: img.naturalWidth, top: r.top + window.scrollY,
+                    h: r.height, shown: img.checkVisibility ? img.checkVisibility() : r.height > 0};
+        })"""
+    )
+    if not figures:
+        return ["no figure on the first screen (no <img> in #first-screen)"]
+    for fig in figures:
+        inside = min(fig["top"] + fig["h"], height) - fig["top"]
+        if fig["w"] > 0 and fig["shown"] and inside >= min(FIGURE_SHOWN_PX, fig["h"]) and fig["h"] > 0:
+            return []
+    first = figures[0]
+    return [
+        f"no figure on the first {height} px screen: the first, {first['src']!r}, starts at {first['top']:.0f} px "
+        f"and is {first['h']:.0f} px high"
+    ]
+
+
+CHECKS = (image_problems, verdict_table_problems, toc_problems, headline_problems, first_figure_problems)
 
 
 def page_problems(page) -> list[str]:
@@ -269,6 +295,7 @@ def _page(
     img_src: str = "figures/a.png",
     toc_target: str = "timing",
     above: str = "",
+    before_figure: str = "",
 ) -> str:
     """A small page with the report's structure; the keywords break one thing each."""
     (folder / "figures").mkdir(parents=True, exist_ok=True)
@@ -276,7 +303,9 @@ def _page(
     html = f"""<!doctype html><html><head><meta charset="utf-8"><title>made-up report</title></head><body>
 {above}
 <section id="first-screen">
-  <p class="headline">cpu-box: attention beats the LSTM from n = 64; the table's O(n² d) holds.</p>
+  <div id="lead"><p class="headline">cpu-box: attention beats the LSTM from n = 64; the table's O(n² d) holds.</p>
+  <div id="first-figure">{before_figure}<p><img src="figures/a.png" alt="Table 1" width="400" height="300"></p>
+  <p><em>Table 1, measured</em></p></div></div>
   <div id="verdicts"><table style="width: {table_width}">
     <tr><th>claim</th><th>verdict</th></tr><tr><td>attention is O(n² d)</td><td>holds</td></tr>
   </table></div>
@@ -320,12 +349,18 @@ def test_a_good_page_passes_and_is_captured(browser, tmp_path):
         ({"img_src": "figures/missing.png"}, image_problems, "'figures/missing.png' did not load"),
         ({"toc_target": "nowhere"}, toc_problems, "#nowhere: no element with that id"),
         ({"above": '<div style="height: 900px"></div>'}, headline_problems, "below the first 768 px screen"),
+        ({"before_figure": '<div style="height: 700px"></div>'}, first_figure_problems, "starts at"),
     ],
 )
 def test_a_broken_page_fails_its_check(browser, tmp_path, broken, check, expected):
     page = open_page(browser, _page(tmp_path, **broken), NARROW)
     problems = check(page)
-    others = [p for c in CHECKS if c is not check for p in c(page)]
+    others = [
+        p
+        for c in CHECKS
+        if c is not check and not (broken.get("above") and c is first_figure_problems)
+        for p in c(page)
+    ]
     page.close()
     assert any(expected in p for p in problems), problems
     assert others == [], others
@@ -341,7 +376,7 @@ def test_a_page_without_the_structure_names_what_is_missing(browser, tmp_path):
         "no verdict table (#verdicts table)",
         "no table of contents (nav#toc)",
         "no first screen (section#first-screen)",
-    ]
+    ]  # first_figure_problems leaves the missing first screen to headline_problems
 
 
 @pytest.mark.slow

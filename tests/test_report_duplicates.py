@@ -87,7 +87,10 @@ def test_two_runs_with_one_id_on_one_machine_are_not_taken_for_copies(tmp_path, 
     assert code == 0 and not any("copy" in line for line in err), err
     runs, sizes = _shown(tmp_path / "out")
     assert len(runs) == 1 and runs != {"same"} and sizes == {POINTS_PER_SWEEP}  # the newer, never both pooled
-    assert "not shown (the newest is): same." in (tmp_path / "out" / "report.md").read_text()
+    assert (
+        "runs same (10 points), same@unknown-unknown-host (10 points) combined point by point; 10 of same's points "
+        "measured again later, the newer kept." in (tmp_path / "out" / "report.md").read_text()
+    )
 
 
 def _two_machines(results):

@@ -304,3 +304,85 @@ def test_the_figures_use_each_source_label_and_keep_the_source_in_cite_keys(tmp_
     assert {ax.get_title() for ax in fig.axes} == set(SOURCES.values())
     assert any(key.startswith("amd-epyc-8c.cpu.") for key in ctx.numbers)
     assert not any(math.isnan(ax.get_ylim()[0]) for ax in fig.axes)
+
+
+# ------------------------------------------------- sweeps told apart, untrusted times hollow, the mode named
+def test_two_sweeps_in_one_panel_get_their_own_line_style_named_in_the_legend(tmp_path):
+    points = _points()
+    wide = points["layer"] == "attention"
+    points.loc[wide, "d"] = 16  # attention swept at d=16, lstm at d=8: two sweeps in one panel
+    ctx = _context(tmp_path, points[points["source"] == "amd-epyc-8c.cpu"])
+    _section(ctx, "time")
+    fig, caption = ctx.captured["time_vs_n"]
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert lines["lstm"].get_linestyle() != lines["attention"].get_linestyle()
+    texts = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+    assert "sweep: batch=1, d=16" in texts and "sweep: batch=1, d=8" in texts
+    assert "batch=1, d=16; batch=1, d=8: one line style per sweep" in caption
+
+
+def test_one_sweep_draws_solid_lines_and_names_no_sweep_in_the_legend(tmp_path):
+    ctx = _context(tmp_path, _points())
+    _section(ctx, "time")
+    fig, _ = ctx.captured["time_vs_n"]
+    assert {line.get_linestyle() for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")} == {"-"}
+    assert not any(t.get_text().startswith("sweep:") for t in fig.axes[-1].get_legend().get_texts())
+
+
+def test_a_time_not_to_be_trusted_is_drawn_hollow_and_the_line_keeps_it(tmp_path):
+    points = _points()
+    bad = (points["source"] == "amd-epyc-8c.cpu") & (points["layer"] == "lstm") & (points["n"] == 256)
+    points.loc[bad, "time_reliable"] = False
+    ctx = _context(tmp_path, points)
+    _section(ctx, "time")
+    fig, caption = ctx.captured["time_vs_n"]
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}  # amd-epyc-8c.cpu sorts first
+    hollow = lines["_hollow lstm"]
+    assert list(hollow.get_xdata()) == [256] and hollow.get_markerfacecolor() == "white"
+    assert list(lines["lstm"].get_xdata()) == [64, 128, 256, 512, 1024]  # the line still passes through it
+    assert lines["lstm"].get_markevery() == [True, True, False, True, True]  # no filled marker there
+    assert "_hollow lstm" not in {line.get_label() for line in fig.axes[1].get_lines()}  # the other machine's
+    assert "hollow: time not to be trusted" in [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+    assert "hollow markers" in caption
+
+
+def test_each_panel_names_the_call_of_its_mode(tmp_path):
+    points = _points()
+    points["mode"] = np.where(points["source"] == "intel-xeon-2c-vm.cpu", "train", "inference")
+    ctx = _context(tmp_path, points)
+    _section(ctx, "time")
+    fig, caption = ctx.captured["time_vs_n"]
+    assert [ax.get_ylabel() for ax in fig.axes] == ["time per forward pass", "time per training step"]
+    assert caption.startswith("Time per forward pass (per training step in the -train panels) against n")
+
+
+# ------------------------------------------------------------------------------- the first figure
+def test_the_first_figure_draws_table1_rows_time_and_flops_with_guides_through_the_largest_point(tmp_path):
+    from bench.report.table1_figure import table1_section  # noqa: PLC0415
+
+    points = _points()
+    extra = points[points["layer"] == "attention"].assign(layer="attention_linear")  # not a row of Table 1
+    ctx = _context(tmp_path, pd.concat([points, extra], ignore_index=True))
+    text = table1_section(ctx, fits.fit_table(ctx.points))
+    names = [f"table1_{source}" for source in sorted(SOURCES)]
+    assert sorted(ctx.captured) == names and text.count("![") == 2
+    fig, caption = ctx.captured["table1_amd-epyc-8c.cpu"]
+    time_ax, flops_ax = fig.axes
+    assert (time_ax.get_ylabel(), flops_ax.get_ylabel()) == (
+        "time per forward pass",
+        "FLOPs per forward pass (counted)",
+    )
+    mine = ctx.points[ctx.points["source"] == "amd-epyc-8c.cpu"]
+    for ax, column in ((time_ax, "time_median_s"), (flops_ax, "flops_counted")):
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert {"lstm", "attention"} <= set(lines) and "attention_linear" not in lines
+        for layer, slope in (("lstm", 1.0), ("attention", 2.0)):
+            measured = mine[mine["layer"] == layer].sort_values("n")
+            assert list(lines[layer].get_ydata()) == pytest.approx(list(measured[column]))
+            guides = [line for line in ax.get_lines() if line.get_label() == "_guide"]
+            guide = next(g for g in guides if to_rgb(g.get_color()) == pytest.approx(style.layer_palette()[layer]))
+            x, y = np.asarray(guide.get_xdata(), float), np.asarray(guide.get_ydata(), float)
+            assert x[-1] == 1024 and y[-1] == pytest.approx(measured[column].iloc[-1])
+            # lstm: 8·n·d² + ... is n-linear; attention's n²·d term over n = 64..1024 at d = 8 is near 2
+            assert np.polyfit(np.log(x), np.log(y), 1)[0] == pytest.approx(slope, abs=0.1)
+    assert "time (left) and counted FLOPs (right) per forward pass" in caption

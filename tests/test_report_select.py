@@ -1,8 +1,9 @@
 """Which runs the report shows: this machine's by default, the reference only when asked (or when this
-machine has none yet), the newest run of each machine and device, machines never pooled."""
+machine has none yet), the runs of one machine and device combined point by point, machines never pooled."""
 
 import json
 
+import pandas as pd
 import pytest
 from test_report import _write_run
 
@@ -52,8 +53,11 @@ def test_this_machine_first_and_alone_then_side_by_side_with_the_reference(resul
     out = tmp_path / "mine"
     build_report(None, out)
     md, numbers = (out / "report.md").read_text(), numbers_of(out)
-    assert {v["run_id"] for v in numbers.values()} == {"new"}  # the newest run of this machine, nothing else
-    assert "Older runs of the same machine and device, not shown (the newest is): old." in md
+    assert {v["run_id"] for v in numbers.values()} == {"new"}  # new measured every point of old again
+    assert (
+        "Intel Xeon, 2 cores (laptop) · cpu: runs old (10 points), new (10 points) combined point by point; "
+        "10 of old's points measured again later, the newer kept." in md
+    )
     assert "1 stored run(s) of other machines in results/ are not shown" in md
     key = "intel-xeon-2c-laptop.cpu.attention.time.exponent_n"
     headlines = [line for line in md.splitlines() if line.startswith("**On ")]
@@ -83,3 +87,25 @@ def test_two_machines_with_the_same_run_id_are_told_apart(results, tmp_path):
     build_report([tmp_path / "a", tmp_path / "b", tmp_path / "a"], out)  # a folder named twice is read once
     runs = {v["run_id"] for v in numbers_of(out).values()}
     assert runs == {"same", "same@amd-epyc-7763-64c-server"}
+
+
+def test_the_default_report_combines_this_machines_runs_point_by_point(results, tmp_path):
+    old = _run(results, "old", HERE, "2026-02-01T00:00:00+00:00")
+    meta = json.loads((old / "meta.json").read_text())
+    del meta["compute_peak"]  # a run from before the compute peak: one peak of this source cited, new's
+    (old / "meta.json").write_text(json.dumps(meta))
+    new = _run(results, "new", HERE, "2026-03-01T00:00:00+00:00")
+    points = pd.read_csv(new / "points.csv")
+    points[points["layer"] == "lstm"].to_csv(new / "points.csv", index=False)  # new measured lstm again only
+    out = tmp_path / "mine"
+    build_report(None, out)
+    fits = pd.read_csv(out / "fits.csv").set_index(["layer", "metric"])
+    assert fits.loc[("lstm", "time"), "run_id"] == "new" and fits.loc[("attention", "time"), "run_id"] == "old"
+    assert fits.loc[("attention", "time"), "sweep_points"] == 5  # old's attention points stay in the report
+    numbers = numbers_of(out)
+    assert numbers["intel-xeon-2c-laptop.cpu.lstm.time.exponent_n"]["run_id"] == "new"
+    assert numbers["intel-xeon-2c-laptop.cpu.attention.time.exponent_n"]["run_id"] == "old"
+    assert (
+        "Intel Xeon, 2 cores (laptop) · cpu: runs old (10 points), new (5 points) combined point by point; "
+        "5 of old's points measured again later, the newer kept." in (out / "report.md").read_text()
+    )

@@ -2,10 +2,12 @@
 budget, resume of a run whose passes are partly stored."""
 
 import json
+import re
 
 import pandas as pd
 import pytest
 
+from bench import progress
 from bench import timing as T
 from bench.cli import main
 from bench.folder import read_timing_records
@@ -132,3 +134,26 @@ def test_a_run_from_before_interleaving_cannot_be_resumed_and_says_why(tmp_path,
     assert main(["run", "--resume", str(out), "--no-progress"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert "older version" in err[-1] and "timings.jsonl" in err[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_run_into_a_log_shows_progress_lines_and_none_with_no_progress(tmp_path, monkeypatch, capsys, quiet):
+    """stderr captured (not a terminal), a line every 5 ms: 2 points x 2 passes, then one extra pass over both (a
+    point is known once it has 3 passes), its 2 visits of at least 2 rounds of 5 ms (min_round_s) each."""
+    monkeypatch.setattr(progress, "PROGRESS_EVERY_S", 0.005)
+    monkeypatch.setattr(Run, "_known", lambda run, spec: len(run._records(spec)) >= 3)
+    grid = ["run", "--layers", "conv", "--n", "8,16", "--d", "4", "--device", "cpu", "--rounds", "6"]
+    grid += ["--target-time", "0.01", "--passes", "2", "--out", str(tmp_path / "run")]
+    assert main([*grid, *(["--no-progress"] if quiet else [])]) == 0
+    err = capsys.readouterr().err
+    found = re.findall(r"^(points|more): (\d+)/(\d+) visits, (\S+) elapsed, about (\S+) left, pass (\d+)/", err, re.M)
+    if quiet:
+        assert found == [] and " visits, " not in err
+        return
+    for what, total, passes in (("points", 4, {"1", "2"}), ("more", 2, {"3"})):
+        lines = [line for line in found if line[0] == what]
+        done = [int(line[1]) for line in lines]
+        assert lines and done == sorted(done) and done[-1] == total  # the last, on close: all done
+        assert {int(line[2]) for line in lines} == {total} and {line[5] for line in lines} <= passes
+        assert all(line[4] == "?" for line in lines if line[1] == "0") and lines[-1][4] == "00:00"

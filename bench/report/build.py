@@ -10,13 +10,13 @@ import pandas as pd
 from .. import allocator, clock, fits, machine, storage, timing
 from ..errors import BadInput
 from ..peak import stored_peaks
-from ..spec import source_keys
+from ..spec import IDENTITY, WHERE, source_keys
 from ..timing import CONFIDENCE, CPU, NOISY_IQR_RATIO
 from .claims import claims_section
 from .context import SIZES_SHOWN, ReportContext, format_value
 from .crossover import crossover_section
 from .headline import headline, verdict_table
-from .load import REFERENCE, load_runs, newest_run, select_run_dirs
+from .load import REFERENCE, combine, keep_apart, load_runs, select_run_dirs
 from .numbers import numbers_document
 from .paths import paths_section
 from .peak_fraction import peak_section, point_peaks
@@ -32,6 +32,7 @@ from .scaling import (
     two_term_section,
 )
 from .summary import beyond_table1, summary_latex, summary_markdown, summary_rows
+from .table1_figure import table1_section
 from .training import training_section
 
 
@@ -69,12 +70,9 @@ def assign_sources(points: pd.DataFrame, runs: dict[str, dict]) -> tuple[pd.Seri
     return pd.Series(sources, index=points.index, dtype=object), labels
 
 
-def newest_of_each(table: pd.DataFrame | None, runs: dict[str, dict], by: str) -> tuple[pd.DataFrame | None, list[str]]:
-    """The rows of the newest run for each value of column `by`, and the run ids left out."""
-    if table is None or table.empty:
-        return table, []
-    keep = {newest_run(runs, group["run_id"].unique()) for _, group in table.groupby(by)}
-    return table[table["run_id"].isin(keep)].reset_index(drop=True), sorted(set(table["run_id"]) - keep)
+POINT_IDENTITY = tuple(c for c in IDENTITY if c not in WHERE)  # within a source: its device, dtype and mode fixed
+PATH_IDENTITY = ("layer", "n", "k", "window")  # a row of paths.csv: what its section tells rows apart by
+CLAIM_IDENTITY = ("claim_id",)
 
 
 def provenance_section(ctx: ReportContext) -> str:
@@ -229,17 +227,26 @@ def build_report(
     points = points.copy()
     sources, labels = assign_sources(points, runs) if len(points) else (pd.Series(dtype=object), {})
     points["source"] = sources
-    points, hidden = newest_of_each(points, runs, "source")
+    if len(points):
+        points["source"], labels, apart = keep_apart(points, runs, labels)
+        notes += apart
+    points, combined = combine(points, runs, "source", POINT_IDENTITY, labels, "points")
+    notes += combined
     machines = {
         src: machine_key(runs[r], node)[0]
         for src, r, node in zip(points["source"], points["run_id"], row_nodes(points))
     }
     side = {}
-    for name, table in (("paths", paths), ("claims", claims)):
+    for name, table, identity, what in (
+        ("paths", paths, PATH_IDENTITY, "rows"),
+        ("claims", claims, CLAIM_IDENTITY, "claims"),
+    ):
+        words = {}
         if table is not None:
             table = table.assign(machine=[machine_key(runs[r])[0] for r in table["run_id"]])
-        side[name], older = newest_of_each(table, runs, "machine")
-        hidden += older
+            words = {machine_key(runs[r])[0]: f"{machine_key(runs[r])[1]} · {name}" for r in table["run_id"]}
+        side[name], combined = combine(table, runs, "machine", identity, words, what)
+        notes += combined
     this_id = machine.this_machine()[0]
     candidates = (
         list(dict.fromkeys(machines.values()))
@@ -247,10 +254,6 @@ def build_report(
         or [machine_key(m)[0] for m in runs.values()]
     )
     primary = this_id if this_id in candidates else candidates[0]
-    if hidden:
-        notes.append(
-            f"Older runs of the same machine and device, not shown (the newest is): {', '.join(sorted(hidden))}."
-        )
     with staged(out_dir) as stage:
         return _write_report(stage, points, runs, side, labels, primary, machines, notes)
 
@@ -274,7 +277,7 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
         "produced it (`python -m bench cite KEY`; `--list` shows the keys).\n"
     )
     said = "".join(f"_{note}_\n\n" for note in notes)
-    headline_md, verdicts_md, parts = "_No points stored._\n", "", []
+    headline_md, figure_md, verdicts_md, parts = "_No points stored._\n", "", "", []
     fit_rows = pd.DataFrame(columns=fits.FIT_COLUMNS)
     if len(points):
         for on, column in fits.PEAK_COLUMNS.items():  # for "not asymptotic yet": rates as % of peak
@@ -282,13 +285,15 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
         fit_rows = fits.fit_table(points)
         texts = cite_fits(ctx, fit_rows)
         headline_md, verdicts_md = said + headline(ctx, texts, fit_rows), verdict_table(ctx, texts)
+        figure_md = table1_section(ctx, fit_rows)
         table = summary_rows(ctx, fit_rows, texts)
         marks = ", ".join(f"{fits.VERDICT_MARK[v]} {v}" for v in fits.VERDICTS)
         parts += [
             "## The whole table, measured\n",
             f"Predicted (Table 1) beside measured: exponents of power-law fits ({marks}; – no sweep, "
             "– ? sweeps but none that could be fitted), sequential depth measured at the operator level, "
-            "layers needed for position 0 to reach position n−1. Details, intervals and the reason of every "
+            "the path from position 0 to position n−1 (layers crossed, or the steps inside a recurrence's one "
+            "layer). Details, intervals and the reason of every "
             "verdict in the sections below.\n",
             summary_markdown(table),
             beyond_table1(ctx, texts),
@@ -352,9 +357,9 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
     parts.append(provenance_section(ctx))
 
     sections = split_sections("\n".join(parts))
-    first_screen = headline_md + "\n" + verdicts_md + "\n" + intro
+    first_screen = "\n".join([headline_md, figure_md, verdicts_md, intro])
     (out_dir / "report.md").write_text(to_markdown(TITLE, first_screen, sections))
-    (out_dir / "report.html").write_text(to_html(TITLE, headline_md, verdicts_md, intro, sections))
+    (out_dir / "report.html").write_text(to_html(TITLE, headline_md, verdicts_md, intro, sections, figure_md))
     storage.write_table(out_dir / "fits.csv", fit_rows)
     storage.write_json(out_dir / "numbers.json", numbers_document(ctx.numbers, runs))
     return {"runs": len(runs), "points": len(points), "figures": len(ctx.figures), "numbers": len(ctx.numbers)}

@@ -15,6 +15,7 @@ from ..timing import CPU
 from .context import ReportContext
 
 METRICS = {"flops": "FLOPs", "time": "time", "memory": "memory"}
+NO_BREAK = "\u00a0"
 SEQUENTIAL_TOLERANCE = 0.1  # |measured depth slope - the cell's slope| at most this for "as Table 1 says"
 
 
@@ -73,24 +74,40 @@ def cite_crossing(ctx: ReportContext, source: str, row, show_unit: bool = True) 
     return ctx.cite(key, int(row.layers_to_cross), "layers", row.run_id, show_unit=show_unit)
 
 
-def _depth_exponent(rows: pd.DataFrame) -> tuple[float, float, float] | None:
+# a path cell's growth in n, as a sequential cell writes it: k and r are held fixed along an n-sweep
+PATH_GROWTH = {"O(n/k)": "O(n)", "O(n/r)": "O(n)", "O(log_k n)": "O(log n)"}
+
+
+def _growth_exponent(rows: pd.DataFrame, column: str) -> tuple[float, float, float] | None:
     rows = rows.sort_values("n")
     lo, hi = rows.iloc[0], rows.iloc[-1]
-    if hi.n == lo.n or not lo.seq_depth or pd.isna(lo.seq_depth) or pd.isna(hi.seq_depth):
+    if hi.n == lo.n or not lo[column] or pd.isna(lo[column]) or pd.isna(hi[column]):
         return None
-    return math.log(hi.seq_depth / lo.seq_depth) / math.log(hi.n / lo.n), float(lo.n), float(hi.n)
+    return math.log(hi[column] / lo[column]) / math.log(hi.n / lo.n), float(lo.n), float(hi.n)
+
+
+def _grows_as(rows: pd.DataFrame, column: str, cell: str) -> bool | None:
+    """`column` grows over n nearest to `cell`'s slope and within SEQUENTIAL_TOLERANCE; None: not known."""
+    measured = _growth_exponent(rows, column)
+    if measured is None or cell not in SEQUENTIAL_GROWTH:
+        return None
+    exponent, n_low, n_high = measured
+    cells = {name: growth_local_exponent(name, n_low, n_high) for name in SEQUENTIAL_GROWTH}
+    nearest = min(cells, key=lambda name: abs(exponent - cells[name]))
+    return nearest == cell and abs(exponent - cells[cell]) <= SEQUENTIAL_TOLERANCE
 
 
 def depth_follows_table1(rows: pd.DataFrame, layer: str) -> bool | None:
     """Whether the layer's measured depth grows with n as its Table 1 cell says; None without two lengths."""
-    measured = _depth_exponent(rows)
-    if measured is None:
+    return _grows_as(rows, "seq_depth", models.LAYERS[layer].table1.sequential_text)
+
+
+def hops_follow_table1(rows: pd.DataFrame, layer: str) -> bool | None:
+    """Whether the hops from position 0 to n−1 grow with n as the Table 1 path cell says (None: not known)."""
+    if "path_hops" not in rows or rows["path_hops"].isna().any():
         return None
-    exponent, n_low, n_high = measured
-    cells = {cell: growth_local_exponent(cell, n_low, n_high) for cell in SEQUENTIAL_GROWTH}
-    nearest = min(cells, key=lambda cell: abs(exponent - cells[cell]))
-    own = models.LAYERS[layer].table1.sequential_text
-    return nearest == own and abs(exponent - cells[own]) <= SEQUENTIAL_TOLERANCE
+    path = models.LAYERS[layer].table1.path_text
+    return _grows_as(rows, "path_hops", PATH_GROWTH.get(path, path))
 
 
 def _paths_phrase(ctx: ReportContext, source: str) -> str:
@@ -202,21 +219,44 @@ def headline(ctx: ReportContext, texts: dict, fit_rows: pd.DataFrame | None = No
 
 
 def verdict_cell(texts: dict, source: str, layer: str, metric: str) -> str:
+    """ "✓ 1.93 [1.88, 1.98] (1.94)": the primary n-sweep's verdict, exponent, and the prediction judged against."""
     entry = texts.get((source, layer, metric, "n"))
     if entry is None:
         return "–"
-    text, verdict = entry
-    return f"{fits.VERDICT_MARK[verdict]} {text}" if text != "–" else f"{fits.VERDICT_MARK[verdict]} –"
+    text, verdict = entry[:2]
+    predicted = entry[2] if len(entry) > 2 else None
+    against = f" ({predicted:.2f})" if text != "–" and predicted is not None and math.isfinite(predicted) else ""
+    # no-break spaces: a narrow window wraps the cell only before the prediction
+    return f"{fits.VERDICT_MARK[verdict]} {text}".replace(" ", NO_BREAK) + against
 
 
-def _crossing(ctx: ReportContext, source: str, layer: str) -> str:
+def hops_unit(rows: pd.DataFrame) -> str:
+    """What the path's hops are: layers crossed, or steps (levels) inside one layer of a recurrence (a scan)."""
+    of = rows["path_hops_of"].dropna().astype(str) if "path_hops_of" in rows else pd.Series(dtype=str)
+    what = of.iloc[-1] if len(of) else "layers crossed"
+    if what == "layers crossed":
+        return "layers"
+    return f"{'levels' if 'level' in what else 'steps'} inside 1 layer"
+
+
+def cite_hops(ctx: ReportContext, source: str, row, show_unit: bool = True) -> str:
+    if pd.isna(row.path_hops):
+        return cite_crossing(ctx, source, row, show_unit)
+    key = f"{ctx.machine_of_source(source)}.paths.{row.layer}.path_hops.n{int(row.n)}"
+    return ctx.cite(key, int(row.path_hops), "steps", row.run_id, show_unit=show_unit)
+
+
+def path_cell(ctx: ReportContext, source: str, layer: str) -> str:
+    """ "O(n) · ✓ 63 → 255 steps inside 1 layer": Table 1's path cell, then the hops measured at both ends."""
     rows = layer_paths(ctx, source, layer)
+    cell = models.LAYERS[layer].table1.path_text
     if rows.empty:
-        return "–"
+        return f"{cell} · –"
     lo, hi = rows.iloc[0], rows.iloc[-1]
-    exact = (rows["layers_to_cross"] == rows["layers_to_cross_formula"]).all()
-    ends = f"{cite_crossing(ctx, source, lo, show_unit=False)} → {cite_crossing(ctx, source, hi, show_unit=False)}"
-    return f"{fits.VERDICT_MARK['consistent' if exact else 'inconsistent']} {ends}"
+    follows = hops_follow_table1(rows, layer)
+    mark = "" if follows is None else fits.VERDICT_MARK["consistent" if follows else "inconsistent"] + " "
+    ends = f"{cite_hops(ctx, source, lo, False)} → {cite_hops(ctx, source, hi, False)}"
+    return f"{cell} · {mark}{ends} {hops_unit(rows)}"
 
 
 def verdict_table(ctx: ReportContext, texts: dict) -> str:
@@ -234,21 +274,21 @@ def verdict_table(ctx: ReportContext, texts: dict) -> str:
                 row["measured on"] = ctx.source_tag(source)
             row |= {
                 "Table 1": row1.compute_text,
-                "FLOPs ∝ n^": verdict_cell(texts, source, layer, "flops"),
-                "time ∝ n^": verdict_cell(texts, source, layer, "time"),
-                "memory ∝ n^": verdict_cell(texts, source, layer, "memory"),
+                "FLOPs ∝ n^ (predicted)": verdict_cell(texts, source, layer, "flops"),
+                "time ∝ n^ (predicted)": verdict_cell(texts, source, layer, "time"),
+                "memory ∝ n^ (activation estimate)": verdict_cell(texts, source, layer, "memory"),
+                "max path: Table 1 · measured": path_cell(ctx, source, layer),
             }
-            if not several:  # the path cell is the layer's, not the machine's: once is enough beside several
-                row["path"] = row1.path_text
-            row["layers to cross"] = _crossing(ctx, source, layer)
             rows.append(row)
     if not rows:
         return "_No points stored._\n"
     marks = ", ".join(f"{fits.VERDICT_MARK[v]} {v}" for v in fits.VERDICTS)
     return (
         pd.DataFrame(rows).to_markdown(index=False)
-        + f"\n\n{marks}; exponent [{100 * fits.CONFIDENCE:g} % interval] of the primary n-sweep (the sections "
-        "below have every sweep and the "
-        "reason of each verdict); layers to cross from the smallest to the largest n of the paths study, "
-        "✓ where every point equals the closed form.\n"
+        + f"\n\n{marks}; exponent [{100 * fits.CONFIDENCE:g} % interval] of the primary n-sweep, and in brackets "
+        "the exponent it was judged against: Table 1's compute term over the fitted range for FLOPs and time, the "
+        "activation estimate (bytes the layer keeps: models/, `activation_bytes`) for memory (the sections below "
+        "have every sweep and the reason of each verdict). Max path: Table 1's cell, then the hops from position "
+        "0 to n−1 at the smallest and the largest n of the paths study: layers crossed, or for a recurrence the "
+        "steps inside its one layer; ✓ where they grow with n as the cell says.\n"
     )

@@ -1,8 +1,9 @@
-"""Reading stored runs for the report (run folders, or folders of them to any depth) and choosing which of
-them to show. method: docs/method.md"""
+"""Reading stored runs for the report (run folders, or folders of them to any depth), choosing which of
+them to show, and combining several runs of one machine point by point. method: docs/method.md"""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pandas as pd
 
 from .. import machine, storage
 from ..errors import BadInput, RunFailed
+from ..fits import RUN_STARTED
 from ..folder import is_run_dir, read_meta, read_points
 
 REFERENCE_DIR = storage.RESULTS_ROOT / "reference"
@@ -155,3 +157,84 @@ def _machine_of(run_dir: Path) -> str | None:
 def newest_run(runs: dict[str, dict], run_ids) -> str:
     """Of `run_ids`, the newest run: by started_utc, then by id."""
     return max(run_ids, key=lambda r: (runs.get(r, {}).get("started_utc") or "", r))
+
+
+CLOCK_BEFORE_CHOICE = "wall (stored before the CPU clock)"
+
+
+def run_setting(meta: dict, device: str) -> dict[str, str]:
+    """What makes runs of one machine and device incomparable (not rounds or passes, which change precision)."""
+    setting = {"torch": str(meta.get("torch"))}
+    if device == "cpu":
+        setting["threads"] = str(meta.get("threads"))
+        setting["clock policy"] = str((meta.get("timing_policy") or {}).get("clock", CLOCK_BEFORE_CHOICE))
+    return setting
+
+
+def run_tag(run_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "-", run_id)
+
+
+def keep_apart(points: pd.DataFrame, runs: dict[str, dict], labels: dict[str, str]):
+    """(sources, labels, notes): runs whose `run_setting` differs from their source's newest run's become a source
+    `<source>@<their newest run>` beside it, with the reason; the newest run's keep the source and its keys."""
+    sources, labels, notes = points["source"].copy(), dict(labels), []
+    for source, rows in points.groupby("source", sort=False):
+        device = str(rows["device"].iloc[0])
+        settings = {r: run_setting(runs[r], device) for r in rows["run_id"].unique()}
+        groups: dict[tuple, list[str]] = {}
+        for run_id in sorted(settings, key=lambda r: (runs[r].get("started_utc") or "", r)):
+            groups.setdefault(tuple(settings[run_id].items()), []).append(run_id)
+        newest = newest_run(runs, settings)
+        for setting, members in groups.items():
+            if newest in members:
+                continue
+            apart = f"{source}@{run_tag(members[-1])}"
+            sources.loc[rows.index[rows["run_id"].isin(members)]] = apart
+            differs = "; ".join(
+                f"{name} {value} there, {settings[newest][name]} in {newest}"
+                for name, value in setting
+                if value != settings[newest][name]
+            )
+            named = f"run{'s' if len(members) > 1 else ''} {', '.join(members)}"
+            labels[apart] = f"{labels[source]}, {named}"
+            notes.append(
+                f"{labels[source]}: {named} kept apart from the newest run {newest}, as source "
+                f"`{apart}` side by side ({differs}): their times do not compare."
+            )
+    return sources, labels, notes
+
+
+def combine(table: pd.DataFrame | None, runs: dict[str, dict], by: str, identity, words: dict[str, str], what: str):
+    """(rows, notes): per value of `by` (a source, a machine), each point (equal `identity`) once, its newest
+    measurement (a `skipped` row only where no run measured it), older runs' rows first, with RUN_STARTED; a note
+    per group of several runs names them and counts each one's `what` (points, rows) measured again."""
+    if table is None or table.empty:
+        return table, []
+    started = table["run_id"].map(lambda r: runs.get(r, {}).get("started_utc") or "")
+    measured = table["status"] != "skipped" if "status" in table else True
+    work = table.assign(**{RUN_STARTED: started}, _measured=measured, _row=range(len(table)))
+    # groups in the folders' order; within one, older runs first however the folders were named
+    work["_place"] = pd.Series(pd.factorize(work[by])[0], index=work.index).groupby(work["run_id"]).transform("min")
+    work = work.sort_values(["_place", RUN_STARTED, "run_id", "_row"])
+    key = [by, *(c for c in identity if c in work)]
+    winner = work.sort_values(["_measured", RUN_STARTED, "run_id", "_row"]).duplicated(key, keep="last")
+    dropped = winner.reindex(work.index)
+    notes = []
+    for group, rows in work.groupby(by, sort=False):
+        if rows["run_id"].nunique() < 2:
+            continue
+        counts = rows.groupby("run_id", sort=False).size()
+        gone = rows[dropped[rows.index]]
+        again = gone[gone["_measured"]].groupby("run_id", sort=False).size()
+        unmeasured = gone[~gone["_measured"]].groupby("run_id", sort=False).size()
+        said = [f"{n} of {r}'s {what} measured again later, the newer kept" for r, n in again.items()]
+        said += [
+            f"{n} of {r}'s {what} skipped there, kept from a run that measured them" for r, n in unmeasured.items()
+        ]
+        notes.append(
+            f"{words.get(group, group)}: runs {', '.join(f'{r} ({n} {what})' for r, n in counts.items())} combined "
+            f"point by point; {'; '.join(said) or f'none of their {what} measured twice'}."
+        )
+    kept = work[~dropped].drop(columns=["_measured", "_row", "_place"])
+    return kept.reset_index(drop=True), notes

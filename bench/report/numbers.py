@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import csv
 import fnmatch
 import json
+import re
 from pathlib import Path
 
+from .. import storage
 from ..errors import BadInput, RunFailed
 from .context import Number, format_value
 
@@ -40,19 +43,45 @@ def numbers_document(numbers: dict[str, Number], runs: dict[str, dict]) -> dict:
 
 
 GLOB_CHARACTERS = "*?["  # a PATTERN of `cite --list` with one of these is a shell glob, else a substring
+REPORTS_ROOT = storage.RESULTS_ROOT.parent / "reports"
+LOCAL_REPORT_DIR = REPORTS_ROOT / "local"  # `report`'s default --out, ignored by git; reference/ is the shipped one
+REFERENCE_REPORT_DIR = REPORTS_ROOT / "reference"
+FIT_KEY = re.compile(
+    r"^(?P<source>.+)\.(?P<layer>\w+)\.(?P<metric>\w+)\.exponent_(?P<variable>[a-z]+)(\.(?P<sweep>.+))?$"
+)
 
 
-def load_numbers(reports_dir: Path) -> dict:
-    path = reports_dir / "numbers.json"
-    if not path.exists():
+def default_reports() -> list[Path]:
+    """Where `cite` looks without --reports, in this order: this machine's report, then the shipped one."""
+    return [LOCAL_REPORT_DIR, REFERENCE_REPORT_DIR]
+
+
+def load_reports(dirs: list[Path]) -> list[tuple[Path, dict]]:
+    found = [d for d in dirs if (d / "numbers.json").exists()]
+    if not found:
         raise BadInput(
-            f"{path}: not found; run `python -m bench report` first (it writes numbers.json), "
-            f"or give --reports DIR, the folder of a report"
+            f"{' and '.join(_shown(d / 'numbers.json') for d in dirs)}: not found; run `python -m bench report` "
+            f"first (it writes numbers.json), or give --reports DIR, the folder of a report"
         )
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise RunFailed(f"{path}: damaged, not valid JSON ({exc})") from None
+    loaded = []
+    for folder in found:
+        try:
+            loaded.append((folder, json.loads((folder / "numbers.json").read_text())))
+        except json.JSONDecodeError as exc:
+            raise RunFailed(f"{folder / 'numbers.json'}: damaged, not valid JSON ({exc})") from None
+    return loaded
+
+
+def _where(dirs: list[Path]) -> str:
+    return " or ".join(
+        _shown(d / "numbers.json") + ("" if (d / "numbers.json").exists() else " (none yet: `report` writes it)")
+        for d in dirs
+    )
+
+
+def _shown(path: Path) -> str:
+    where = path.resolve()
+    return str(where.relative_to(Path.cwd())) if where.is_relative_to(Path.cwd()) else str(path)
 
 
 def matches(key: str, pattern: str | None) -> bool:
@@ -63,30 +92,75 @@ def matches(key: str, pattern: str | None) -> bool:
     return pattern in key
 
 
-def list_numbers(pattern: str | None, reports_dir: Path) -> list[str]:
-    """`cite --list [PATTERN]`: each matching key with its value and unit, sorted; none is a BadInput."""
-    numbers = load_numbers(reports_dir).get("numbers", {})
-    keys = sorted(key for key in numbers if matches(key, pattern))
+def list_numbers(pattern: str | None, dirs: list[Path]) -> list[str]:
+    """`cite --list [PATTERN]`: each matching key, sorted, with its value, unit and (of several) first report."""
+    found: dict[str, tuple[dict, Path]] = {}
+    for folder, doc in load_reports(dirs):
+        for key, number in doc.get("numbers", {}).items():
+            found.setdefault(key, (number, folder))
+    keys = sorted(key for key in found if matches(key, pattern))
     if not keys and pattern:
         kind = "glob" if any(c in pattern for c in GLOB_CHARACTERS) else "substring"
         raise BadInput(
-            f"cite --list {pattern}: no key of {reports_dir / 'numbers.json'} matches this {kind} "
-            f"({len(numbers)} keys there, e.g. {', '.join(sorted(numbers)[:3])})"
+            f"cite --list {pattern}: no key of {_where(dirs)} matches this {kind} "
+            f"({len(found)} keys there, e.g. {', '.join(sorted(found)[:3])})"
         )
     width = max((len(key) for key in keys), default=0)
-    return [f"{key:{width}s}  {format_value(numbers[key]['value'], numbers[key].get('unit', ''))}" for key in keys]
+    values = {key: format_value(found[key][0]["value"], found[key][0].get("unit", "")) for key in keys}
+    if len(dirs) == 1:
+        return [f"{key:{width}s}  {values[key]}" for key in keys]
+    value_width = max((len(value) for value in values.values()), default=0)
+    return [f"{key:{width}s}  {values[key]:{value_width}s}  {_shown(found[key][1])}" for key in keys]
 
 
-def cite_sentence(key: str, reports_dir: Path) -> str:
-    doc = load_numbers(reports_dir)
-    numbers = doc.get("numbers", {})
-    if key not in numbers:
-        close = [k for k in numbers if key.split(".")[0] in k][:5] or list(numbers)[:5]
+def sweep_tag(fixed: str, batch) -> str:
+    """A fit's sweep as its cite key ends, "d64.heads4.b4": two batches at the same sizes are two keys."""
+    return f"{fixed.replace(', ', '.').replace('=', '')}.b{int(float(batch))}"
+
+
+def unfitted_reason(key: str, dirs: list[Path]) -> str | None:
+    """Why a fitted exponent's key is in no numbers.json: its sweeps' verdicts and reasons from fits.csv."""
+    parts = FIT_KEY.match(key)
+    if parts is None:
+        return None
+    wanted = {name: parts[name] for name in ("source", "layer", "metric", "variable")}
+    sweep = (parts["sweep"] or "").removesuffix(".predicted")
+    for folder in dirs:
+        if not (folder / "fits.csv").exists():
+            continue
+        with open(folder / "fits.csv", newline="") as table:
+            rows = [
+                row
+                for row in csv.DictReader(table)
+                if all(row.get(k) == v for k, v in wanted.items())
+                and (not sweep or sweep_tag(row["fixed"], row["batch"]) == sweep)
+            ]
+        if rows:
+            sweeps = "; ".join(
+                f"{row['fixed']}, batch {int(float(row['batch']))}: {row['verdict']} "
+                + (f"(exponent {float(row['exponent']):.3g})" if row["exponent"] else "(no exponent)")
+                + f", {row['reason']}"
+                for row in rows
+            )
+            what = f"{wanted['layer']} {wanted['metric']} in {wanted['variable']} on {wanted['source']}"
+            return f"the fit of {what} has no exponent to cite ({_shown(folder / 'fits.csv')}): {sweeps}"
+    return None
+
+
+def cite_sentence(key: str, dirs: Path | list[Path]) -> str:
+    dirs = [dirs] if isinstance(dirs, Path) else dirs
+    reports = load_reports(dirs)
+    doc = next((doc for _, doc in reports if key in doc.get("numbers", {})), None)
+    if doc is None:
+        reason = unfitted_reason(key, [folder for folder, _ in reports])
+        if reason is not None:
+            raise BadInput(f"cite: no number {key!r} in {_where(dirs)}: {reason}")
+        numbers = [k for _, d in reports for k in d.get("numbers", {})]
+        close = [k for k in numbers if key.split(".")[0] in k][:5] or numbers[:5]
         raise BadInput(
-            f"cite: no number {key!r} in {reports_dir / 'numbers.json'}; "
-            f"{len(numbers)} keys there, e.g. {', '.join(close)}"
+            f"cite: no number {key!r} in {_where(dirs)}; {len(set(numbers))} keys there, e.g. {', '.join(close)}"
         )
-    number = numbers[key]
+    number = doc["numbers"][key]
     run = doc.get("runs", {}).get(number["run_id"], {})
     text = format_value(number["value"], number.get("unit", ""))
     if "interval" in number:

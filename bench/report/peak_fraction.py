@@ -15,6 +15,7 @@ from ..spec import device_keys
 from ..timing import CPU, WALL
 from . import style
 from .context import ReportContext
+from .load import newest_run, run_tag
 
 
 def _stored_peaks(runs: dict[str, dict]) -> dict[tuple[str, str, str], dict]:
@@ -88,15 +89,20 @@ def fraction_of_peak_figure(ctx: ReportContext, ok: pd.DataFrame):
     return fig
 
 
-def _peak_line(ctx: ReportContext, source: str, run_id: str, peak: dict) -> str:
-    wall = ctx.cite(f"{source}.compute_peak", float(f"{peak['flops_per_s']:.4g}"), "FLOP/s", run_id, clock=WALL)
+def _peak_line(ctx: ReportContext, source: str, run_id: str, peak: dict, newest: bool) -> str:
+    """A source's compute peak: its newest run's under `<source>.compute_peak`, an older combined run's (its points
+    are fractions of its own peak) under `<source>.compute_peak.<run>`."""
+    suffix = "" if newest else f".{run_tag(run_id)}"
+    wall = ctx.cite(f"{source}.compute_peak{suffix}", float(f"{peak['flops_per_s']:.4g}"), "FLOP/s", run_id, clock=WALL)
     cpu = peak_on(peak, CPU) if peak.get("flops_per_s_cpu") else None
     on_cpu = (
-        f", {ctx.cite(f'{source}.compute_peak_cpu', float(f'{cpu:.4g}'), 'FLOP/s', run_id, clock=CPU)} on the "
+        f", {ctx.cite(f'{source}.compute_peak_cpu{suffix}', float(f'{cpu:.4g}'), 'FLOP/s', run_id, clock=CPU)} on the "
         "CPU clock of its one thread"
         if cpu
         else ""
     )
+    if not newest:
+        source = f"{source} (run {run_id})"
     if "kernel" not in peak:  # a run from before the compute peak stored its square matmul's median rate
         return (
             f"- {source}: matmul peak {wall} ({peak.get('size')}×{peak.get('size')} {peak.get('dtype', '')} matmul, "
@@ -126,7 +132,9 @@ def peak_section(ctx: ReportContext) -> str:
     for (run_id, mid, key), peak in sorted(peaks.items()):
         mine = (ok["run_id"] == run_id) & (ok["peak_key"] == key) & (ok["peak_machine"] == mid)
         if mine.any():
-            lines.append(_peak_line(ctx, ok.loc[mine, "source"].iloc[0], run_id, peak))
+            source = ok.loc[mine, "source"].iloc[0]
+            newest = newest_run(ctx.runs, ok.loc[ok["source"] == source, "run_id"].unique()) == run_id
+            lines.append(_peak_line(ctx, source, run_id, peak, newest))
     rows = []
     for (source, layer), group in ok.groupby(["source", "layer"]):
         top = group.sort_values(["flops_counted", "n"]).iloc[-1]

@@ -17,7 +17,7 @@ from filelock import FileLock, Timeout
 
 from ..errors import BadInput
 
-TAG = ".report-tmp-"  # beside `reports/`: .reports.report-tmp-{lock,new,old} (.gitignore: /.reports.report-tmp-*)
+TAG = ".report-tmp-"  # beside the output folder: .<name>.report-tmp-{lock,new,old}
 # A report's own files: these, and the figures its pages link (the manifest: written by older versions).
 OWN_FILES = ("report.md", "report.html", "fits.csv", "numbers.json", "table.tex", "table.csv", ".report-manifest.json")
 PAGES = ("report.md", "report.html")

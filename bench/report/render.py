@@ -1,5 +1,5 @@
-"""The report's two pages from one markdown text: report.md, and report.html with a first screen (headline,
-verdicts, contents) and every `## ` section collapsible."""
+"""The report's two pages from one markdown text: report.md, and report.html with a first screen (headline
+beside the first figure, verdicts, contents) and every `## ` section collapsible."""
 
 from __future__ import annotations
 
@@ -16,7 +16,12 @@ table { border-collapse: collapse; font-size: 0.85rem; margin: 1rem 0; }
 th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: left; }
 th { background: #f3f3f3; }
 #verdicts table { font-size: 0.8rem; }
-#verdicts td, #verdicts th { padding: 0.15rem 0.35rem; white-space: nowrap; }
+#verdicts td, #verdicts th { padding: 0.15rem 0.35rem; }
+#lead { display: flex; gap: 1.2rem; align-items: flex-start; }
+#headline { flex: 1 1 0; min-width: 0; font-size: 0.92rem; }
+#first-figure { flex: 0 1 31rem; min-width: 0; font-size: 0.8rem; }
+#first-figure p { margin: 0.2rem 0 0.6rem; }
+@media (max-width: 56rem) { #lead { display: block; } }
 #toc ul { columns: 2; margin: 0.5rem 0; }
 details { border-top: 1px solid #ddd; padding: 0.3rem 0; }
 details > summary { cursor: pointer; }
@@ -69,7 +74,8 @@ def _html(md_text: str) -> str:
     return body.replace("<table>", '<div class="wide"><table>').replace("</table>", "</table></div>")
 
 
-def to_html(title: str, headline: str, verdicts: str, intro: str, sections: list[Section]) -> str:
+def to_html(title: str, headline: str, verdicts: str, intro: str, sections: list[Section], figure: str = "") -> str:
+    """The page; `figure` (markdown of the first figure) beside the headline, on the first screen, open."""
     toc = markdown.markdown(_toc(sections), extensions=MD_EXTENSIONS)
     details = "\n".join(
         f'<details id="{s.anchor}"><summary><h2>{html.escape(s.title)}</h2></summary>\n{_html(s.body)}\n</details>'
@@ -79,7 +85,10 @@ def to_html(title: str, headline: str, verdicts: str, intro: str, sections: list
         f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{html.escape(title)}</title>"
         f"<style>{HTML_STYLE}</style><script>{HTML_SCRIPT}</script></head><body>\n"
-        f"<section id='first-screen'>\n<h1>{html.escape(title)}</h1>\n{_html(headline)}\n"
+        f"<section id='first-screen'>\n<h1>{html.escape(title)}</h1>\n<div id='lead'>\n"
+        f"<div id='headline'>\n{_html(headline)}\n</div>\n"
+        + (f"<div id='first-figure'>\n{_html(figure)}\n</div>\n" if figure.strip() else "")
+        + "</div>\n"
         f"<div id='verdicts'>\n{markdown.markdown(verdicts, extensions=MD_EXTENSIONS)}\n</div>\n"
         f"<nav id='toc'><strong>Contents</strong> (each section opens on a click)\n{toc}</nav>\n{_html(intro)}\n"
         f"</section>\n{details}\n</body></html>\n"

@@ -11,22 +11,44 @@ import pandas as pd
 import models
 
 from .. import fits
+from ..spec import TRAIN_MODE
 from .context import ReportContext
+from .numbers import sweep_tag
 from .sweep_plot import (
+    CALL,
     CLOCK_NOTE,
+    FORWARD,
     GUIDE_NOTE,
+    HOLLOW_NOTE,
     IQR_NOTE,
+    axis_label,
     on_sweep_clocks,
+    panel_mode,
     predicted_from_formula,
     primary_sweeps,
     sweep_figure,
     trusted_times,
 )
 
-METRIC_LABEL = {"time": "time per call (s)", "flops": "FLOPs (counted)", "memory": "peak allocated bytes"}
+
+def modes_caption(data: pd.DataFrame, metric: str) -> str:
+    """What a figure's panels show, by mode: "Time per forward pass (per training step in the -train panels)"."""
+    modes = sorted({panel_mode(part) for _, part in data.groupby("source")}, key=lambda m: m == TRAIN_MODE)
+    text = axis_label(metric, modes[0] if modes else None)
+    others = [f"per {CALL.get(m, FORWARD)} in the -{m} panels" for m in modes[1:]]
+    text += f" ({'; '.join(others)})" if others else ""
+    return text[0].upper() + text[1:]
 
 
-def _predicted_from_fits(fit_rows: pd.DataFrame, metric: str, variable: str) -> Callable:
+def sweeps_caption(data: pd.DataFrame) -> str:
+    """The sweeps drawn, "batch=4, d=32; batch=1, d=64", with how they are told apart where there are several."""
+    sweeps = sorted(set(data["sweep"]))
+    if len(sweeps) < 2:
+        return sweeps[0] if sweeps else ""
+    return "; ".join(sweeps) + ": one line style per sweep, named in the legend"
+
+
+def predicted_from_fits(fit_rows: pd.DataFrame, metric: str, variable: str) -> Callable:
     """exponent(source, layer, sweep): the fits table's `predicted` for that sweep, else the formula's."""
     rows = fit_rows[(fit_rows["metric"] == metric) & (fit_rows["variable"] == variable)]
     table = {
@@ -58,7 +80,7 @@ def _loglog_plot(
     exponent = (
         predicted_from_formula(metric, variable)
         if fit_rows is None
-        else _predicted_from_fits(fit_rows, metric, variable)
+        else predicted_from_fits(fit_rows, metric, variable)
     )
     fig = sweep_figure(data, variable, column, metric, titles, exponent=exponent)
     return ctx.figure(fig, name, caption)
@@ -72,15 +94,10 @@ def _texts_key(row, metric: str) -> tuple:
     return (row.source, row.layer, metric, row.variable, row.fixed, row.batch)
 
 
-def _sweep_tag(row) -> str:
-    """A fit row's sweep in a cite key, "d64.heads4.b4": two batches at the same sizes are two keys."""
-    return f"{row.fixed.replace(', ', '.').replace('=', '')}.b{int(row.batch)}"
-
-
 def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, tuple]:
     """Cite every fitted exponent, the primary one (the widest sweep with a fit) also without a suffix. Returns
-    {(source, layer, metric, variable): (text, verdict)} for the primary fits and {(..., fixed, batch): (text,
-    verdict, is_primary)} for every row; the text is "–" without a fit."""
+    {(source, layer, metric, variable): (text, verdict, predicted)} for the primary fits and {(..., fixed, batch):
+    (text, verdict, is_primary)} for every row; the text is "–" without a fit."""
     texts = {}
     for (source, layer, metric, variable), group in fit_rows.groupby(["source", "layer", "metric", "variable"]):
         group = group.assign(
@@ -98,14 +115,14 @@ def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, tuple]:
                 )
                 interval = None if math.isnan(row.ci_low) else (round(row.ci_low, 3), round(row.ci_high, 3))
                 base = _fit_key(source, layer, metric, variable)
-                tag = _sweep_tag(row)
+                tag = sweep_tag(row.fixed, row.batch)
                 exponent = round(row.exponent, 3)
                 text = ctx.cite(f"{base}.{tag}", exponent, "1", row.run_id, interval=interval, note=note, clock=on)
                 if i == 0:
                     ctx.cite(base, exponent, "1", row.run_id, interval=interval, note=note, clock=on)
             texts[_texts_key(row, metric)] = (text, row.verdict, i == 0)
             if i == 0:
-                texts[(source, layer, metric, variable)] = (text, row.verdict)
+                texts[(source, layer, metric, variable)] = (text, row.verdict, float(row.predicted))
     return texts
 
 
@@ -149,7 +166,7 @@ def fits_markdown(ctx: ReportContext, fit_rows: pd.DataFrame, metric: str, texts
     ]
     for row in rows.sort_values(["source", "variable", "layer", "fixed", "batch"]).itertuples():
         text, verdict, primary = texts[_texts_key(row, metric)]
-        tag = _sweep_tag(row)
+        tag = sweep_tag(row.fixed, row.batch)
         predicted = "–"
         if not math.isnan(row.predicted) and not math.isnan(row.exponent):
             predicted = ctx.cite(
@@ -189,9 +206,9 @@ def scaling_section(
                 column,
                 metric,
                 f"{metric}_vs_{variable}",
-                f"{METRIC_LABEL[metric].capitalize()} against {variable}, log-log, per layer "
-                f"({', '.join(sorted(set(data['sweep'])))}); {GUIDE_NOTE[metric]}"
-                + (f"; {CLOCK_NOTE}; {IQR_NOTE}" if metric == "time" else ""),
+                f"{modes_caption(data, metric)} against {variable}, log-log, per layer "
+                f"({sweeps_caption(data)}); {GUIDE_NOTE[metric]}"
+                + (f"; {CLOCK_NOTE}; {IQR_NOTE}; {HOLLOW_NOTE}" if metric == "time" else ""),
                 fit_rows,
             )
         )

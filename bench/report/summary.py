@@ -10,14 +10,14 @@ import models
 
 from .. import fits
 from .context import ReportContext
-from .headline import cite_crossing, layer_paths
+from .headline import cite_hops, hops_unit, layer_paths
 
 
 def _exp(texts: dict, source: str, layer: str, metric: str, variable: str) -> str:
     key = (source, layer, metric, variable)
     if key not in texts:
         return "–"
-    value, verdict = texts[key]
+    value, verdict = texts[key][:2]
     return f"{value.split(' [')[0]} {fits.VERDICT_MARK[verdict]}"
 
 
@@ -29,7 +29,7 @@ def _paths_span(ctx: ReportContext, source: str, layer: str) -> tuple[int, int] 
 def _paths_cells(
     ctx: ReportContext, source: str, layer: str, header_span: tuple[int, int] | None = None
 ) -> tuple[str, str]:
-    """Measured depth and layers to cross at both ends of the paths study, the lengths named unless the
+    """Measured depth and path (layers crossed, or steps inside a recurrence's one layer) at both ends of the paths study, the lengths named unless the
     header's (`header_span`)."""
     rows = layer_paths(ctx, source, layer)
     if rows.empty:
@@ -40,7 +40,7 @@ def _paths_cells(
         f"{ctx.cite(f'{key}.seq_depth.n{int(lo.n)}', int(lo.seq_depth), 'ops', run_id)} → "
         f"{ctx.cite(f'{key}.seq_depth.n{int(hi.n)}', int(hi.seq_depth), 'ops', run_id)}"
     )
-    cross = f"{cite_crossing(ctx, source, lo)} → {cite_crossing(ctx, source, hi)}"
+    cross = f"{cite_hops(ctx, source, lo, False)} → {cite_hops(ctx, source, hi, False)} {hops_unit(rows)}"
     if (int(lo.n), int(hi.n)) != header_span:
         lengths = f" (n={int(lo.n)}→{int(hi.n)})"
         depth, cross = depth + lengths, cross + lengths
@@ -76,11 +76,11 @@ def summary_rows(ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict) -> pd.
                     "time ∝ n^": _exp(texts, source, layer, "time", "n"),
                     "time ∝ d^": _exp(texts, source, layer, "time", "d"),
                     "time ∝ k^": _exp(texts, source, layer, "time", "k"),
-                    "memory ∝ n^": _exp(texts, source, layer, "memory", "n"),
+                    "memory ∝ n^ (vs activation estimate)": _exp(texts, source, layer, "memory", "n"),
                     "sequential ops (Table 1)": row.sequential_text,
                     f"measured depth{span}": depth,
                     "max path (Table 1)": row.path_text,
-                    f"layers to cross{span}": cross,
+                    f"path measured{span}": cross,
                 }
             )
     return pd.DataFrame(rows)
