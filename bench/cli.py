@@ -152,6 +152,14 @@ def _grid_options(parser: argparse.ArgumentParser, preset_help: str, n_example: 
     )
 
 
+def _no_progress(parser) -> None:
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress (a bar on a terminal; in a log file or a pipe, a line every few seconds)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks of failures")
@@ -254,15 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --ray: a GPU point's worker holds its whole node (all its GPUs and CPUs), not one GPU and its "
         "share of the CPUs; a CPU point's worker always holds all of its node's CPUs",
     )
-    run.add_argument(
-        "--no-progress",
-        action="store_true",
-        help="no progress (a bar on a terminal; in a log file or a pipe, a line every few seconds)",
-    )
+    _no_progress(run)
 
     paths = command("paths")
     _grid_options(paths, "take layers, n, k and window from a preset", f"64,256 (2 to {MAX_PATHS_N})", "(default 16)")
     paths.add_argument("--out", type=Path, help="a run folder to add paths.csv to, or a new folder")
+    _no_progress(paths)
 
     claims = command("claims")
     claims.add_argument(
@@ -272,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"seed of the random inputs and weights the claims are measured on, 0 to {MAX_SEED} (default 0)",
     )
     claims.add_argument("--out", type=Path, help="a run folder to add claims.csv to, or a new folder")
+    _no_progress(claims)
 
     report = command("report")
     report.add_argument(
@@ -289,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
         "reports/reference/ is the shipped report of results/reference/)",
     )
     report.add_argument("--skip-bad", action="store_true", help="report the other runs when one is damaged")
+    _no_progress(report)
     report.add_argument(
         "--compare",
         choices=["reference"],

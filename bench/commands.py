@@ -14,6 +14,7 @@ from . import folder, machine, storage
 from .errors import BadInput, RunFailed
 from .preflight import before_measuring, print_lines, wide_kernel_warnings
 from .presets import Preset, get_preset, load_presets
+from .progress import progress_bar
 from .spec import DEFAULT_MODE, SIZES, PointSpec, expand_grid
 from .timing import CPU, TimingPolicy
 
@@ -185,7 +186,7 @@ def _run_on(args, argv, cluster) -> int:
 def cmd_paths(args, argv) -> int:
     import pandas as pd
 
-    from .paths import DEFAULT_WINDOW, paths_table
+    from .paths import DEFAULT_WINDOW, paths_cases, paths_table
 
     if args.preset is not None:
         studies = [
@@ -198,7 +199,12 @@ def cmd_paths(args, argv) -> int:
         raise BadInput("paths: give --preset NAME or --layers and --n")
     for layers, ns, ks, window in studies:
         _check_paths_study(layers, ns, ks, window)
-    tables = [paths_table(layers, ns, ks, window=window) for layers, ns, ks, window in studies]
+    total = sum(len(paths_cases(layers, ns, ks)) for layers, ns, ks, _ in studies)
+    bar = progress_bar(total, "paths", "rows", show=not args.no_progress)
+    try:
+        tables = [paths_table(layers, ns, ks, window=window, on_row=bar.update) for layers, ns, ks, window in studies]
+    finally:
+        bar.close()
     table = tables[0] if len(tables) == 1 else pd.concat(tables, ignore_index=True)
     return _write_side_table(args, argv, "paths", table)
 
@@ -237,9 +243,13 @@ def _write_side_table(args, argv, kind: str, table) -> int:
 
 
 def cmd_claims(args, argv) -> int:
-    from .claims import claims_frame, measure_claims
+    from .claims import CLAIMS, claims_frame, measure_claims
 
-    table = claims_frame(measure_claims(seed=args.seed))
+    bar = progress_bar(len(CLAIMS), "claims", "checked", show=not args.no_progress)
+    try:
+        table = claims_frame(measure_claims(seed=args.seed, on_claim=bar.update))
+    finally:
+        bar.close()
     return _write_side_table(args, argv, "claims", table)
 
 
@@ -248,7 +258,17 @@ def cmd_report(args, argv) -> int:
     from .report.build import build_report
 
     out = args.out or numbers.LOCAL_REPORT_DIR
-    written = build_report(args.results, out, skip_bad=args.skip_bad, compare_reference=args.compare == "reference")
+    bar = progress_bar(None, "report", "figures", show=not args.no_progress)
+    try:
+        written = build_report(
+            args.results,
+            out,
+            skip_bad=args.skip_bad,
+            compare_reference=args.compare == "reference",
+            on_figure=bar.update,
+        )
+    finally:
+        bar.close()
     print(
         f"report: {written['points']} points from {written['runs']} runs -> {out / 'report.md'} "
         f"and report.html ({written['figures']} figures, {written['numbers']} citable numbers)"

@@ -3,7 +3,7 @@ layers (models.build), never from the formula, with the closed form beside each 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pandas as pd
 import torch
@@ -237,16 +237,29 @@ def paths_row(name: str, n: int, k: int | None, window: int = DEFAULT_WINDOW, d:
     return row
 
 
+def paths_cases(layers: Sequence[str], ns: Sequence[int], ks: Sequence[int]) -> list[tuple[str, int, int | None]]:
+    """(layer, n, k) of every row: per k for the layers that use k, k None for the others."""
+    return [(name, n, k) for name in layers for k in (ks if _uses_k(name) else [None]) for n in ns]
+
+
 def paths_table(
-    layers: Sequence[str], ns: Sequence[int], ks: Sequence[int], window: int = DEFAULT_WINDOW, d: int = DEFAULT_D
+    layers: Sequence[str],
+    ns: Sequence[int],
+    ks: Sequence[int],
+    window: int = DEFAULT_WINDOW,
+    d: int = DEFAULT_D,
+    on_row: Callable[[], object] | None = None,
 ) -> pd.DataFrame:
-    """One row per (layer, n, k) for the layers that use k, one per (layer, n) with k empty for the others."""
+    """One row per (layer, n, k) for the layers that use k, one per (layer, n) with k empty for the others;
+    `on_row` is called after each (progress)."""
     for name in layers:
         _check(name, 2)
+    rows = []
     with pinned_threads(PROBE_THREADS):
-        rows = [
-            paths_row(name, n, k, window, d) for name in layers for k in (ks if _uses_k(name) else [None]) for n in ns
-        ]
+        for name, n, k in paths_cases(layers, ns, ks):
+            rows.append(paths_row(name, n, k, window, d))
+            if on_row is not None:
+                on_row()
     table = pd.DataFrame(rows, columns=COLUMNS)
     for column in _INT_COLUMNS:
         table[column] = table[column].astype("Int64")

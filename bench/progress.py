@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 PROGRESS_EVERY_S = 10.0  # seconds between a log's progress lines, even while one point takes longer
 LINE_FORMAT = "{desc}: {n_fmt}/{total_fmt} {unit}, {elapsed} elapsed, about {remaining} left{postfix}"
+OPEN_LINE_FORMAT = "{desc}: {n_fmt} {unit} so far, {elapsed} elapsed{postfix}"  # a total not known ahead
 
 
 class ProgressLines:
@@ -21,7 +22,7 @@ class ProgressLines:
 
     def __init__(
         self,
-        total: int,
+        total: int | None,
         desc: str,
         unit: str,
         file: TextIO,
@@ -71,7 +72,7 @@ class ProgressLines:
             now_s - self.started_s,
             prefix=self.desc,
             unit=self.unit,
-            bar_format=LINE_FORMAT,
+            bar_format=LINE_FORMAT if self.total is not None else OPEN_LINE_FORMAT,
             postfix=self.postfix or None,
         )
 
@@ -85,8 +86,9 @@ class ProgressLines:
         self.last_line_s, self.lines, self.n_shown = now_s, self.lines + 1, self.n
 
 
-def progress_bar(total: int, desc: str, line_unit: str, *, show: bool, file: TextIO | None = None):
-    """`total` points' progress on stderr: tqdm's bar on a terminal, else ProgressLines; none if not `show`."""
+def progress_bar(total: int | None, desc: str, line_unit: str, *, show: bool, file: TextIO | None = None):
+    """Progress of `total` items (None: not known ahead) on stderr: tqdm's bar on a terminal, else ProgressLines;
+    none if not `show`."""
     file = sys.stderr if file is None else file  # looked up now: a test's capture replaces sys.stderr
     if show and not file.isatty():
         return ProgressLines(total, desc, line_unit, file, PROGRESS_EVERY_S).start()

@@ -161,3 +161,20 @@ def test_a_ray_sweep_into_a_log_shows_points_stored_and_nothing_without_progress
     assert done == sorted(done) and done[-1] == 2 and found[-1][1] == "00:00"
     assert ("0", "?", "8") in found  # while the first point is measured: none stored, the time left unknown
     assert any(n == "1" and at == "16" for n, _, at in found)  # while the second is
+
+
+def test_a_total_not_known_ahead_says_what_is_done_so_far():
+    lines = ProgressLines(None, "report", "figures", io.StringIO())
+    lines.update(5)
+    assert lines.line(lines.started_s + 12.0) == "report: 5 figures so far, 00:12 elapsed"
+
+
+def test_paths_and_report_show_progress_lines_in_a_log(tmp_path, monkeypatch, capsys):
+    from bench.cli import main  # noqa: PLC0415
+
+    monkeypatch.setattr(progress, "PROGRESS_EVERY_S", 0.002)
+    assert main(["paths", "--layers", "conv,lstm", "--n", "8,16", "--k", "3", "--out", str(tmp_path / "p")]) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"^paths: [1-4]/4 rows, \d\d:\d\d elapsed", err, re.M), err
+    assert main(["paths", "--layers", "conv", "--n", "8,16", "--out", str(tmp_path / "q"), "--no-progress"]) == 0
+    assert "rows," not in capsys.readouterr().err

@@ -58,12 +58,18 @@ CLAIMS: tuple[Callable[[int], ClaimResult], ...] = tuple(
 )
 
 
-def measure_claims(seed: int = 0) -> list[ClaimResult]:
-    """Every claim in CLAIMS, in order; `seed` fixes all random inputs and weights."""
+def measure_claims(seed: int = 0, on_claim: Callable[[], object] | None = None) -> list[ClaimResult]:
+    """Every claim in CLAIMS, in order; `seed` fixes all random inputs and weights; `on_claim` is called after
+    each (progress)."""
     # One thread: the claims are many small operations, and on a shared machine intra-op threads spinning at
     # every operator's barrier slowed them far more than one thread loses on the few large ones.
     with pinned_threads(CLAIMS_THREADS):
-        return [claim(seed) for claim in CLAIMS]
+        results = []
+        for claim in CLAIMS:
+            results.append(claim(seed))
+            if on_claim is not None:
+                on_claim()
+        return results
 
 
 __all__ = [

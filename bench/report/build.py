@@ -3,6 +3,7 @@ numbers.json, table.tex). Measures nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -217,9 +218,14 @@ TITLE = "Sequence layers, measured: does Vaswani et al. (2017), Table 1, hold on
 
 
 def build_report(
-    results: list[Path] | None, out_dir: Path, skip_bad: bool = False, compare_reference: bool = False
+    results: list[Path] | None,
+    out_dir: Path,
+    skip_bad: bool = False,
+    compare_reference: bool = False,
+    on_figure: Callable[[], object] | None = None,
 ) -> dict:
-    """Read the chosen runs (by default this machine's) and replace the report in `out_dir` whole."""
+    """Read the chosen runs (by default this machine's) and replace the report in `out_dir` whole; `on_figure` is
+    called after each figure is drawn (progress)."""
     dirs, notes = select_run_dirs(results, compare_reference)
     if not dirs:
         raise BadInput("no stored runs found: `make bench` measures this machine")
@@ -255,10 +261,10 @@ def build_report(
     )
     primary = this_id if this_id in candidates else candidates[0]
     with staged(out_dir) as stage:
-        return _write_report(stage, points, runs, side, labels, primary, machines, notes)
+        return _write_report(stage, points, runs, side, labels, primary, machines, notes, on_figure)
 
 
-def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, notes) -> dict:
+def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, notes, on_figure) -> dict:
     ctx = ReportContext(
         points=points,
         runs=runs,
@@ -269,6 +275,7 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
         primary=primary,
         machines=machines,
         notes=notes,
+        on_figure=on_figure,
     )
 
     intro = (

@@ -4,6 +4,7 @@ with its provenance) and `figure` (a PNG under figures/, embedded)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +71,7 @@ class ReportContext:
     primary: str = ""  # the machine the report is about first (this machine, where it has runs)
     machines: dict[str, str] = field(default_factory=dict)  # source -> its machine
     notes: list[str] = field(default_factory=list)
+    on_figure: Callable[[], object] | None = None  # told of each figure drawn (progress)
 
     def sources(self) -> list[str]:
         present = set(self.points["source"]) if "source" in self.points else set()
@@ -160,4 +162,6 @@ class ReportContext:
         fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         self.figures.append(path)
+        if self.on_figure is not None:
+            self.on_figure()
         return f"![{caption}](figures/{name}.png)\n\n*{caption}*\n"
