@@ -40,6 +40,7 @@ class Roles:
     recurrent: str = "lstm"  # the recurrent layer attention is compared with
     convolution: str = "conv"  # the contiguous convolution
     attention_linear: str = "attention_linear"  # kernelized attention, O(n·d²): the crossover with attention
+    attention_restricted: str = "attention_local"  # Table 1's self-attention restricted to r neighbours
 
 
 ROLES = Roles()

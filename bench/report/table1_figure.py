@@ -27,7 +27,12 @@ from .sweep_plot import (
 )
 
 # Table 1's rows: convolution, recurrence (each of the three built), self-attention, restricted self-attention
-TABLE1_LAYERS = (models.ROLES.convolution, *models.recurrent(), models.ROLES.attention, "attention_local")
+TABLE1_LAYERS = (
+    models.ROLES.convolution,
+    *models.recurrent(),
+    models.ROLES.attention,
+    models.ROLES.attention_restricted,
+)
 PANELS = {"time": "time_s", "flops": "flops_counted"}
 PANEL_SIZE_IN = (3.3, 2.9)
 FONT_SIZE = 9
