@@ -136,8 +136,15 @@ def toc_problems(page) -> list[str]:
     ]
 
 
+def _machine_of(headline: str) -> str:
+    """ "On AMD EPYC, 2 cores (vm) · cpu (run ..." -> "AMD EPYC, 2 cores (vm)"."""
+    return headline.removeprefix("On ").split(" · ")[0]
+
+
 def headline_problems(page, height: int = NARROW[1]) -> list[str]:
-    """The headline paragraphs: the <p> in #first-screen before the verdict table (one per machine)."""
+    """The headline paragraphs: the <p> in #first-screen before the verdict table (one per machine and source).
+    Every one shown; those of the report's first machine start on the first screen (with several machines beside
+    the first figure, the others follow below)."""
     if not page.query_selector("#first-screen"):
         return ["no first screen (section#first-screen)"]
     headlines = page.evaluate(
@@ -155,14 +162,14 @@ def headline_problems(page, height: int = NARROW[1]) -> list[str]:
     )
     if not headlines:
         return ["no headline paragraph (#first-screen p before #verdicts)"]
-    problems = []
+    problems, first_machine = [], _machine_of(headlines[0]["text"])
     for i, line in enumerate(headlines, 1):
         name = f"headline {i} ({line['text'][:60]!r})"
         if not line["text"]:
             problems.append(f"headline {i} is empty")
         elif not (line["shown"] and line["h"] > 0):
             problems.append(f"{name} is not shown")
-        elif line["top"] >= height:
+        elif line["top"] >= height and _machine_of(line["text"]) == first_machine:
             problems.append(f"{name} starts at {line['top']:.0f} px, below the first {height} px screen")
     return problems
 
@@ -400,3 +407,8 @@ def test_two_machines_side_by_side_still_fit_1024_px(browser, tmp_path):
     problems = image_problems(page) + verdict_table_problems(page) + toc_problems(page)
     page.close()
     assert not problems, "\n".join(problems)
+
+
+def test_a_headline_names_its_machine_before_its_source():
+    assert _machine_of("On reference: AMD EPYC, 2 cores (vm) · cpu-train (run 1)") == "reference: AMD EPYC, 2 cores (vm)"
+    assert _machine_of("On Intel Xeon, 2 cores (laptop) · cpu (run 2)") == "Intel Xeon, 2 cores (laptop)"
