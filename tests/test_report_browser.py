@@ -410,5 +410,7 @@ def test_two_machines_side_by_side_still_fit_1024_px(browser, tmp_path):
 
 
 def test_a_headline_names_its_machine_before_its_source():
-    assert _machine_of("On reference: AMD EPYC, 2 cores (vm) · cpu-train (run 1)") == "reference: AMD EPYC, 2 cores (vm)"
+    assert (
+        _machine_of("On reference: AMD EPYC, 2 cores (vm) · cpu-train (run 1)") == "reference: AMD EPYC, 2 cores (vm)"
+    )
     assert _machine_of("On Intel Xeon, 2 cores (laptop) · cpu (run 2)") == "Intel Xeon, 2 cores (laptop)"
