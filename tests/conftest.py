@@ -9,9 +9,12 @@ def pytest_collection_modifyitems(config, items):
     """Groups for pytest-xdist's `--dist loadgroup` (make test runs the suite on 2 workers): every test file
     is one group, so its module fixtures (a run, a report) are built on one worker only, and the files that
     read `claim_results` are one group together, so the claims are measured once, not once per worker. A
-    test that names its own xdist_group keeps it. Without xdist the marks change nothing."""
+    test that names its own xdist_group keeps it. Without xdist the marks change nothing. A test that reads
+    `claim_results` is slow (measuring every claim takes seconds): `make test-fast` leaves it out."""
     claims_files = {item.path for item in items if "claim_results" in getattr(item, "fixturenames", ())}
     for item in items:
+        if "claim_results" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("xdist_group") is None:
             group = CLAIMS_GROUP if item.path in claims_files else item.path.stem
             item.add_marker(pytest.mark.xdist_group(group))
