@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -342,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader went away (`cite --list | head`): what it read was whole
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python flushes at exit
+        return 0
     except Exception as exc:  # any other failure: a message, the traceback only with --debug
         if debug:
             traceback.print_exc()

@@ -6,6 +6,7 @@ import itertools
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,18 @@ def test_an_inconclusive_fit_with_an_exponent_is_cited_with_its_interval_and_ver
     code, (line,), _ = _run(capsys, ["cite", f"{MACHINE_ID}.cpu.lstm.flops.exponent_n"])
     assert code == 0 and " = 1 (95 % interval -6.34 to 8.34)" in line
     assert "verdict inconclusive" in line and "interval too wide (width 14.7 > 1)" in line
+
+
+def test_a_listing_cut_short_by_its_reader_is_no_error():
+    """`cite --list | head -1`: the reader closes the pipe after one line; the listing (the shipped report's keys,
+    far more than a pipe holds) stops there, exit 0, nothing on stderr."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "bench", "cite", "--list", "--reports", "reports/reference"],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdout.readline().startswith(b"reference.")
+    child.stdout.close()
+    assert child.wait(timeout=60) == 0
+    assert child.stderr.read() == b""
