@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 1
     except BrokenPipeError:  # the reader went away (`cite --list | head`): what it read was whole
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python flushes at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:  # any other failure: a message, the traceback only with --debug
         if debug:

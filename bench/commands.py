@@ -283,7 +283,10 @@ def cmd_cite(args, argv) -> int:
     if args.list is not None:
         if args.key is not None:
             raise BadInput(f"cite {args.key} --list: give a KEY or --list [PATTERN], not both")
-        for line in list_numbers(args.list or None, reports):
+        lines, warnings = list_numbers(args.list or None, reports)
+        for warning in warnings:
+            print(warning, file=sys.stderr)
+        for line in lines:
             print(line)
     elif args.key is None:
         raise BadInput("cite: give a KEY of numbers.json, or --list [PATTERN] to see the keys")

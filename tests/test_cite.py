@@ -156,3 +156,38 @@ def test_a_listing_cut_short_by_its_reader_is_no_error():
     child.stdout.close()
     assert child.wait(timeout=60) == 0
     assert child.stderr.read() == b""
+
+
+def _numbers_json(folder: Path, doc) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "numbers.json").write_text(json.dumps(doc))
+    return folder
+
+
+@pytest.mark.parametrize("doc", [[1, 2], {"numbers": [1]}, {"numbers": {}, "runs": "r1"}])
+def test_a_numbers_json_of_the_wrong_shape_is_named(capsys, tmp_path, doc):
+    reports = _numbers_json(tmp_path / "rep", doc)
+    for argv in (["cite", "a.b", "--reports", str(reports)], ["cite", "--list", "--reports", str(reports)]):
+        code, out, err = _run(capsys, argv)
+        assert code == 1 and out == [] and len(err) == 1, (argv, err)
+        assert str(reports / "numbers.json") in err[0] and "damaged" in err[0]
+
+
+def test_damaged_entries_are_named_and_left_out_of_the_listing(capsys, tmp_path):
+    good = {"value": 2.0, "unit": "1", "run_id": "r1"}
+    reports = _numbers_json(
+        tmp_path / "rep",
+        {"numbers": {"x.good": good, "x.text": "2.0", "x.no_value": {"run_id": "r1"}, "x.no_run": {"value": 1}}},
+    )
+    code, out, err = _run(capsys, ["cite", "--list", "--reports", str(reports)])
+    assert code == 0 and [line.split()[0] for line in out] == ["x.good"]
+    assert err == [
+        f"warning: {reports / 'numbers.json'}: 3 damaged entries left out (not an object with `value` and "
+        "`run_id`): x.no_run, x.no_value, x.text"
+    ]
+    code, out, err = _run(capsys, ["cite", "x.text", "--reports", str(reports)])
+    assert code == 1 and err == [
+        f"error: {reports / 'numbers.json'}: damaged entry 'x.text': expected an object with `value` and `run_id`"
+    ]
+    code, out, err = _run(capsys, ["cite", "x.good", "--reports", str(reports)])
+    assert code == 0 and out[0].startswith("x.good = 2, measured on an unknown machine in run r1")

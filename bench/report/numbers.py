@@ -56,6 +56,15 @@ def default_reports() -> list[Path]:
     return [LOCAL_REPORT_DIR, REFERENCE_REPORT_DIR]
 
 
+def well_formed(entry) -> bool:
+    """An entry of numbers.json `cite` can read: an object with a `value` and the `run_id` it came from."""
+    return isinstance(entry, dict) and "value" in entry and isinstance(entry.get("run_id"), str)
+
+
+def damaged_entries(doc: dict) -> list[str]:
+    return sorted(key for key, entry in doc["numbers"].items() if not well_formed(entry))
+
+
 def load_reports(dirs: list[Path]) -> list[tuple[Path, dict]]:
     found = [d for d in dirs if (d / "numbers.json").exists()]
     if not found:
@@ -65,10 +74,16 @@ def load_reports(dirs: list[Path]) -> list[tuple[Path, dict]]:
         )
     loaded = []
     for folder in found:
+        path = folder / "numbers.json"
         try:
-            loaded.append((folder, json.loads((folder / "numbers.json").read_text())))
+            doc = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
-            raise RunFailed(f"{folder / 'numbers.json'}: damaged, not valid JSON ({exc})") from None
+            raise RunFailed(f"{path}: damaged, not valid JSON ({exc})") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("numbers"), dict):
+            raise RunFailed(f"{path}: damaged, expected an object whose `numbers` is an object of entries")
+        if not isinstance(doc.get("runs", {}), dict):
+            raise RunFailed(f"{path}: damaged, `runs` is not an object")
+        loaded.append((folder, doc))
     return loaded
 
 
@@ -92,12 +107,20 @@ def matches(key: str, pattern: str | None) -> bool:
     return pattern in key
 
 
-def list_numbers(pattern: str | None, dirs: list[Path]) -> list[str]:
-    """`cite --list [PATTERN]`: each matching key, sorted, with its value, unit and (of several) first report."""
+def list_numbers(pattern: str | None, dirs: list[Path]) -> tuple[list[str], list[str]]:
+    """`cite --list [PATTERN]`: (a line per matching key, with its value and report; warnings of damaged entries)."""
     found: dict[str, tuple[dict, Path]] = {}
+    warnings = []
     for folder, doc in load_reports(dirs):
-        for key, number in doc.get("numbers", {}).items():
-            found.setdefault(key, (number, folder))
+        damaged = damaged_entries(doc)
+        if damaged:
+            warnings.append(
+                f"warning: {_shown(folder / 'numbers.json')}: {len(damaged)} damaged entries left out (not an "
+                f"object with `value` and `run_id`): {', '.join(damaged[:5])}{' …' if len(damaged) > 5 else ''}"
+            )
+        for key, number in doc["numbers"].items():
+            if well_formed(number):
+                found.setdefault(key, (number, folder))
     keys = sorted(key for key in found if matches(key, pattern))
     if not keys and pattern:
         kind = "glob" if any(c in pattern for c in GLOB_CHARACTERS) else "substring"
@@ -108,9 +131,9 @@ def list_numbers(pattern: str | None, dirs: list[Path]) -> list[str]:
     width = max((len(key) for key in keys), default=0)
     values = {key: format_value(found[key][0]["value"], found[key][0].get("unit", "")) for key in keys}
     if len(dirs) == 1:
-        return [f"{key:{width}s}  {values[key]}" for key in keys]
+        return [f"{key:{width}s}  {values[key]}" for key in keys], warnings
     value_width = max((len(value) for value in values.values()), default=0)
-    return [f"{key:{width}s}  {values[key]:{value_width}s}  {_shown(found[key][1])}" for key in keys]
+    return [f"{key:{width}s}  {values[key]:{value_width}s}  {_shown(found[key][1])}" for key in keys], warnings
 
 
 def sweep_tag(fixed: str, batch) -> str:
@@ -150,7 +173,7 @@ def unfitted_reason(key: str, dirs: list[Path]) -> str | None:
 def cite_sentence(key: str, dirs: Path | list[Path]) -> str:
     dirs = [dirs] if isinstance(dirs, Path) else dirs
     reports = load_reports(dirs)
-    doc = next((doc for _, doc in reports if key in doc.get("numbers", {})), None)
+    folder, doc = next(((folder, doc) for folder, doc in reports if key in doc["numbers"]), (None, None))
     if doc is None:
         reason = unfitted_reason(key, [folder for folder, _ in reports])
         if reason is not None:
@@ -161,7 +184,12 @@ def cite_sentence(key: str, dirs: Path | list[Path]) -> str:
             f"cite: no number {key!r} in {_where(dirs)}; {len(set(numbers))} keys there, e.g. {', '.join(close)}"
         )
     number = doc["numbers"][key]
-    run = doc.get("runs", {}).get(number["run_id"], {})
+    if not well_formed(number):
+        raise RunFailed(
+            f"{folder / 'numbers.json'}: damaged entry {key!r}: expected an object with `value` and `run_id`"
+        )
+    run = doc.get("runs", {}).get(number["run_id"])
+    run = run if isinstance(run, dict) else {}
     text = format_value(number["value"], number.get("unit", ""))
     if "interval" in number:
         low, high = number["interval"]
