@@ -37,6 +37,18 @@ LOCK_NAME = ".writer.lock"
 OWNER_NAME = ".writer.json"  # who holds the lock
 WRITER_FILES = (LOCK_NAME, OWNER_NAME)
 META_KEYS = ("run_id", "kind", "status", "started_utc")
+RUN_STATES = ("running", "finished", "interrupted")
+_COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a whole number >= 0")
+_TEXT = (lambda v: isinstance(v, str) and v != "", "a text")
+META_TYPES = {
+    "run_id": _TEXT,
+    "kind": _TEXT,
+    "started_utc": _TEXT,
+    "status": (lambda v: v in RUN_STATES, f"one of {', '.join(RUN_STATES)}"),
+    "points_planned": _COUNT,
+    "points_stored": _COUNT,
+    "threads": (lambda v: _COUNT[0](v) and v >= 1, "a whole number >= 1"),
+}
 KILLED_AFTER = 2  # deaths of the process (or Ray worker) measuring a point before it is stored `killed`
 PROCESS = uuid.uuid4().hex[:12]  # this process, in started.jsonl (a pid can be reused)
 
@@ -116,6 +128,9 @@ def read_meta(run_dir: Path, required: tuple[str, ...] = META_KEYS) -> dict:
     missing = [key for key in required if key not in meta]
     if missing:
         raise RunFailed(f"{path}: damaged, keys {', '.join(missing)} missing")
+    for key, (fits, expected) in META_TYPES.items():
+        if meta.get(key) is not None and not fits(meta[key]):
+            raise RunFailed(f"{path}: damaged, {key} {meta[key]!r}, expected {expected}")
     formats.schema_of(meta, path)
     return meta
 

@@ -279,6 +279,8 @@ def check_points(df: pd.DataFrame, path: Path, plan: dict[str, dict] | None = No
         given = df[column].notna() & (df[column].astype(str).str.strip() != "")
         for index in df.index[given & ~values.map(lambda v: isinstance(v, float | int) and math.isfinite(v))]:
             raise bad(index, f"{column} = {shown(df[column][index])}, expected a finite number")
+        for index in df.index[values < 0]:
+            raise bad(index, f"{column} = {shown(df[column][index])}, expected a number >= 0")
         df[column] = values
     if "time_median_s" in df:
         ok = df["status"] == "ok"

@@ -54,7 +54,7 @@ DAMAGE = {
     ),
     "a negative time": (
         lambda d: _edit_csv(d / "points.csv", "time_median_s", "-0.001"),
-        "points.csv: damaged at line 2: time_median_s = -0.001 for an ok point, expected > 0",
+        "points.csv: damaged at line 2: time_median_s = -0.001, expected a number >= 0",
     ),
     "a row cut short mid-file": (
         lambda d: (d / "points.csv").write_text(
@@ -73,6 +73,18 @@ DAMAGE = {
     ),
     "meta.json is a list": (lambda d: (d / "meta.json").write_text("[]"), "meta.json: damaged, expected a JSON object"),
     "meta.json is empty": (lambda d: (d / "meta.json").write_text("{}"), "meta.json: damaged, keys run_id"),
+    "a negative mem_peak_bytes": (
+        lambda d: _edit_csv(d / "points.csv", "mem_peak_bytes", "-1024"),
+        "points.csv: damaged at line 2: mem_peak_bytes = -1024",
+    ),
+    "a status that is a number in meta.json": (
+        lambda d: _json(d / "meta.json", lambda m: m | {"status": 5}),
+        "meta.json: damaged, status 5, expected one of running, finished, interrupted",
+    ),
+    "points_planned as text in meta.json": (
+        lambda d: _json(d / "meta.json", lambda m: m | {"points_planned": "many"}),
+        "meta.json: damaged, points_planned 'many', expected a whole number >= 0",
+    ),
 }
 RESUME_ONLY = {
     "plan.json without timing_policy": (
