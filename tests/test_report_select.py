@@ -109,3 +109,15 @@ def test_the_default_report_combines_this_machines_runs_point_by_point(results, 
         "Intel Xeon, 2 cores (laptop) · cpu: runs old (10 points), new (5 points) combined point by point; "
         "5 of old's points measured again later, the newer kept." in (out / "report.md").read_text()
     )
+
+
+def test_a_folder_with_a_runs_tables_but_no_meta_json_is_named(tmp_path, capsys):
+    from bench.cli import main  # noqa: PLC0415
+
+    run = tmp_path / "results" / "r1"
+    run.mkdir(parents=True)
+    (run / "points.csv").write_text("layer,n,d,status,point_id\nconv,8,4,ok,abc\n")
+    assert main(["report", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: --results: {run} has points.csv but no meta.json (a run folder needs both)"
+    )

@@ -12,7 +12,7 @@ import pandas as pd
 from .. import machine, storage
 from ..errors import BadInput, RunFailed
 from ..fits import RUN_STARTED
-from ..folder import is_run_dir, read_meta, read_points
+from ..folder import is_run_dir, read_meta, read_points, tables_in
 
 REFERENCE_DIR = storage.RESULTS_ROOT / "reference"
 REFERENCE = "reference"  # the folder name that marks committed reference runs, and their sources' prefix
@@ -35,10 +35,23 @@ def find_run_dirs(paths: list[Path], exclude: tuple[Path, ...] = ()) -> list[Pat
             raise BadInput(f"--results {path}: does not exist")
         if not path.is_dir():
             raise BadInput(f"--results {path}: not a run folder or a folder of runs")
-        found.extend(
-            run for run in _runs_below(path) if not any(run.resolve().is_relative_to(e.resolve()) for e in exclude)
-        )
+        runs = [run for run in _runs_below(path) if not any(run.resolve().is_relative_to(e.resolve()) for e in exclude)]
+        if not runs:
+            _say_tables_without_meta(path)
+        found.extend(runs)
     return list({run.resolve(): run for run in found}.values())  # a folder named twice is read once
+
+
+def _say_tables_without_meta(path: Path, depth: int = 3) -> None:
+    """BadInput naming a folder below `path` that holds a run's tables but no meta.json."""
+    if not path.is_dir() or is_run_dir(path):
+        return
+    tables = tables_in(path)
+    if tables:
+        raise BadInput(f"--results: {path} has {', '.join(tables)} but no meta.json (a run folder needs both)")
+    if depth:
+        for child in sorted(path.iterdir()):
+            _say_tables_without_meta(child, depth - 1)
 
 
 def is_reference(run_dir: Path) -> bool:
