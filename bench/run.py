@@ -158,7 +158,13 @@ class Run:
         except BaseException:
             folder.release()
             raise
-        if folder.meta.get("status") != "finished":
+        lost = [s for s in specs if not folder.stored(s.point_id)] if folder.meta.get("status") == "finished" else []
+        if lost:
+            log(
+                f"{run_dir}: finished, but its points.csv holds {len(specs) - len(lost)} of the {len(specs)} planned "
+                f"points (meta.json counted {folder.meta.get('points_stored')}): measuring the {len(lost)} lost again"
+            )
+        if folder.meta.get("status") != "finished" or lost:
             resumed = [*folder.meta.get("resumed_utc", []), storage.utc_now()]
             folder.update_meta(resumed_utc=resumed, status="running", finished_utc=None)
         run = cls(folder, specs, policy, seed, log, cluster)

@@ -149,3 +149,23 @@ def test_report_names_the_damage_and_skip_bad_reports_the_rest(finished, tmp_pat
     assert str(run) in capsys.readouterr().err
     numbers = json.loads((tmp_path / "r2" / "numbers.json").read_text())["numbers"]
     assert {v["run_id"] for v in numbers.values()} == {json.loads((good / "meta.json").read_text())["run_id"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lost", ["the last row", "every row"])
+def test_a_finished_run_that_lost_rows_is_named_and_its_resume_measures_them_again(finished, tmp_path, capsys, lost):
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)  # finished: meta.json says 3 points stored
+    lines = (run / "points.csv").read_text().splitlines(keepends=True)
+    (run / "points.csv").write_text("".join(lines[:-1]) if lost == "the last row" else "")
+    assert main(["report", "--results", str(run), "--out", str(tmp_path / "r")]) == 1
+    assert str(run / "points.csv") in _one_error_line(capsys)
+    assert main(["run", "--resume", str(run), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "finished, but its points.csv holds" in err and "measuring the" in err, err
+    rows = (run / "points.csv").read_text().splitlines()
+    ids = [row.split(",")[rows[0].split(",").index("point_id")] for row in rows[1:]]
+    assert len(ids) == 3 == len(set(ids))  # every planned point, each once
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["status"] == "finished" and meta["points_stored"] == 3
+    assert main(["report", "--results", str(run), "--out", str(tmp_path / "r")]) == 0

@@ -68,6 +68,12 @@ def _read_run(run_dir: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
         path = run_dir / f"{name}.csv"
         if path.exists():
             df = read_points(run_dir) if name == "points" else storage.read_csv(path)
+            stored = meta.get("points_stored")
+            if name == "points" and meta.get("status") == "finished" and isinstance(stored, int) and len(df) < stored:
+                raise RunFailed(
+                    f"{path}: {len(df)} rows, meta.json counted {stored} points stored: rows were lost; "
+                    f"`python -m bench run --resume {run_dir}` measures them again"
+                )
             df.insert(0, "run_id", meta.get("run_id") or run_dir.name)
             tables[name] = df
     return meta, tables
