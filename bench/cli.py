@@ -331,7 +331,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _print_paths_as_given() -> None:
+    """A path that is not valid UTF-8 (its bytes kept by Python as surrogates) is printed as its own bytes,
+    as `ls` shows it, instead of failing the command after its work is done."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _print_paths_as_given()
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     try:

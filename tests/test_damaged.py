@@ -1,9 +1,14 @@
 """Damaged run folders, as a red-team pass made them: each is named (file, line or key, what was expected)
 in one line, with exit 1 for `run --resume` and `report`; `report --skip-bad` reports the others; nothing
-damaged counts as stored."""
+damaged counts as stored. And a report into a place it cannot write as asked (a full disk, a path that is
+not UTF-8): one line naming the path, the previous report kept."""
 
+import contextlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -169,3 +174,46 @@ def test_a_finished_run_that_lost_rows_is_named_and_its_resume_measures_them_aga
     meta = json.loads((run / "meta.json").read_text())
     assert meta["status"] == "finished" and meta["points_stored"] == 3
     assert main(["report", "--results", str(run), "--out", str(tmp_path / "r")]) == 0
+
+
+def _mounted_tmpfs(where, size: str) -> bool:
+    """A small tmpfs at `where`: a disk that really fills (root, and a kernel that lets us mount)."""
+    where.mkdir()
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        return False
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+    return done.returncode == 0
+
+
+@pytest.mark.slow
+def test_a_report_into_a_full_disk_names_the_file_and_keeps_the_previous_report(finished, tmp_path, capsys):
+    disk = tmp_path / "disk"
+    if not _mounted_tmpfs(disk, "32m"):
+        pytest.skip("a full disk needs a tmpfs of our own: mounting one needs root")
+    try:
+        out = disk / "reports"
+        assert main(["report", "--results", str(finished), "--out", str(out), "--no-progress"]) == 0
+        before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+        with contextlib.suppress(OSError), open(disk / "filler", "wb") as f:  # the disk full to its last byte
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        capsys.readouterr()
+        assert main(["report", "--results", str(finished), "--out", str(out), "--no-progress"]) == 1
+        line = _one_error_line(capsys)
+        assert line.startswith(f"error: {out}/") and "no space left on the device" in line, line
+        assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+@pytest.mark.slow
+def test_a_report_to_a_path_that_is_not_utf8_is_written_and_named_by_its_bytes(finished, tmp_path):
+    out = tmp_path / os.fsdecode(b"report\xff")  # a name from a Latin-1 system: Python keeps the byte as a surrogate
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "report", "--results", str(finished), "--out", str(out), "--no-progress"],
+        capture_output=True,
+        env=os.environ | {"PYTHONIOENCODING": "utf-8:strict"},  # what a UTF-8 locale gives a terminal
+    )
+    assert done.returncode == 0, done.stderr
+    assert os.fsencode(out) + b"/report.md" in done.stdout and (out / "report.html").exists()

@@ -7,6 +7,7 @@ Three layers of checks: each case by hand; every kill point of a publication, on
 that dies just before its n-th change to the filesystem); and the real command, SIGKILLed at seeded random
 moments (slow)."""
 
+import errno
 import json
 import os
 import re
@@ -20,7 +21,7 @@ from random import Random
 import pandas as pd
 import pytest
 
-from bench.errors import BadInput
+from bench.errors import BadInput, RunFailed
 from bench.report import publish
 from bench.report.publish import staged
 
@@ -136,6 +137,14 @@ def test_a_failed_build_leaves_the_old_report_and_nothing_else(out):
     with pytest.raises(ZeroDivisionError), staged(out) as stage:
         _write(stage, B)
         1 / 0  # noqa: B018
+    assert _report_in(out, USER, A) == 0 and _leftovers(out) == []
+
+
+def test_a_full_disk_names_the_file_it_was_writing_and_leaves_the_old_report(out):
+    with pytest.raises(RunFailed) as failed, staged(out) as stage:
+        _write(stage, {"report.md": b"half a report"})
+        raise OSError(errno.ENOSPC, "No space left on device")  # as a write with no file name raises it
+    assert str(failed.value).startswith(f"{out / 'report.md'}: the report could not be written (no space left")
     assert _report_in(out, USER, A) == 0 and _leftovers(out) == []
 
 

@@ -5,6 +5,7 @@ a lock; the files a user put there are kept. A killed report's leftovers are cle
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from ..errors import BadInput
+from ..errors import BadInput, RunFailed
 
 TAG = ".report-tmp-"  # beside the output folder: .<name>.report-tmp-{lock,new,old}
 # A report's own files: these, and the figures its pages link (the manifest: written by older versions).
@@ -72,6 +73,20 @@ def _retire(old: Path, out: Path) -> None:
     print(f"note: {keep} keeps {len(kept)} file(s) whose names {out} now uses: {', '.join(kept[:5])}", file=sys.stderr)
 
 
+def _unwritten(out_dir: Path, new: Path, exc: OSError) -> RunFailed:
+    """The report could not be written: the file it was writing (the exception's, or the newest in the staging
+    folder, named as it would have been in `out_dir`), why, and that the previous report is kept."""
+    where = Path(exc.filename) if exc.filename else None
+    if where is None or not where.is_relative_to(new):
+        written = [p for p in new.rglob("*") if p.is_file()] if new.is_dir() else []
+        where = max(written, key=lambda p: p.stat().st_mtime_ns, default=where or new)
+    named = out_dir / where.relative_to(new) if where.is_relative_to(new) else where
+    why = "no space left on the device" if exc.errno == errno.ENOSPC else exc.strerror or type(exc).__name__
+    return RunFailed(
+        f"{named}: the report could not be written ({why}); whatever report {out_dir} held is kept as it was"
+    )
+
+
 @contextmanager
 def staged(out_dir: Path) -> Iterator[Path]:
     """The folder to write a report into; on leaving the block it replaces `out_dir` (on an error, dropped)."""
@@ -92,10 +107,13 @@ def staged(out_dir: Path) -> Iterator[Path]:
             _retire(old, out)
         elif old.exists():  # killed between its two renames: the old report back in place
             os.rename(old, out)
-        new.mkdir()
         try:
-            yield new
-            _sync(new)
+            try:
+                new.mkdir()
+                yield new
+                _sync(new)
+            except OSError as exc:  # a full disk, a read-only folder: say where; the previous report stays
+                raise _unwritten(out_dir, new, exc) from None
             if out.exists():
                 shutil.copymode(out, new)
                 os.rename(out, old)
