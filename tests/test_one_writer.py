@@ -45,7 +45,9 @@ def _bench(*args: str, kill_at: str | None = None, delay_s: float = 0) -> subpro
     """`python -m bench ARGS` in a child process; with kill_at "layer:n", the child kills itself with SIGKILL
     when it starts measuring that point, as the OOM killer would; with delay_s, each pass over a point takes
     that much longer (so that a second process surely meets it at work)."""
-    code = "import sys\nfrom bench.cli import main\n" + PEAK_STUB
+    # as bench/__main__.py: a signal while importing ends the child at once
+    code = "import sys\nfrom bench.interrupts import exit_at_once\nexit_at_once()\nfrom bench.cli import main\n"
+    code += PEAK_STUB
     if delay_s:
         code += textwrap.dedent(
             f"""
@@ -196,7 +198,7 @@ def test_an_interrupted_pass_is_no_death(tmp_path, monkeypatch):
     monkeypatch.setattr(run, "measure_pass", interrupted)
     for _ in range(3):
         args = ["run", *GRID, "--out", str(out)] if not calls else ["run", "--resume", str(out), "--no-progress"]
-        assert main(args) == 1
+        assert main(args) == 130
     started = folder.read_started(out)
     assert [e.get("stopped", False) for e in started] == [False, True] * 3
     assert not (out / "points.csv").exists()  # nothing recorded as killed
@@ -286,6 +288,6 @@ def test_sigterm_in_the_first_moments_leaves_interrupted(tmp_path):
         time.sleep(0.01)
     child.send_signal(15)
     _, err = child.communicate(timeout=120)
-    assert child.returncode == 1, err
+    assert child.returncode == 143, err  # 128 + SIGTERM
     assert json.loads((out / "meta.json").read_text())["status"] == "interrupted"
     assert f"--resume {out}" in err or "interrupted" in err
