@@ -14,9 +14,9 @@ from typing import Protocol
 
 import models
 
-from . import allocator, formats, interrupts, machine, storage
+from . import allocator, deaths, formats, interrupts, machine, storage
 from .errors import BadInput, RunFailed
-from .folder import KILLED_AFTER, META_KEYS, RunFolder, is_run_dir
+from .folder import META_KEYS, RunFolder, is_run_dir
 from .folder import store_side_table as store_side_table  # bench.cli's name for it
 from .load import Load, LoadMeter, busy_warning, choose_threads, physical_cores, sample_load
 from .peak import compute_peak, with_measurement
@@ -257,15 +257,17 @@ class Run:
         return timing.on(clock).reliable
 
     def _store_killed(self) -> None:
+        """Points whose process died too often (bench.deaths) stored `killed`, their reasons in errors.log."""
+        oom_kills_now = deaths.oom_kills()
         for spec in self.specs:
-            deaths = self.folder.deaths(spec.point_id)
-            if deaths >= KILLED_AFTER and not self.folder.stored(spec.point_id):
-                reason = (
-                    f"the process died {deaths} times while measuring this point and left no error: killed from "
-                    "outside, most likely for memory (the kernel's OOM killer or a memory limit); not tried again"
-                )
-                self.log(f"{spec.layer} n={spec.n} d={spec.d} batch={spec.batch}: {reason}")
-                self.folder.store_row(spec, unmeasured_row(spec, self.threads, "killed", reason))
+            lines = self.folder.death_lines(spec.point_id)
+            verdict = deaths.given_up(spec, lines, oom_kills_now) if lines else None
+            if verdict is None or self.folder.stored(spec.point_id):
+                continue
+            reason, why = verdict
+            self.log(f"{spec.layer} n={spec.n} d={spec.d} batch={spec.batch}: {reason}")
+            self.folder.store_error(spec, why)
+            self.folder.store_row(spec, unmeasured_row(spec, self.threads, "killed", reason))
 
     def _measure_peaks(self, when: str) -> None:
         """Each device's and dtype's compute peak at the run's start or end (bench.peak keeps the better)."""
@@ -290,6 +292,9 @@ class Run:
             for p in passes:
                 first = attempt == FIRST and p == 0
                 order = specs if first else pass_order(specs, attempt * self.policy.passes + p, self.seed)
+                # A point whose process died there is visited last: a kill early in the next process (a user's, a
+                # scheduler's) then meets another point, and the points before it are measured first.
+                order = sorted(order, key=lambda s: self.folder.deaths(s.point_id))
                 number = p + 1 if attempt == FIRST else self.policy.passes + p + 1
                 meter = LoadMeter()
                 visited = 0
