@@ -1,6 +1,7 @@
 """The command line: `python -m bench COMMAND`. Parses and checks the options, then runs the command
 (bench.commands). Exit codes (bench/interface.md): 0 done; 2 bad input, one line on stderr naming the bad value
-and what is allowed, no traceback; 1 any other failure (a traceback only with --debug)."""
+and what is allowed, no traceback; 1 any other failure (a traceback only with --debug); 130 Ctrl-C, 143 SIGTERM,
+one line (bench.interrupts)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import psutil
 
 import models
 
+from . import interrupts
 from .commands import COMMANDS, MAX_PATHS_N
 from .errors import BadInput, RunFailed
 from .preflight import LONG_RUN_S, format_duration
@@ -344,18 +346,22 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     try:
-        args = build_parser().parse_args(argv)
-        return COMMANDS[args.command](args, ["python -m bench", *argv])
+        with interrupts.as_exceptions():  # Ctrl-C and SIGTERM: the run stores what it has, then one line here
+            args = build_parser().parse_args(argv)
+            return COMMANDS[args.command](args, ["python -m bench", *argv])
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 1
+    except KeyboardInterrupt as exc:
+        print(f"interrupted ({exc})" if str(exc) else "interrupted", file=sys.stderr)
+        return interrupts.exit_code(exc)
     except BrokenPipeError:  # the reader went away (`cite --list | head`): what it read was whole
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:  # any other failure: a message, the traceback only with --debug
+        if interrupts.received() is not None and not debug:  # code that swallowed the interrupt failed after it
+            print(f"interrupted ({interrupts.NAMES.get(interrupts.received())})", file=sys.stderr)
+            return 128 + interrupts.received()
         if debug:
             traceback.print_exc()
         print(

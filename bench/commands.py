@@ -10,7 +10,7 @@ from pathlib import Path
 
 import models
 
-from . import folder, machine, storage
+from . import folder, interrupts, machine, storage
 from .errors import BadInput, RunFailed
 from .preflight import before_measuring, print_lines, wide_kernel_warnings
 from .presets import Preset, get_preset, load_presets
@@ -94,13 +94,6 @@ def check_preset_device(preset: Preset, cluster=None) -> None:
 
 
 def cmd_run(args, argv) -> int:
-    from .run import sigterm_as_interrupt
-
-    with sigterm_as_interrupt():  # a scheduler's SIGTERM, from the first moment, ends the run like Ctrl-C
-        return _run(args, argv)
-
-
-def _run(args, argv) -> int:
     if args.exclusive_node and args.ray is None:
         raise BadInput("--exclusive-node: only with --ray ADDRESS|local (it places GPU points on a Ray cluster)")
     if args.resume is not None:
@@ -164,13 +157,13 @@ def _run_on(args, argv, cluster) -> int:
         print_lines(lines)  # before measuring, which goes ahead
     try:
         meta = run.execute(progress=not args.no_progress)  # a bar on a terminal, else lines (bench.progress)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (bench.interrupts): 130 or 143
         print(
             f"interrupted: the passes finished so far are stored in {run.dir}; finish the run with "
             f"`python -m bench run --resume {run.dir}`",
             file=sys.stderr,
         )
-        return 1
+        return interrupts.exit_code(exc)
     summary = ", ".join(f"{v} {k}" for k, v in meta["status_counts"].items())
     where = f"{meta['threads']} thread(s)"
     if cluster is not None:

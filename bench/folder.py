@@ -20,6 +20,7 @@ import torch
 from filelock import FileLock, Timeout
 
 from . import formats, machine, storage
+from .deaths import at_start
 from .errors import BadInput, RunFailed
 from .point import unmeasured_row
 from .spec import IDENTITY, PointSpec, validate
@@ -49,7 +50,7 @@ META_TYPES = {
     "points_stored": _COUNT,
     "threads": (lambda v: _COUNT[0](v) and v >= 1, "a whole number >= 1"),
 }
-KILLED_AFTER = 2  # deaths of the process (or Ray worker) measuring a point before it is stored `killed`
+KILLED_AFTER = 2  # deaths of a Ray worker measuring a point before it is stored `killed` (here: bench.deaths)
 PROCESS = uuid.uuid4().hex[:12]  # this process, in started.jsonl (a pid can be reused)
 
 
@@ -181,7 +182,7 @@ class RunFolder:
         self._rows: dict[str, dict] = {}
         self._records: dict[tuple[str, int, int], dict] = {}
         self._blockers: list[PointSpec] = []  # out of memory or killed: their larger siblings are skipped
-        self._deaths: dict[str, int] = {}
+        self._deaths: dict[str, list[dict]] = {}  # point id: the started.jsonl lines of processes that died there
 
     @classmethod
     def create(cls, out: Path | None, tag: str) -> RunFolder:
@@ -314,7 +315,7 @@ class RunFolder:
 
     def note_start(self, point_id: str, attempt: int, p: int) -> None:
         entry = {"point_id": point_id, "attempt": attempt, "pass": p}
-        self._started_line(entry)
+        self._started_line(entry | at_start())  # to judge later whether memory killed it
         self._tell("started", entry)
 
     def note_stop(self) -> None:
@@ -357,7 +358,7 @@ class RunFolder:
             if entry.get("stopped") or pid not in by_id or pid in self._rows:
                 continue
             if (pid, entry["attempt"], entry["pass"]) not in self._records:
-                self._deaths[pid] = self._deaths.get(pid, 0) + 1
+                self._deaths.setdefault(pid, []).append(entry)
 
     def stored(self, point_id: str) -> bool:
         return point_id in self._rows
@@ -369,7 +370,11 @@ class RunFolder:
         return [r for key, r in sorted(self._records.items()) if key[0] in point_ids]
 
     def deaths(self, point_id: str) -> int:
-        return self._deaths.get(point_id, 0)
+        return len(self._deaths.get(point_id, []))
+
+    def death_lines(self, point_id: str) -> list[dict]:
+        """The started.jsonl lines of the processes that died measuring the point, oldest first."""
+        return list(self._deaths.get(point_id, []))
 
     def blocked_by(self, spec: PointSpec) -> PointSpec | None:
         """A smaller point of the same sweep that ran out of memory or was killed."""

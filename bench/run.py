@@ -3,11 +3,9 @@ point sampled until its time is known, every pass and row stored as it finishes.
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
@@ -16,9 +14,9 @@ from typing import Protocol
 
 import models
 
-from . import allocator, formats, machine, storage
+from . import allocator, deaths, formats, interrupts, machine, storage
 from .errors import BadInput, RunFailed
-from .folder import KILLED_AFTER, META_KEYS, RunFolder, is_run_dir
+from .folder import META_KEYS, RunFolder, is_run_dir
 from .folder import store_side_table as store_side_table  # bench.cli's name for it
 from .load import Load, LoadMeter, busy_warning, choose_threads, physical_cores, sample_load
 from .peak import compute_peak, with_measurement
@@ -51,24 +49,6 @@ def decide_threads(requested: int | None, cap: int | None = None) -> tuple[int, 
     if cap is not None and threads > cap:
         threads, why = cap, f"{why}; at most the {cap} CPU(s) this worker holds"
     return threads, why, load
-
-
-@contextmanager
-def sigterm_as_interrupt():
-    """A scheduler's SIGTERM ends the run like Ctrl-C: cleanly, with status `interrupted`."""
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def _stderr(line: str) -> None:
@@ -138,9 +118,10 @@ class Run:
             )
             run._announce(load)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the folder is being made: say so in it
-            if folder.has_meta():
-                folder.update_meta(status="interrupted")
-            folder.release()
+            with interrupts.deferred():
+                if folder.has_meta():
+                    folder.update_meta(status="interrupted")
+                folder.release()
             raise
         return run
 
@@ -155,20 +136,28 @@ class Run:
             if cluster is None and "cuda" in {s.device for s in specs} and not machine.cuda_available():
                 raise BadInput(f"--resume {run_dir}: its plan measures cuda, and no CUDA GPU is present here")
             folder.read_stored(specs)  # checked before anything is said or written
+            finished = folder.meta.get("status") == "finished"
+            lost = [s for s in specs if not folder.stored(s.point_id)] if finished else []
+            if lost:
+                log(
+                    f"{run_dir}: finished, but its points.csv holds {len(specs) - len(lost)} of the {len(specs)} "
+                    f"planned points (meta.json counted {folder.meta.get('points_stored')}): measuring the "
+                    f"{len(lost)} lost again"
+                )
+            run = cls(folder, specs, policy, seed, log, cluster)
+            if not finished or lost:
+                resumed = [*folder.meta.get("resumed_utc", []), storage.utc_now()]
+                folder.update_meta(resumed_utc=resumed, status="running", finished_utc=None)
+            run._announce(sample_load())  # a second's sampling: a SIGTERM may come meanwhile
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM while opening: a folder left `running` says `interrupted`
+            with interrupts.deferred():
+                if folder.meta.get("status") == "running":
+                    folder.update_meta(status="interrupted")
+                folder.release()
+            raise
         except BaseException:
             folder.release()
             raise
-        lost = [s for s in specs if not folder.stored(s.point_id)] if folder.meta.get("status") == "finished" else []
-        if lost:
-            log(
-                f"{run_dir}: finished, but its points.csv holds {len(specs) - len(lost)} of the {len(specs)} planned "
-                f"points (meta.json counted {folder.meta.get('points_stored')}): measuring the {len(lost)} lost again"
-            )
-        if folder.meta.get("status") != "finished" or lost:
-            resumed = [*folder.meta.get("resumed_utc", []), storage.utc_now()]
-            folder.update_meta(resumed_utc=resumed, status="running", finished_utc=None)
-        run = cls(folder, specs, policy, seed, log, cluster)
-        run._announce(sample_load())
         return run
 
     def _announce(self, load: Load) -> None:
@@ -180,30 +169,40 @@ class Run:
             self.log(warning)
 
     def execute(self, progress: bool = True) -> dict:
-        """Measure what is not stored yet; returns meta.json. Ctrl-C or SIGTERM: `interrupted`, and re-raised."""
+        """Measure what is not stored yet; returns meta.json. Ctrl-C or SIGTERM (bench.interrupts) at any moment:
+        `interrupted`, and re-raised."""
         try:
-            if self.meta.get("status") == "finished":
-                self.log(f"{self.dir}: finished already ({self.meta.get('finished_utc')}); nothing to measure")
-                return dict(self.meta)
-            return self._execute(progress)
+            with interrupts.as_exceptions():
+                if self.meta.get("status") == "finished":
+                    self.log(f"{self.dir}: finished already ({self.meta.get('finished_utc')}); nothing to measure")
+                    return dict(self.meta)
+                return self._execute(progress)
+        except KeyboardInterrupt:
+            if self.meta.get("status") == "running":  # not if the finished meta.json was written already
+                self._stopped(status="interrupted", finished_utc=storage.utc_now())
+            raise
         finally:
             self.folder.release()
 
+    def _stopped(self, **meta) -> None:
+        """This process stops cleanly (its last start was no death) and says so in meta.json; a second Ctrl-C
+        waits until it is written."""
+        with interrupts.deferred():
+            self.folder.note_stop()
+            self.folder.update_meta(**meta)
+
     def _execute(self, progress: bool) -> dict:
         started = time.monotonic()
-        self._store_killed()
         try:
-            with sigterm_as_interrupt():
-                if self.cluster is not None:
-                    pending = [s for s in self.specs if not self.folder.stored(s.point_id)]
-                    self.cluster.measure(self.folder, pending, self.policy, seed=self.seed, progress=progress)
-                else:
-                    with pinned_threads(self.threads):
-                        self._measure_here(progress)
+            self._store_killed()
+            if self.cluster is not None:
+                pending = [s for s in self.specs if not self.folder.stored(s.point_id)]
+                self.cluster.measure(self.folder, pending, self.policy, seed=self.seed, progress=progress)
+            else:
+                with pinned_threads(self.threads):
+                    self._measure_here(progress)
         except KeyboardInterrupt:
-            self.folder.note_stop()
-            self.folder.update_meta(status="interrupted", finished_utc=storage.utc_now())
-            raise
+            raise  # execute says `interrupted`
         except storage.DiskFull:
             try:
                 self.folder.update_meta(status="interrupted", finished_utc=storage.utc_now())
@@ -258,15 +257,17 @@ class Run:
         return timing.on(clock).reliable
 
     def _store_killed(self) -> None:
+        """Points whose process died too often (bench.deaths) stored `killed`, their reasons in errors.log."""
+        oom_kills_now = deaths.oom_kills()
         for spec in self.specs:
-            deaths = self.folder.deaths(spec.point_id)
-            if deaths >= KILLED_AFTER and not self.folder.stored(spec.point_id):
-                reason = (
-                    f"the process died {deaths} times while measuring this point and left no error: killed from "
-                    "outside, most likely for memory (the kernel's OOM killer or a memory limit); not tried again"
-                )
-                self.log(f"{spec.layer} n={spec.n} d={spec.d} batch={spec.batch}: {reason}")
-                self.folder.store_row(spec, unmeasured_row(spec, self.threads, "killed", reason))
+            lines = self.folder.death_lines(spec.point_id)
+            verdict = deaths.given_up(spec, lines, oom_kills_now) if lines else None
+            if verdict is None or self.folder.stored(spec.point_id):
+                continue
+            reason, why = verdict
+            self.log(f"{spec.layer} n={spec.n} d={spec.d} batch={spec.batch}: {reason}")
+            self.folder.store_error(spec, why)
+            self.folder.store_row(spec, unmeasured_row(spec, self.threads, "killed", reason))
 
     def _measure_peaks(self, when: str) -> None:
         """Each device's and dtype's compute peak at the run's start or end (bench.peak keeps the better)."""
@@ -291,6 +292,9 @@ class Run:
             for p in passes:
                 first = attempt == FIRST and p == 0
                 order = specs if first else pass_order(specs, attempt * self.policy.passes + p, self.seed)
+                # A point whose process died there is visited last: a kill early in the next process (a user's, a
+                # scheduler's) then meets another point, and the points before it are measured first.
+                order = sorted(order, key=lambda s: self.folder.deaths(s.point_id))
                 number = p + 1 if attempt == FIRST else self.policy.passes + p + 1
                 meter = LoadMeter()
                 visited = 0

@@ -313,7 +313,7 @@ def test_ctrl_c_ends_the_run_as_interrupted(tmp_path):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 1 and "--resume" in err and "Traceback" not in err
+    assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err  # 128 + SIGINT
     assert json.loads((out / "meta.json").read_text())["status"] == "interrupted"
     assert (out / "timings.jsonl").read_text().endswith("\n")
 

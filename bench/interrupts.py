@@ -1,0 +1,78 @@
+"""How Ctrl-C (SIGINT) and a scheduler's SIGTERM end the program, at any moment: one line on stderr and exit
+128 + the signal's number (130, 143), the shell's convention. Stdlib alone: bench/__main__.py installs the
+start-up handler before torch, numpy and pytest are imported."""
+
+from __future__ import annotations
+
+import os
+import signal
+from contextlib import contextmanager
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+
+
+class Interrupted(KeyboardInterrupt):
+    """A KeyboardInterrupt that knows its signal (a plain one is Ctrl-C's)."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(NAMES.get(signum, str(signum)))
+        self.signum = signum
+
+
+def exit_code(exc: BaseException | None = None) -> int:
+    """130 for Ctrl-C, 143 for SIGTERM: 128 + the signal that ended the program."""
+    return 128 + int(getattr(exc, "signum", signal.SIGINT))
+
+
+def exit_at_once() -> None:
+    """Until the program can save anything (while it imports): a signal ends it at once, with one line. Raising
+    instead would interrupt an import half-way: a traceback, or a half-built module failing later."""
+
+    def handler(signum, frame):
+        os.write(2, f"interrupted ({NAMES.get(signum, signum)}) while starting; nothing was stored\n".encode())
+        os._exit(128 + signum)
+
+    for signum in SIGNALS:
+        signal.signal(signum, handler)
+
+
+_received: list[int] = []  # the signals as_exceptions raised, this program
+
+
+def received() -> int | None:
+    """The signal that interrupted the program, if one did (an import that swallowed its KeyboardInterrupt may
+    fail with another exception: still an interrupt)."""
+    return _received[-1] if _received else None
+
+
+@contextmanager
+def as_exceptions():
+    """Within: SIGINT and SIGTERM raise Interrupted, so that the run stores what it has and says `interrupted`."""
+
+    def handler(signum, frame):
+        _received.append(signum)
+        raise Interrupted(signum)
+
+    _received.clear()
+    try:
+        old = {signum: signal.signal(signum, handler) for signum in SIGNALS}
+    except ValueError:  # not the main thread: the caller's handlers stay
+        yield
+        return
+    try:
+        yield
+    finally:
+        for signum, previous in old.items():
+            signal.signal(signum, previous)
+
+
+@contextmanager
+def deferred():
+    """Within: SIGINT and SIGTERM wait, so that a second Ctrl-C does not cut short the writing of `interrupted`;
+    one that came meanwhile is raised on leaving."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)

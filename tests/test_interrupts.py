@@ -1,0 +1,79 @@
+"""Ctrl-C (SIGINT) and SIGTERM at any moment of `python -m bench run`, start-up included: exit 130 or 143, one
+line on stderr about it and no traceback, and a run folder that exists says `interrupted`."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = ["run", "--layers", "conv", "--n", "8,16,32", "--d", "4", "--device", "cpu", "--no-progress"]
+FAST = ["--rounds", "4", "--target-time", "0.005", "--passes", "2"]
+SIGNALS = {"SIGINT": (signal.SIGINT, 130), "SIGTERM": (signal.SIGTERM, 143)}
+
+
+def _bench(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _wait_for(path: Path, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _ended_by(child: subprocess.Popen, name: str) -> str:
+    """Sends the signal, checks the exit code and the one line about it; returns stderr."""
+    signum, code = SIGNALS[name]
+    child.send_signal(signum)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == code, (child.returncode, err)
+    assert "Traceback" not in err and "Error" not in err, err
+    assert len([line for line in err.splitlines() if "interrupted" in line]) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("after_s", [0.1, 0.3, 0.5])
+@pytest.mark.parametrize("name", list(SIGNALS))
+def test_a_signal_while_starting_is_one_line_and_its_exit_code(tmp_path, name, after_s):
+    """While torch, numpy and pytest import: nothing is stored yet, the program ends at once."""
+    out = tmp_path / "run"
+    child = _bench(*RUN, *FAST, "--out", str(out))
+    time.sleep(after_s)
+    err = _ended_by(child, name)
+    assert len(err.splitlines()) == 1, err
+    assert not (out / "meta.json").exists() or json.loads((out / "meta.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["folder made", "measuring"])
+@pytest.mark.parametrize("name", list(SIGNALS))
+def test_a_signal_once_the_folder_exists_leaves_it_interrupted(tmp_path, name, moment):
+    out = tmp_path / "run"
+    child = _bench(*RUN, *FAST, "--out", str(out))
+    _wait_for(out / ("meta.json" if moment == "folder made" else "started.jsonl"))
+    err = _ended_by(child, name)
+    assert json.loads((out / "meta.json").read_text())["status"] == "interrupted", err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SIGNALS))
+def test_a_signal_during_a_resume_leaves_it_interrupted(tmp_path, name):
+    """The resume of a run killed outright (meta.json `running`), interrupted as soon as it holds the folder."""
+    out = tmp_path / "run"
+    first = _bench(*RUN, "--rounds", "4", "--target-time", "0.05", "--passes", "4", "--out", str(out))
+    _wait_for(out / "started.jsonl")
+    first.send_signal(signal.SIGKILL)
+    first.communicate(timeout=120)
+    assert json.loads((out / "meta.json").read_text())["status"] == "running"
+    (out / ".writer.json").unlink()  # written again by the resume once it holds the folder
+    resume = _bench("run", "--resume", str(out), "--no-progress")
+    _wait_for(out / ".writer.json")
+    _ended_by(resume, name)
+    assert json.loads((out / "meta.json").read_text())["status"] == "interrupted"
