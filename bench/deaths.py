@@ -22,20 +22,45 @@ KILLED_AFTER_UNEXPLAINED = 4
 # points' weights): a point predicted to need more than this share of the memory available when it started
 # could have been killed for memory.
 MEMORY_SHARE = 0.5
-# The kernel's count of OOM kills in this process's memory cgroup: cgroup v2's memory.events, v1's oom_control.
-OOM_COUNTERS = (Path("/sys/fs/cgroup/memory.events"), Path("/sys/fs/cgroup/memory/memory.oom_control"))
+# The kernel counts OOM kills in the memory cgroup that ran out (cgroup v2: memory.events, also counted in its
+# ancestors; v1: memory.oom_control, that cgroup's alone): this process's own cgroup and every ancestor are read.
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
+
+
+def _oom_counters() -> list[Path]:
+    """The files counting OOM kills in this process's memory cgroup and its ancestors, as /proc/self/cgroup names
+    them (a line `ID:CONTROLLERS:PATH`: v1's `memory` hierarchy, or v2's unified one, `0::PATH`)."""
+    try:
+        lines = PROC_CGROUP.read_text().splitlines()
+    except OSError:
+        return []
+    files = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            where = [(CGROUP_ROOT / "memory", "memory.oom_control")]
+        elif not controllers:
+            where = [(CGROUP_ROOT, "memory.events"), (CGROUP_ROOT / "unified", "memory.events")]
+        else:
+            continue
+        own = Path(path.lstrip("/"))
+        files += [base / folder / name for base, name in where for folder in (own, *own.parents)]
+    return files
 
 
 def oom_kills() -> int | None:
-    """The kernel's count of OOM kills in this cgroup, where it can be read; None where it cannot."""
-    for path in OOM_COUNTERS:
+    """The kernel's count of OOM kills in this process's cgroup and its ancestors (a count that only grows, to be
+    compared with an earlier reading), where it can be read; None where it cannot."""
+    counts = []
+    for path in _oom_counters():
         try:
             found = re.search(r"^oom_kill (\d+)$", path.read_text(), re.M)
         except OSError:
             continue
         if found:
-            return int(found.group(1))
-    return None
+            counts.append(int(found.group(1)))
+    return sum(counts) if counts else None
 
 
 def at_start() -> dict:

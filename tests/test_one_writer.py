@@ -2,10 +2,12 @@
 killed every time (the kernel's OOM killer, stood in for by a SIGKILL the point sends itself), a full disk,
 and resumes of finished or hand-edited folders."""
 
+import contextlib
 import errno
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -190,6 +192,65 @@ def test_a_point_that_kills_its_process_is_recorded_as_killed_and_the_run_finish
     assert points.loc[8, "status"] == "ok"
     assert sorted(_ids(out)) == sorted(_plan_ids(out))
     assert json.loads((out / "meta.json").read_text())["status"] == "finished"
+
+
+def _memory_cgroup(name: str, limit_bytes: int) -> Path | None:
+    """A cgroup v1 memory cgroup under this process's own, holding at most `limit_bytes`; None where none can be made
+    (not root, cgroup v2 alone, or a kernel that says no)."""
+    try:
+        line = next(ln for ln in Path("/proc/self/cgroup").read_text().splitlines() if ":memory:" in ln)
+        group = Path("/sys/fs/cgroup/memory") / line.split(":", 2)[2].lstrip("/") / name
+        group.mkdir()
+    except (OSError, StopIteration):
+        return None
+    try:
+        (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
+        with contextlib.suppress(OSError):  # no swap to hide in: over the limit is a kill
+            (group / "memory.swappiness").write_text("0")
+    except OSError:
+        group.rmdir()
+        return None
+    return group
+
+
+@pytest.mark.slow
+def test_the_kernels_oom_killer_is_named_as_the_cause(tmp_path):
+    """The real OOM killer: the run in a memory cgroup of 1.2 GB, where the largest point (attention_math at
+    n = 4096, batch 4, 4 heads: 1 GiB of scores alone) cannot fit. Each resume is killed by the kernel until the
+    point, with the kernel's OOM count as evidence, is stored `killed` for memory; the others are measured."""
+    group = _memory_cgroup(f"bench-oom-{os.getpid()}", 1200 * 2**20)
+    if group is None:
+        pytest.skip("needs a cgroup v1 memory controller this test may write (root): none here")
+    out = tmp_path / "run"
+    grid = ["--layers", "attention_math", "--n", "128,256,4096", "--d", "32", "--heads", "4", "--batch", "4"]
+    args = ["run", *grid, "--device", "cpu", *FAST, "--yes", "--out", str(out)]
+    codes = []
+    try:
+        for _ in range(deaths.KILLED_AFTER_MEMORY + 1):
+            child = subprocess.Popen(
+                [sys.executable, "-m", "bench", *args],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                preexec_fn=lambda: (group / "cgroup.procs").write_text(str(os.getpid())),
+            )
+            _, err = child.communicate(timeout=300)
+            codes.append(child.returncode)
+            if child.returncode == 0:
+                break
+            args = ["run", "--resume", str(out), "--no-progress"]
+        oom_killed = int(re.search(r"^oom_kill (\d+)$", (group / "memory.oom_control").read_text(), re.M).group(1))
+    finally:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+    assert codes == [-9, -9, 0], (codes, err)  # two kills by the kernel, then the point is given up
+    assert oom_killed == 2
+    points = pd.read_csv(out / "points.csv").set_index("n")
+    assert list(points.loc[[128, 256], "status"]) == ["ok", "ok"]
+    assert points.loc[4096, "status"] == "killed"
+    assert "memory the likely cause: the kernel counted" in points.loc[4096, "error"], points.loc[4096, "error"]
+    assert "given up, stored killed" in (out / "errors.log").read_text()
 
 
 def _kill_when_started(child: subprocess.Popen, out: Path, point_id: str, sig=signal.SIGKILL) -> None:
