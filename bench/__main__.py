@@ -1,5 +1,4 @@
-"""`python -m bench`: Ctrl-C or SIGTERM while torch, numpy and pytest import end it at once with one line
-(bench.interrupts), then the command line runs (bench.cli)."""
+"""`python -m bench`: the command line (bench.cli), interruptible with one line from its first moment."""
 
 import sys
 

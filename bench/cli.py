@@ -334,8 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _print_paths_as_given() -> None:
-    """A path that is not valid UTF-8 (its bytes kept by Python as surrogates) is printed as its own bytes,
-    as `ls` shows it, instead of failing the command after its work is done."""
+    """A path that is not UTF-8 is printed as its own bytes, as `ls` shows it, not as a UnicodeEncodeError."""
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="surrogateescape")

@@ -1,6 +1,4 @@
-"""Why the process measuring a point died, and when a point is given up: a death is blamed on memory only on
-evidence (the kernel's count of OOM kills rose, or the point was predicted to need about the memory there was),
-and a point whose deaths have no such evidence is measured again more times before it is stored `killed`."""
+"""Why the process measuring a point died, and when the point is given up (method: docs/method.md)."""
 
 from __future__ import annotations
 
@@ -12,25 +10,18 @@ import psutil
 from .estimate import point_memory_bytes
 from .spec import PointSpec
 
-# Deaths of the process while measuring a point before the point is stored `killed`. With evidence that memory
-# killed it, a second death proves the point does it every time. Without, a death is as likely a user's kill or
-# a machine going away: the point is measured again, each time later in its pass (bench.run), and given up only
-# once it has died this often, so that a point that kills every process is still given up.
+# Deaths before a point is stored `killed`: a death without memory evidence is as likely a user's kill.
 KILLED_AFTER_MEMORY = 2
 KILLED_AFTER_UNEXPLAINED = 4
-# The predicted peak (bench/estimate.py) is rough, and the process holds more than the point (torch, the other
-# points' weights): a point predicted to need more than this share of the memory available when it started
-# could have been killed for memory.
+# Of the memory available: the predicted peak is rough, and the process holds more than the point.
 MEMORY_SHARE = 0.5
-# The kernel counts OOM kills in the memory cgroup that ran out (cgroup v2: memory.events, also counted in its
-# ancestors; v1: memory.oom_control, that cgroup's alone): this process's own cgroup and every ancestor are read.
+# The kernel counts an OOM kill in the cgroup that ran out (v1: there alone), so every ancestor is read too.
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_CGROUP = Path("/proc/self/cgroup")
 
 
 def _oom_counters() -> list[Path]:
-    """The files counting OOM kills in this process's memory cgroup and its ancestors, as /proc/self/cgroup names
-    them (a line `ID:CONTROLLERS:PATH`: v1's `memory` hierarchy, or v2's unified one, `0::PATH`)."""
+    """The files counting OOM kills in this process's memory cgroup and its ancestors (v1 or v2)."""
     try:
         lines = PROC_CGROUP.read_text().splitlines()
     except OSError:
@@ -50,8 +41,7 @@ def _oom_counters() -> list[Path]:
 
 
 def oom_kills() -> int | None:
-    """The kernel's count of OOM kills in this process's cgroup and its ancestors (a count that only grows, to be
-    compared with an earlier reading), where it can be read; None where it cannot."""
+    """A count of OOM kills that only grows, to compare with an earlier reading; None where none can be read."""
     counts = []
     for path in _oom_counters():
         try:
@@ -84,8 +74,7 @@ def memory_evidence(spec: PointSpec, started: dict, oom_kills_now: int | None) -
 
 
 def given_up(spec: PointSpec, deaths: list[dict], oom_kills_now: int | None = None) -> tuple[str, str] | None:
-    """(the row's reason, the errors.log text) when the point's `deaths` (the started.jsonl lines of processes that
-    died measuring it) reach the bound; None while it is to be measured again."""
+    """(the row's reason, the errors.log text) once `deaths` (started.jsonl lines) reach the bound, else None."""
     evidence = [e for e in (memory_evidence(spec, d, oom_kills_now) for d in deaths) if e]
     bound = KILLED_AFTER_MEMORY if evidence else KILLED_AFTER_UNEXPLAINED
     if len(deaths) < bound:

@@ -169,8 +169,7 @@ class Run:
             self.log(warning)
 
     def execute(self, progress: bool = True) -> dict:
-        """Measure what is not stored yet; returns meta.json. Ctrl-C or SIGTERM (bench.interrupts) at any moment:
-        `interrupted`, and re-raised."""
+        """Measure what is not stored yet; returns meta.json. An interrupt: `interrupted`, and re-raised."""
         try:
             with interrupts.as_exceptions():
                 if self.meta.get("status") == "finished":
@@ -292,8 +291,7 @@ class Run:
             for p in passes:
                 first = attempt == FIRST and p == 0
                 order = specs if first else pass_order(specs, attempt * self.policy.passes + p, self.seed)
-                # A point whose process died there is visited last: a kill early in the next process (a user's, a
-                # scheduler's) then meets another point, and the points before it are measured first.
+                # Died there: visited last, so that an early kill of the next process meets another point.
                 order = sorted(order, key=lambda s: self.folder.deaths(s.point_id))
                 number = p + 1 if attempt == FIRST else self.policy.passes + p + 1
                 meter = LoadMeter()

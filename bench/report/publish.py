@@ -74,8 +74,7 @@ def _retire(old: Path, out: Path) -> None:
 
 
 def _unwritten(out_dir: Path, new: Path, exc: OSError) -> RunFailed:
-    """The report could not be written: the file it was writing (the exception's, or the newest in the staging
-    folder, named as it would have been in `out_dir`), why, and that the previous report is kept."""
+    """The report could not be written: the file it was writing, as named in `out_dir`, and why."""
     where = Path(exc.filename) if exc.filename else None
     if where is None or not where.is_relative_to(new):
         written = [p for p in new.rglob("*") if p.is_file()] if new.is_dir() else []
