@@ -156,7 +156,7 @@ def _run_on(args, argv, cluster) -> int:
         )
         print_lines(lines)  # before measuring, which goes ahead
     try:
-        meta = run.execute(progress=not args.no_progress)  # a bar on a terminal, else lines (bench.progress)
+        meta = run.execute(progress=not args.no_progress)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (bench.interrupts): 130 or 143
         print(
             f"interrupted: the passes finished so far are stored in {run.dir}; finish the run with "
@@ -289,8 +289,7 @@ def cmd_cite(args, argv) -> int:
 
 
 def first_sentence(doc: str | None) -> str:
-    """The whole first sentence of a docstring: its first paragraph's lines joined until a period followed
-    by a space or the end ("0..n-1" and "cfg.dilation" do not end it)."""
+    """A docstring's whole first sentence, its first paragraph joined ("0..n-1" and "cfg.dilation" do not end it)."""
     paragraph = " ".join((doc or "").strip().split("\n\n")[0].split())
     end = re.search(r"(?<!\.)\.(?=\s|$)", paragraph)
     return paragraph[: end.end()] if end else paragraph

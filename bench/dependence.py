@@ -1,6 +1,5 @@
-"""Which output positions of a layer depend on which inputs, and through how many steps: NaN and tangent
-reachability, the cell steps of a recurrence, operator depth. Pure probes of one module on one input;
-bench.paths builds the layers. Method: docs/method.md."""
+"""Which output positions of a layer depend on which inputs, and through how many steps: pure probes of one module
+on one input (NaN and tangent reachability, a recurrence's cell steps, operator depth). Method: docs/method.md."""
 
 from __future__ import annotations
 
@@ -25,7 +24,6 @@ class UnsupportedReference(RuntimeError):
     """A recurrent reference that does not read its input position by position, so steps cannot be told."""
 
 
-# ----------------------------------------------------------------------------------- reachability probes
 def reached_by_poison(layer: nn.Module, x: torch.Tensor, reached: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(clean output, output positions depending on a `reached` input), by NaN; x: (1, n, d), reached: (n,)."""
     with torch.no_grad():
@@ -43,8 +41,7 @@ def reached_by_tangent(layer: nn.Module, x: torch.Tensor, reached: torch.Tensor)
     tangent = torch.zeros_like(x)
     tangent[:, reached] = 1.0
     with warnings.catch_warnings():
-        # torch scripts its forward-mode decompositions on first use and warns that torch.jit.script is
-        # deprecated: torch's own notice, nothing this probe can act on.
+        # torch warns, scripting its forward-mode decompositions on first use, that torch.jit.script is deprecated.
         warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=DeprecationWarning)
         # The fused CPU attention kernel has no forward-mode formula; the math backend is the same function.
         with torch.no_grad(), fwAD.dual_level(), sdpa_kernel(SDPBackend.MATH):
@@ -52,10 +49,8 @@ def reached_by_tangent(layer: nn.Module, x: torch.Tensor, reached: torch.Tensor)
     return primal, (out_tangent != 0).any(dim=-1)[0]  # (n,)
 
 
-# ------------------------------------------------------------------------------------------- path hops
 _aten = torch.ops.aten
-# Operators that read only a tensor's shape, dtype and device, never its values (x.new_zeros(...) for the
-# initial state): reading x through them moves no information.
+# Operators that read a tensor's shape, dtype and device, never its values (x.new_zeros for the initial state).
 _METADATA_ONLY = {
     _aten.new_zeros.default,
     _aten.new_ones.default,
@@ -133,7 +128,6 @@ def scan_path_hops(layer: nn.Module, x: torch.Tensor, probe: Probe = reached_by_
     return None
 
 
-# ------------------------------------------------------------------------------------ sequential depth
 class OperatorDepthMode(TorchDispatchMode):
     """Every operator's outputs get 1 + the largest depth of its tensor inputs; a view passes the depth through."""
 

@@ -1,6 +1,5 @@
-"""How long a run will take and how much memory its largest point needs, estimated from the plan and one compute
-rate per device and dtype (bench.peak: measured by `quick_rates`, or a stored run's, `rates_from_meta`); said
-before the run by bench/preflight.py. Method: docs/method.md."""
+"""A run's duration and its largest point's memory, estimated from the plan and one compute rate per device and dtype
+(bench.peak), said before the run by bench/preflight.py. Method: docs/method.md."""
 
 from __future__ import annotations
 
@@ -57,8 +56,7 @@ def sequential_steps(spec: PointSpec) -> int:
 
 
 def call_time_s(spec: PointSpec, rate: float) -> float:
-    """Seconds of one call of `spec` at a compute rate of `rate` FLOP/s: a per-call cost, a roofline of its matrix
-    products and element-wise work, and its sequential steps."""
+    """Seconds of one call of `spec` at `rate` FLOP/s: a per-call cost, a roofline, and its sequential steps."""
     cfg = spec.config()
     kind = device_kind(spec.device)
     train = spec.trains
@@ -142,8 +140,7 @@ class PlanEstimate:
 
 
 def estimate_plan(specs: Iterable[PointSpec], policy: TimingPolicy, rates: Mapping[str, float]) -> PlanEstimate:
-    """The estimate of a run of `specs`; `rates`: compute FLOP/s by `device_key(device, dtype)`, as meta.json's
-    `compute_peak` keys them."""
+    """The estimate of a run of `specs`; `rates`: compute FLOP/s by `device_key(device, dtype)`, as in meta.json."""
     specs = list(specs)
     missing = sorted({device_key(s.device, s.dtype) for s in specs} - set(rates))
     if missing:

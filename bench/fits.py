@@ -1,6 +1,5 @@
-"""Scaling exponents: log-log least squares with confidence intervals, their verdicts against Table 1, the fits
-table (fits.csv), and the crossovers of two layers' times. Sweeps and fit ranges: bench/sweeps.py.
-Method: docs/method.md."""
+"""Scaling exponents: log-log least squares with confidence intervals, their verdicts against Table 1, fits.csv,
+and the crossovers of two layers' times. Sweeps and fit ranges: bench/sweeps.py. Method: docs/method.md."""
 
 from __future__ import annotations
 
@@ -318,7 +317,7 @@ def two_term_fit(points: pd.DataFrame) -> tuple[float, float, float, float]:
     """(c, a, b, rms relative error) of time ≈ c + a·n·d² + b·n²·d for attention points (their time on one
     clock in `time_s`), by non-negative least squares on relative error: both terms matter near n ~ d."""
     n, d, t = (points[c].to_numpy(float) for c in ("n", "d", "time_s"))
-    basis = np.column_stack([np.ones_like(n), n * d**2, n**2 * d]) / t[:, None]  # rows scaled by 1/t
+    basis = np.column_stack([np.ones_like(n), n * d**2, n**2 * d]) / t[:, None]
     coef, _ = optimize.nnls(basis, np.ones_like(t))
     rel = basis @ coef - 1
     return float(coef[0]), float(coef[1]), float(coef[2]), float(np.sqrt(np.mean(rel**2)))

@@ -82,8 +82,7 @@ def conv_backward_flop(
     out_shape=None,
     **kwargs,
 ) -> int:
-    """torch's formula, but for the weight gradient divided by `groups`: torch 2.13 counts it as a dense
-    convolution, `groups` times what a grouped kernel does."""
+    """torch's formula with the weight gradient divided by `groups` (torch 2.13 counts it as a dense convolution)."""
     count = 0
     if output_mask[0]:
         count += conv_flop_count(grad_out, w, out_shape[0], not transposed)
@@ -149,33 +148,26 @@ def _resolve(qualified_names: Iterable[str]) -> frozenset[OpOverloadPacket]:
 
 
 NO_MATRIX_WORK_OP_NAMES: tuple[str, ...] = _qualified(
-    # views and metadata
     "view _unsafe_view reshape _reshape_alias view_as as_strided alias detach t transpose transpose_ permute",
     "expand expand_as squeeze squeeze_ unsqueeze unsqueeze_ select slice narrow unfold diagonal unbind split",
     "split_with_sizes unsafe_split unsafe_split_with_sizes chunk unsafe_chunk flatten unflatten movedim",
     "contiguous lift_fresh _local_scalar_dense size stride sym_size sym_stride sym_numel sym_storage_offset",
     "storage_offset numel dim is_contiguous prim.device prim.layout",
-    # creation, random, copies
     "empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones ones_like",
     "new_ones full full_like new_full arange scalar_tensor eye rand randn randint rand_like randn_like",
     "normal_ uniform_ bernoulli bernoulli_ fill fill_ zero_ clone copy copy_ _to_copy to lift_fresh_copy",
     "_copy_from _copy_from_and_resize",
-    # joins, padding, indexing, masking
     "cat stack constant_pad_nd pad flip roll repeat index index_select gather scatter scatter_add index_put",
     "index_put_ masked_fill masked_fill_ masked_select where tril triu nonzero",
-    # element-wise arithmetic and activations
     "add add_ sub sub_ rsub mul mul_ div div_ neg reciprocal pow sqrt rsqrt exp log abs clamp clamp_min",
     "clamp_max nan_to_num nan_to_num_ maximum minimum addcmul addcdiv lerp sign remainder tanh tanh_ sigmoid",
     "sigmoid_ relu relu_ gelu silu hardtanh leaky_relu elu softplus threshold",
-    # their gradients (mode "train")
     "tanh_backward sigmoid_backward threshold_backward gelu_backward silu_backward elu_backward",
     "softplus_backward hardtanh_backward leaky_relu_backward _softmax_backward_data",
     "_log_softmax_backward_data native_dropout_backward native_layer_norm_backward unfold_backward",
     "select_backward slice_backward embedding_dense_backward",
-    # comparisons and logic
     "eq ne lt le gt ge logical_and logical_or logical_not logical_xor bitwise_and bitwise_or bitwise_xor",
     "bitwise_not isnan isinf isfinite",
-    # reductions, softmax, normalisation, dropout
     "sum mean amax amin max min prod var var_mean std std_mean argmax argmin any all cumsum logsumexp",
     "linalg_vector_norm _softmax softmax _log_softmax log_softmax _safe_softmax native_dropout dropout",
     "native_layer_norm layer_norm native_group_norm _native_batch_norm_legit_no_training native_batch_norm",
@@ -186,8 +178,6 @@ NO_MATRIX_WORK_OP_NAMES: tuple[str, ...] = _qualified(
 )
 NO_MATRIX_WORK_OPS: frozenset[OpOverloadPacket] = _resolve(NO_MATRIX_WORK_OP_NAMES)
 
-
-# Element-wise estimates for kernels that hide their element-wise work.
 
 # Pointwise operations per hidden unit of PyTorch's unfused cells (RNN.cpp), by gate count: RNN gates sum, tanh;
 # GRU 2 adds, 2 sigmoids, the reset product, the candidate's add and tanh, (h - n)·z + n; LSTM gates sum,

@@ -334,8 +334,7 @@ class RunFolder:
             self.observer(what, payload)
 
     def read_stored(self, specs: list[PointSpec]) -> None:
-        """Rows, pass records and deaths (a process's last start whose pass was never stored), checked against
-        the plan's `specs`."""
+        """Rows, pass records and deaths (last starts whose pass was never stored), checked against `specs`."""
         by_id = {s.point_id: s for s in specs}
         path = self.path / POINTS
         if path.exists():

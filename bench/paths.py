@@ -56,7 +56,6 @@ class NeverCrosses(RuntimeError):
     """The stack stopped growing, or hit its cap, before output n-1 depended on input 0."""
 
 
-# ------------------------------------------------------------------------------------------ the stacks
 def _check(name: str, n: int) -> None:
     if name not in models.LAYERS:
         raise ValueError(f"unknown layer {name!r}; built: {', '.join(models.LAYERS)}")
@@ -193,7 +192,6 @@ def reference_seq_depth(name: str, n: int, k: int = 3, window: int = DEFAULT_WIN
     return seq_depth(stack_layer(name, 0, d, k, window).reference, probe_input(n, d))
 
 
-# ------------------------------------------------------------------------------------------- the table
 def paths_row(name: str, n: int, k: int | None, window: int = DEFAULT_WINDOW, d: int = DEFAULT_D) -> dict:
     """One row of paths.csv. A stack that never crosses is recorded (NaN and the reason in `error`)."""
     kk = 3 if k is None else k  # layers without k ignore it
@@ -250,8 +248,7 @@ def paths_table(
     d: int = DEFAULT_D,
     on_row: Callable[[], object] | None = None,
 ) -> pd.DataFrame:
-    """One row per (layer, n, k) for the layers that use k, one per (layer, n) with k empty for the others;
-    `on_row` is called after each (progress)."""
+    """One row per (layer, n, k), k empty for the layers that do not use it; `on_row` is called after each."""
     for name in layers:
         _check(name, 2)
     rows = []

@@ -1,6 +1,5 @@
-"""What `run` says before it measures: the plan's warnings (sweeps that cannot be fitted, kernels wider than the
-sequence), its estimated duration and peak memory (bench.estimate), and whether it goes ahead unasked, is asked
-about on a terminal, or is refused. Method: docs/method.md."""
+"""What `run` says before it measures: the plan's warnings, its estimated duration and peak memory (bench.estimate),
+and whether it goes ahead, is asked about on a terminal, or is refused. Method: docs/method.md."""
 
 from __future__ import annotations
 
@@ -80,8 +79,7 @@ def _plan_warning(fixed: dict, sweep: pd.DataFrame, variable: str) -> list[str]:
 
 
 def _sizes_that_serve(fixed: dict, sweep: pd.DataFrame, kept: pd.DataFrame, variable: str) -> str:
-    """The condition the fixed range puts on the swept size, and an example of MIN_FIT_POINTS sizes the layer
-    accepts and the range keeps (none where the layer refuses them)."""
+    """The fixed range's condition on the swept size, and MIN_FIT_POINTS sizes the layer accepts and the range keeps."""
     layer = fixed["layer"]
     ratio = models.LAYERS[layer].table1.fit_n_over_d
     first = sweep.iloc[0]

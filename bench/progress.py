@@ -87,8 +87,7 @@ class ProgressLines:
 
 
 def progress_bar(total: int | None, desc: str, line_unit: str, *, show: bool, file: TextIO | None = None):
-    """Progress of `total` items (None: not known ahead) on stderr: tqdm's bar on a terminal, else ProgressLines;
-    none if not `show`."""
+    """`total` items (None: unknown) on stderr: tqdm on a terminal, else ProgressLines; none if not `show`."""
     file = sys.stderr if file is None else file  # looked up now: a test's capture replaces sys.stderr
     if show and not file.isatty():
         return ProgressLines(total, desc, line_unit, file, PROGRESS_EVERY_S).start()

@@ -184,8 +184,7 @@ class Run:
             self.folder.release()
 
     def _stopped(self, **meta) -> None:
-        """This process stops cleanly (its last start was no death) and says so in meta.json; a second Ctrl-C
-        waits until it is written."""
+        """Stop cleanly (the last start was no death), saying so in meta.json; a second Ctrl-C waits for the write."""
         with interrupts.deferred():
             self.folder.note_stop()
             self.folder.update_meta(**meta)

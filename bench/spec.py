@@ -60,7 +60,7 @@ class PointSpec:
 # A point's fields by role: every list of sizes or of what makes a point derives from these.
 SIZES = ("n", "d", "batch", "k", "heads", "window", "dilation")
 LAYER_SIZES = SIZES[3:]  # the sizes only some layers use (None elsewhere): models' `uses`
-WHERE = ("device", "dtype", "mode")  # where a point runs and what one call runs
+WHERE = ("device", "dtype", "mode")
 IDENTITY = ("layer", *SIZES, *WHERE)  # what makes a point: PointSpec's fields; equal identity, same point
 
 

@@ -73,7 +73,7 @@ POINT_COLUMNS = [
 ]
 STATUSES = ("ok", "oom", "killed", "error", "skipped")
 SPEC_COLUMNS = (*IDENTITY_COLUMNS, "node")
-SIZE_COLUMNS = tuple(s for s in SIZES if s not in LAYER_SIZES)  # the sizes every point has
+SIZE_COLUMNS = tuple(s for s in SIZES if s not in LAYER_SIZES)
 TEXT_COLUMNS = (
     "time_flag",
     "time_wall_flag",

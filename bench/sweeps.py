@@ -16,7 +16,7 @@ from . import clock as clocks
 from . import timing
 from .spec import LAYER_SIZES, SIZES, SWEPT_STACK_LAYER, WHERE, mode_of
 
-VARIABLES = ("n", "d", "k")  # the sizes a sweep may vary
+VARIABLES = ("n", "d", "k")
 MIN_FIT_POINTS = 3
 TOLERANCE = {"flops": 0.15, "time": 0.2, "memory": 0.35}  # the band around a prediction, and Table 1's regime
 PLATEAU_FRACTION = 0.8  # a time sweep is asymptotic from the first point within this share of its best rate

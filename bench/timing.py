@@ -1,6 +1,5 @@
-"""Timing of one call on two clocks, wall and CPU, in rounds split over interleaved passes; pytest-benchmark's
-statistics, and flags that say whether a clock's median can be trusted. The method: `method_text`.
-The caller sets the autograd mode and pins the threads."""
+"""Timing of one call on wall and CPU clocks in rounds over interleaved passes, with pytest-benchmark's statistics and
+flags for a median not to be trusted. The method: `method_text`. The caller sets autograd and pins the threads."""
 
 from __future__ import annotations
 
@@ -103,7 +102,6 @@ def median_interval(times: Sequence[float], confidence: float = CONFIDENCE) -> t
     return float(ci.low), float(ci.high)
 
 
-# ------------------------------------------------------------------------------------------- clocks
 def _minor_faults(who: int) -> Callable[[], int]:
     return lambda: resource.getrusage(who).ru_minflt
 
@@ -191,7 +189,6 @@ def rounds_of(record: dict) -> Rounds:
     return Rounds(wall, tuple(float(t) for t in extra.get("cpu_data") or ()), calls, extra.get("faults"))
 
 
-# ------------------------------------------------------------------------------------------- statistics
 @dataclass(frozen=True)
 class ClockStats:
     """A point's statistics on one clock, over the rounds of all its passes (seconds per call)."""
@@ -285,7 +282,6 @@ def summarize(passes: Sequence[Rounds], iterations: int, name: str = "point", te
     return Timing(wall, cpu, cpu_clock, tuple(p.wall_s for p in passes), iterations, faults, record)
 
 
-# ------------------------------------------------------------------------------------ which clock
 def choose_clock(timing: Timing, others_busy_cores: float, policy_clock: str = "auto") -> tuple[str, str]:
     """(clock, why): the clock a point's time fits use, by `method_text`'s rule unless `policy_clock` forces one."""
     own_cpu = timing.cpu is not None and timing.cpu_clock == THREAD

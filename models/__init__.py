@@ -1,6 +1,5 @@
-"""The matched layers: each maps (batch, n, d) to (batch, n, d), is built from a LayerConfig, and carries its
-analytic cost, its Table 1 row and its path rule beside its code (the attributes: docs/adding-a-layer.md).
-FLOPs: forward, whole batch, 2 per multiply-accumulate of every matrix product and convolution."""
+"""The matched layers, (batch, n, d) -> (batch, n, d), each with its analytic cost, Table 1 row and path rule beside its
+code (docs/adding-a-layer.md). FLOPs: forward, whole batch, 2 per multiply-accumulate of products and convolutions."""
 
 from __future__ import annotations
 
@@ -81,8 +80,7 @@ def build(name: str, cfg: LayerConfig, device: str | torch.device = "cpu", seed:
     return layer.to(device=device, dtype=cfg.torch_dtype).eval()
 
 
-# Y = X·W has a backward of two products of its size, dX = dY·Wᵀ and dW = Xᵀ·dY; a layer whose backward
-# differs says so in `backward_flops`.
+# Y = X·W's backward is two products of its size (dX = dY·Wᵀ, dW = Xᵀ·dY); other layers say so in `backward_flops`.
 BACKWARD_PER_FORWARD = 2
 
 

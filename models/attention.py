@@ -1,6 +1,5 @@
-"""Multi-head self-attention: fused, explicit, and restricted to a window of r positions (Vaswani et al. 2017,
-Table 1: O(n²·d) and O(r·n·d) per layer). FLOPs add the four d×d projections the table leaves out:
-8·b·n·d² + 4·b·n²·d. All share `SelfAttention`'s projections: equal seeds give equal weights."""
+"""Multi-head self-attention: fused, explicit, and restricted to a window of r (Vaswani et al. 2017, Table 1), with the
+four d×d projections: 8·b·n·d² + 4·b·n²·d FLOPs. All share `SelfAttention`'s projections: equal seeds, equal weights."""
 
 from __future__ import annotations
 
@@ -99,8 +98,7 @@ class AttentionMath(SelfAttention):
 
 @dataclass(frozen=True)
 class Blocks:
-    """How `AttentionLocal` tiles n queries: `count` blocks of `queries` positions, block β scoring the `keys`
-    consecutive keys from β·queries − `offset` on (pairs outside the window or sequence masked)."""
+    """How `AttentionLocal` tiles n queries: `count` blocks of w queries, block β scoring keys from β·w − offset on."""
 
     queries: int  # w, queries per block
     count: int  # blocks: ceil(n / w)

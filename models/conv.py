@@ -1,6 +1,5 @@
-"""Convolutional layers: centered 'same' convolution, its dilated form, and the separable one (Vaswani et al.
-2017, Table 1: O(k·n·d²) per layer, O(k·n·d + n·d²) separable). They convolve a channels-last view of the
-(batch, n, d) tensor, as oneDNN convolves it without copies (method: docs/method.md)."""
+"""Convolutional layers: centered 'same', dilated and separable (Vaswani et al. 2017, Table 1), convolving a
+channels-last view of the (batch, n, d) tensor, as oneDNN convolves it without copies (method: docs/method.md)."""
 
 from __future__ import annotations
 

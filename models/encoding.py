@@ -1,6 +1,5 @@
 """The sinusoidal positional encoding (Vaswani et al. 2017, §3.5), PE(pos, 2i) = sin(pos·ω_i), PE(pos, 2i+1) =
-cos(pos·ω_i), ω_i = 10000^(-2i/d), computed as the common PyTorch recipe does, so that float32 rounds as in
-real models. Used by the claims."""
+cos(pos·ω_i), ω_i = 10000^(-2i/d), as the PyTorch recipe computes it, so float32 rounds as in real models."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Linear attention (Katharopoulos et al. 2020): weights φ(q)·φ(k), φ(x) = elu(x) + 1, in place of exp(q·k), so
-out_i = φ(q_i)(φ(K)ᵀV) / φ(q_i)(φ(K)ᵀ1) and the n×n matrix is never formed: O(n·d²) work, O(1) sequential
-operations and path length. It shares `SelfAttention`'s projections (the same seed, `attention`'s weights)."""
+"""Linear attention (Katharopoulos et al. 2020): φ(q)·φ(k), φ(x) = elu(x) + 1, in place of exp(q·k), never forming
+the n×n matrix: O(n·d²) work. It shares `SelfAttention`'s projections (the same seed, `attention`'s weights)."""
 
 from __future__ import annotations
 

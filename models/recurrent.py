@@ -1,6 +1,5 @@
-"""Recurrent layers: tanh RNN, GRU and LSTM (Vaswani et al. 2017, Table 1: O(n·d²) per layer, O(n) sequential
-operations and path length), fused (nn.RNN/GRU/LSTM) and as a transparent loop, `reference()`, whose n
-dependent steps operator-level probes can see. FLOPs: 2·b·n·g·2d², g = 1, 3, 4 gate blocks."""
+"""Recurrent layers: tanh RNN, GRU and LSTM (Vaswani et al. 2017, Table 1), fused (nn.RNN/GRU/LSTM) and as a loop,
+`reference()`, whose n dependent steps probes can see. FLOPs: 2·b·n·g·2d², g = 1, 3, 4 gate blocks."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A diagonal linear recurrence computed by a parallel scan (the layer of S4D/S5, the LRU and Mamba without
-input dependence): h_t = a ⊙ h_{t−1} + B x_t, y_t = C h_t. Linear in h, it is associative, so a scan computes
-it in ⌈log₂ n⌉ levels of O(n·d) work in all (Blelloch 1990; Martin & Cundy 2018; Smith et al. 2023). FLOPs:
-2 · 2·b·n·d² (B and C); the scan is element-wise. Method: docs/method.md."""
+"""A diagonal linear recurrence h_t = a ⊙ h_{t−1} + B x_t, y_t = C h_t (S4D/S5, the LRU, Mamba without input
+dependence): associative, so a parallel scan computes it in ⌈log₂ n⌉ levels (Blelloch 1990). Method: docs/method.md."""
 
 from __future__ import annotations
 

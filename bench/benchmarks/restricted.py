@@ -3,8 +3,7 @@
     python -m bench.benchmarks.restricted                       # the table of issue 19
     python -m bench.benchmarks.restricted --layers conv_dilated,conv_separable,conv --sizes 2048x128 --k 3
 
-Also times the implementations before issue 19, kept here unregistered (REFERENCES). What it measures:
-docs/usage.md."""
+Also times the implementations before issue 19, kept here unregistered (REFERENCES); see docs/usage.md."""
 
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ DEFAULT_LAYERS = ("attention", "attention_local", "attention_math", "attention_l
 
 
 class AttentionLocalUnfold(AttentionLocal):
-    """attention_local before issue 19: every query's r keys and values gathered by unfold, one (1, r)·(r, d_head)
-    product per query (memory traffic rather than arithmetic). Same weights and outputs."""
+    """attention_local before issue 19: each query's r keys and values gathered by unfold (memory traffic, not math)."""
 
     def _windows(self, t: torch.Tensor) -> torch.Tensor:
         # (B, h, n, d_head) -> (B, h, n, r, d_head): the r keys (or values) each query sees.

@@ -59,8 +59,7 @@ CLAIMS: tuple[Callable[[int], ClaimResult], ...] = tuple(
 
 
 def measure_claims(seed: int = 0, on_claim: Callable[[], object] | None = None) -> list[ClaimResult]:
-    """Every claim in CLAIMS, in order; `seed` fixes all random inputs and weights; `on_claim` is called after
-    each (progress)."""
+    """Every claim in CLAIMS, in order; `seed` fixes all random inputs and weights; `on_claim` runs after each."""
     # One thread: the claims are many small operations, and on a shared machine intra-op threads spinning at
     # every operator's barrier slowed them far more than one thread loses on the few large ones.
     with pinned_threads(CLAIMS_THREADS):

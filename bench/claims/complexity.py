@@ -1,6 +1,5 @@
-"""Complexity: FLOPs of the layers and their parts, sequential steps and path lengths, as the study notes state
-them. Every number is measured on the real layers (counted FLOPs, fitted exponents, operator depths, path
-lengths, gradient-based receptive fields) and set beside the closed forms; no verdict rests on a time."""
+"""Complexity: FLOPs, sequential steps and path lengths of the layers, measured on the real layers and set beside the
+study notes' closed forms; no verdict rests on a time."""
 
 from __future__ import annotations
 

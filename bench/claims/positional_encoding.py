@@ -1,6 +1,5 @@
-"""The sinusoidal positional encoding: offsets as rotations, distinct positions, its wavelengths and variance,
-the d2l code and the formula's index range, a linear readout of differences, the binary analogy, and what
-happens beyond a trained length."""
+"""The sinusoidal positional encoding: offsets as rotations, distinct positions, wavelengths, variance, the d2l code
+and index range, a linear readout of differences, the binary analogy, and what happens beyond a trained length."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""What every claim shares: the result record, the registry of claims (`@claim`: statement, source and the
-catalogue's note lines, named once), and the helpers every family uses: seeded generators, interleaved
-timing, FLOP counting, the supporting numbers the report cites (`details["numbers"]`)."""
+"""What every claim shares: the result record, the registry of claims (`@claim`), and the helpers every family uses:
+seeded generators, interleaved timing, FLOP counting, the numbers the report cites (`details["numbers"]`)."""
 
 from __future__ import annotations
 
@@ -43,8 +42,7 @@ D2L_SELF_ATTENTION = "d2l.ai §11.6 Self-Attention and Positional Encoding"
 D_KS = (16, 64, 256, 1024)
 D_MODEL = 512  # the paper's d_model
 
-# Times compare variants, so only ratios matter: interleaved passes, one thread, its own CPU clock
-# (method: docs/method.md).
+# Times compare variants, so only ratios matter: interleaved passes, one thread, its CPU clock (docs/method.md).
 TIME_POLICY = TimingPolicy(min_rounds=9, max_rounds=9, target_s=0.1, min_round_s=0.015, passes=3)
 TIME_THREADS = 1
 CLAIMS_THREADS = 1  # measure_claims as a whole

@@ -1,6 +1,5 @@
-"""The verdict builder: a claim's bounds, each stated once in a `Check`, and the rule that makes them a verdict
-(`all_met`, `some_met`, `Rule`). An `Outcome` writes `expected` from the rule's checks, so the bounds it states
-are the ones the verdict used. Method: docs/method.md."""
+"""The verdict builder: a claim's bounds, each stated once in a `Check`, and the rule (`all_met`, `some_met`, `Rule`)
+that makes them a verdict; an `Outcome` states the very bounds the verdict used. Method: docs/method.md."""
 
 from __future__ import annotations
 

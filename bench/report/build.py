@@ -224,8 +224,7 @@ def build_report(
     compare_reference: bool = False,
     on_figure: Callable[[], object] | None = None,
 ) -> dict:
-    """Read the chosen runs (by default this machine's) and replace the report in `out_dir` whole; `on_figure` is
-    called after each figure is drawn (progress)."""
+    """Read the chosen runs (default: this machine's) and replace the report in `out_dir`; `on_figure`: progress."""
     dirs, notes = select_run_dirs(results, compare_reference)
     if not dirs:
         raise BadInput("no stored runs found: `make bench` measures this machine")

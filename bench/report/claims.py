@@ -48,8 +48,7 @@ def claims_section(ctx: ReportContext) -> str:
 
 
 def _by_note(ctx: ReportContext, rows, run_id: str) -> list[str]:
-    """Per study note (bench/claims/catalog.toml): its claims by verdict, what no claim measures yet, and what
-    needs a trained model."""
+    """Per study note (catalog.toml): its claims by verdict, what no claim measures yet, what needs a trained model."""
     from ..claims import catalog  # noqa: PLC0415 - the notes' statements: data beside the claims
 
     statements = catalog()["statement"]

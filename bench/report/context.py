@@ -128,8 +128,7 @@ class ReportContext:
         show_unit: bool = True,
         clock: str = "",
     ) -> str:
-        """Register a number under a stable dotted `key` (`intel-xeon-2c-vm.cpu.attention.time.exponent_n`)
-        and return its text; a key cited twice must carry the same value."""
+        """Register a number under a stable dotted `key` and return its text; a key cited twice must carry one value."""
         if (
             isinstance(value, float)
             and value.is_integer()

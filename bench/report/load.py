@@ -27,8 +27,7 @@ def _runs_below(path: Path, depth: int = 3) -> list[Path]:
 
 
 def find_run_dirs(paths: list[Path], exclude: tuple[Path, ...] = ()) -> list[Path]:
-    """The run folders at or below each path (a run folder, a folder of runs, a folder of machines' folders),
-    leaving out those below `exclude`."""
+    """The run folders at or below each path (a run, or a folder of runs or machines), but not below `exclude`."""
     found = []
     for path in paths:
         if not path.exists():

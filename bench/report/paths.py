@@ -34,8 +34,7 @@ def _int(value) -> int | None:
 
 
 def _latest(ctx: ReportContext) -> pd.DataFrame:
-    """The newest row per layer and sizes of the primary machine's paths study (else the first machine's: the
-    study is exact, the same on every machine)."""
+    """The newest row per layer and sizes of the primary machine's paths study (exact: the same on every machine)."""
     rows = ctx.paths.copy()
     if "machine" in rows:
         machines = list(dict.fromkeys(rows["machine"]))

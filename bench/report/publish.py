@@ -1,6 +1,5 @@
-"""Publishing a report whole: built in a folder beside the output folder, switched in by two renames under
-a lock; the files a user put there are kept. A killed report's leftovers are cleared by the next one
-(method: docs/method.md)."""
+"""Publishing a report whole: built beside the output folder, switched in by two renames under a lock; a user's files
+there are kept, a killed report's leftovers cleared by the next one (method: docs/method.md)."""
 
 from __future__ import annotations
 
@@ -46,8 +45,7 @@ def _sync(folder: Path) -> None:
 
 
 def _retire(old: Path, out: Path) -> None:
-    """Move what the old report did not write into `out`, then remove the old folder (kept aside where `out`
-    has a file of the same name)."""
+    """Move what the old report did not write into `out`, then remove the old folder (kept if `out` has the name)."""
     own, owned, kept = _own_files(old), [], []
     for root, dirs, files in os.walk(old):
         here = Path(root)

@@ -350,8 +350,7 @@ def rss_table(ctx: ReportContext) -> str:
 
 
 def sequential_time_section(ctx: ReportContext) -> str:
-    """Parallelism seen in time, at the smallest batch and d with an n-sweep: recurrences against a scan,
-    attention and convolution."""
+    """Parallelism seen in time (smallest batch and d, an n-sweep): recurrences against a scan, attention, conv."""
     ok = ctx.points[ctx.points["status"] == "ok"]
     wanted = [*models.recurrent(), *models.scans(), models.ROLES.convolution, models.ROLES.attention]
     parts, frames = [], []

@@ -160,8 +160,7 @@ TICK_SCHEMES = ((1, 2, 3, 4, 5, 6, 7, 8, 9), (1, 2, 5), (1, 3), (1,))  # multipl
 
 
 def nice_log_ticks(low: float, high: float, max_ticks: int = 8) -> list[float]:
-    """At most `max_ticks` round values from `low` to `high`: 1-2-5, 1-3 or decade steps, or under a decade
-    evenly spaced ones (3.5, 4, 4.5 MB)."""
+    """At most `max_ticks` round values from `low` to `high`: 1-2-5, 1-3 or decade steps, else evenly spaced ones."""
     if not (low > 0 and high > low):
         return []
     first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))

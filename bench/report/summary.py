@@ -29,8 +29,7 @@ def _paths_span(ctx: ReportContext, source: str, layer: str) -> tuple[int, int] 
 def _paths_cells(
     ctx: ReportContext, source: str, layer: str, header_span: tuple[int, int] | None = None
 ) -> tuple[str, str]:
-    """Measured depth and path (layers crossed, or steps inside a recurrence's one layer) at both ends of the paths study, the lengths named unless the
-    header's (`header_span`)."""
+    """Measured depth and path at both ends of the paths study, lengths named unless the header's (`header_span`)."""
     rows = layer_paths(ctx, source, layer)
     if rows.empty:
         return "–", "–"

@@ -30,8 +30,7 @@ MODES = ("train", "inference")
 
 
 def matched(ctx: ReportContext, train_source: str) -> pd.DataFrame:
-    """The ok points of `train_source` measured in inference mode too on the same machine, one row each, columns
-    suffixed `_train` and `_inference`."""
+    """`train_source`'s ok points also measured in inference on its machine, columns suffixed `_train`/`_inference`."""
     ok = ctx.points[ctx.points["status"] == "ok"]
     machine = ctx.machine_of_source(train_source)
     train = ok[ok["source"] == train_source]
