@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
+import re
 import socket
 import sys
+import tempfile
 from collections.abc import Callable
+from contextlib import contextmanager
 
 from .errors import BadInput, RunFailed
 from .folder import RunFolder
@@ -19,6 +23,12 @@ from .timing import TimingPolicy
 
 INSTALL_HINT = 'pip install -e ".[ray]"'
 CONNECT_TIMEOUT_S = 5.0  # the TCP check of a HOST:PORT before ray.init, which would retry for minutes
+AUTH_FAILURE = r"InvalidAuthToken|Unauthenticated|AuthenticationError"
+TOKEN_HINT = (
+    "the cluster asks for its token, and this process has none or another (token authentication): set "
+    "RAY_AUTH_MODE=token and give the head's token, its ~/.ray/auth_token copied here or RAY_AUTH_TOKEN "
+    "(docs/cluster.md)"
+)
 RUNTIME_ENV: dict | None = None  # of the driver's job (the tests set a worker_process_setup_hook)
 PLACEMENT = (
     "a CPU point's worker holds all of its node's CPUs (no two timings share a node's cores); a GPU point's "
@@ -59,17 +69,25 @@ class Cluster:
         """Connect to `auto`, HOST:PORT or ray://HOST:PORT, or start a local Ray instance (`local`)."""
         ray = import_ray()
         _check_reachable(address)
-        try:
-            ray.init(
-                address=address,
-                runtime_env=copy.deepcopy(RUNTIME_ENV),  # Ray writes into it
-                include_dashboard=False if address == "local" else None,
-                log_to_driver=False,  # the workers' lines come back as events, with their node
-                logging_level=logging.WARNING,
-            )
-        except ConnectionError as exc:
-            raise BadInput(f"--ray {address}: {str(exc).splitlines()[0]}") from None
-        return cls(ray, address, exclusive_node, threads, log or _stderr)
+        with _stderr_held() as said:  # Ray's core logs each failed try: one line of ours says it instead
+            try:
+                ray.init(
+                    address=address,
+                    runtime_env=copy.deepcopy(RUNTIME_ENV),  # Ray writes into it
+                    include_dashboard=False if address == "local" else None,
+                    log_to_driver=False,  # the workers' lines come back as events, with their node
+                    logging_level=logging.WARNING,
+                )
+            except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
+                failed = str(exc).splitlines()[0]
+            else:
+                failed = None
+        if failed is None:
+            sys.stderr.write("".join(said))
+            return cls(ray, address, exclusive_node, threads, log or _stderr)
+        if re.search(AUTH_FAILURE, failed + "".join(said)):
+            raise BadInput(f"--ray {address}: {TOKEN_HINT}")
+        raise BadInput(f"--ray {address}: {failed}; check the address, and that the head runs Ray {ray.__version__}")
 
     def close(self) -> None:
         if self.ray.is_initialized():
@@ -146,6 +164,23 @@ def _check_reachable(address: str) -> None:
             f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc}); start one with "
             "`ray start --head` and give the address it prints, or --ray local"
         ) from None
+
+
+@contextmanager
+def _stderr_held():
+    """Within: what is written to file descriptor 2 (Ray's C++ core writes there) is kept, in the list it gives."""
+    sys.stderr.flush()
+    saved, said = os.dup(2), []
+    with tempfile.TemporaryFile("w+", errors="replace") as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield said
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            said.append(held.read())
 
 
 def _stderr(line: str) -> None:
