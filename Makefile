@@ -46,10 +46,10 @@ lint: install
 	$(PY) -m ruff check bench models tests
 	$(PY) -m ruff format --check bench models tests
 
-# The suite on TEST_WORKERS pytest-xdist workers, a test file to a worker (tests/conftest.py groups them);
+# The suite on TEST_WORKERS pytest-xdist workers, a test file to a worker (its module fixtures built once);
 # TEST_WORKERS=0 runs it in this process alone.
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test: lint
 	$(PYTEST)

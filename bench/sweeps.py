@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, stats
 
 import models
 
@@ -103,7 +102,14 @@ def predicted_exponent(metric: str, layer: str, sweep: pd.DataFrame, variable: s
     else:
         _require_sizes(layer, sweep, models.LAYERS[layer].table1.sizes)
         y = table1_cost(layer, sweep["n"], sweep["d"], sweep.get("k"), sweep.get("window"))
-    return float(stats.linregress(np.log(x), np.log(np.asarray(y, float))).slope)
+    return loglog_slope(x, y)
+
+
+def loglog_slope(x, y) -> float:
+    """The least-squares slope of log y on log x: the exponent of a power law."""
+    from scipy import stats  # noqa: PLC0415 - not at import: every `python -m bench` would pay half a second
+
+    return float(stats.linregress(np.log(np.asarray(x, float)), np.log(np.asarray(y, float))).slope)
 
 
 def asymptotic_range(sweep: pd.DataFrame, variable: str, layer: str) -> pd.DataFrame:
@@ -156,6 +162,8 @@ def overhead_fit(flops, time_s) -> OverheadFit:
     """t = c + f/R by non-negative least squares on relative error (rows scaled by 1/t), as two_term_fit."""
     f, t = np.asarray(flops, float), np.asarray(time_s, float)
     basis = np.column_stack([np.ones_like(f), f]) / t[:, None]
+    from scipy import optimize  # noqa: PLC0415 - as loglog_slope
+
     (c, inverse_rate), _ = optimize.nnls(basis, np.ones_like(t))
     return OverheadFit(float(c), math.inf if inverse_rate == 0 else float(1 / inverse_rate))
 
@@ -211,7 +219,7 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
     overhead = overhead_fit(flops, t)
     regime = table1_regime_start(reliable, variable, layer)
     if regime is None:
-        exponent = float(stats.linregress(np.log(reliable[variable].to_numpy(float)), np.log(flops)).slope)
+        exponent = loglog_slope(reliable[variable], flops)
         predicted = predicted_exponent("flops", layer, reliable, variable)
         reason = (
             f"Table 1's term does not set the counted FLOPs here (their exponent {exponent:.2f} "
@@ -258,8 +266,8 @@ def time_explanation(tr: TimeRange, variable: str) -> tuple[str, dict]:
         if np.isfinite(elem).all() and (elem > 0).all() and (matmul > 0).all():
             shares = elem / (elem + matmul)
             x = data[variable].to_numpy(float)
-            elem_exp = float(stats.linregress(np.log(x), np.log(elem)).slope)
-            matmul_exp = float(stats.linregress(np.log(x), np.log(matmul)).slope)
+            elem_exp = loglog_slope(x, elem)
+            matmul_exp = loglog_slope(x, matmul)
             numbers.update(elementwise_share=float(shares.max()), elementwise_exponent=elem_exp)
             if shares.max() > ELEMENTWISE_SHARE_THRESHOLD and abs(elem_exp - matmul_exp) > TOLERANCE["time"]:
                 out.append(

@@ -12,7 +12,6 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 from pytest_benchmark.stats import Stats
-from scipy import stats as scipy_stats
 
 from .load import BUSY_CORES
 
@@ -98,7 +97,9 @@ def median_interval(times: Sequence[float], confidence: float = CONFIDENCE) -> t
     """Distribution-free interval of the median from order statistics; NaN with too few rounds."""
     if len(times) < 2:
         return math.nan, math.nan
-    ci = scipy_stats.quantile_test(np.asarray(times, float), q=float(np.median(times))).confidence_interval(confidence)
+    from scipy import stats  # noqa: PLC0415 - half a second of import, which every `python -m bench` would pay
+
+    ci = stats.quantile_test(np.asarray(times, float), q=float(np.median(times))).confidence_interval(confidence)
     return float(ci.low), float(ci.high)
 
 

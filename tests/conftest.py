@@ -1,23 +1,22 @@
+import os
+import pickle
+
 import pytest
 import torch
+from filelock import FileLock
 
-CLAIMS_GROUP = "claims"
+# make test runs two workers on two cores: each one thread, or their OpenMP threads fight over the cores and a
+# test of many small ops takes 20 to 100 times as long. The runs the tests start in subprocesses choose their own.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    torch.set_num_threads(1)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
-    """Groups for pytest-xdist's `--dist loadgroup` (make test runs the suite on 2 workers): every test file
-    is one group, so its module fixtures (a run, a report) are built on one worker only, and the files that
-    read `claim_results` are one group together, so the claims are measured once, not once per worker. A
-    test that names its own xdist_group keeps it. Without xdist the marks change nothing. A test that reads
-    `claim_results` is slow (measuring every claim takes seconds): `make test-fast` leaves it out."""
-    claims_files = {item.path for item in items if "claim_results" in getattr(item, "fixturenames", ())}
+    """A test that reads `claim_results` is slow (measuring every claim takes seconds): `make test-fast` leaves
+    it out."""
     for item in items:
         if "claim_results" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
-        if item.get_closest_marker("xdist_group") is None:
-            group = CLAIMS_GROUP if item.path in claims_files else item.path.stem
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)
@@ -29,13 +28,21 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 
 
 @pytest.fixture(scope="session")
-def claim_results():
+def claim_results(tmp_path_factory, worker_id):
     """Every claim's ClaimResult at seed 0 by claim id, in CLAIMS order: measured once per pytest session, by
     bench.claims.measure_claims itself (about 15 s), for every claims test that reads the claims as the
-    `claims` command measures them. A test that measures one claim under other conditions calls it itself."""
+    `claims` command measures them. A test that measures one claim under other conditions calls it itself.
+    Under pytest-xdist the first worker to ask measures them and the others read its pickle (xdist's recipe
+    for a session fixture made once)."""
     from bench.claims import measure_claims  # noqa: PLC0415
 
-    return {r.claim_id: r for r in measure_claims(seed=0)}
+    if worker_id == "master":  # no xdist
+        return {r.claim_id: r for r in measure_claims(seed=0)}
+    stored = tmp_path_factory.getbasetemp().parent / "claim_results.pickle"
+    with FileLock(f"{stored}.lock"):
+        if not stored.exists():
+            stored.write_bytes(pickle.dumps({r.claim_id: r for r in measure_claims(seed=0)}))
+        return pickle.loads(stored.read_bytes())
 
 
 @pytest.fixture

@@ -148,3 +148,14 @@ def test_repeated_blocks_finds_a_copy_whatever_its_indentation(tmp_path):
 
 def test_no_block_is_copied_outside_the_claim_catalogues():
     assert repeated_blocks([p for p in SOURCES if _outside_catalogues(p)]) == []
+
+
+def test_the_command_line_starts_without_the_fitting_and_plotting_libraries():
+    """Every `python -m bench` imports bench.cli; scipy, matplotlib and seaborn cost it about a second, so they are
+    imported where a fit or a figure is made."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    code = "import sys, bench.cli; print(*sorted({m.split('.')[0] for m in sys.modules} & {'scipy', 'matplotlib', 'seaborn'}))"
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert loaded.split() == []
