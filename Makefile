@@ -49,7 +49,7 @@ lint: install
 # The suite on TEST_WORKERS pytest-xdist workers, a test file to a worker (its module fixtures built once);
 # TEST_WORKERS=0 runs it in this process alone.
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: lint
 	$(PYTEST)

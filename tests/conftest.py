@@ -1,5 +1,7 @@
+import copy
 import os
 import pickle
+from collections import Counter
 
 import pytest
 import torch
@@ -13,10 +15,35 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 
 def pytest_collection_modifyitems(config, items):
     """A test that reads `claim_results` is slow (measuring every claim takes seconds): `make test-fast` leaves
-    it out."""
+    it out. The files with the most slow tests of their own first, each in its own order: `make test` hands a
+    file at a time to a free worker (--no-loadscope-reorder keeps this order), and a long file handed out last
+    leaves the other worker idle until it ends."""
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
     for item in items:
         if "claim_results" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: -slow[item.path])  # stable: the order within a file is kept
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _compute_peak_measured_once():
+    """A run measures the compute peak at its start and its end, about a second each; the dozens of runs of the
+    suite test the run, not the peak: they get this machine's peak as first measured in this process, at their
+    device, dtype and thread count (a test that fakes the peak still does)."""
+    import bench.run  # noqa: PLC0415
+
+    measured = {}
+
+    def compute_peak(device, dtype):
+        key = (device, dtype, torch.get_num_threads())
+        if key not in measured:
+            measured[key] = real(device, dtype)
+        return copy.deepcopy(measured[key])
+
+    real = bench.run.compute_peak
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench.run, "compute_peak", compute_peak)
+        yield
 
 
 @pytest.fixture(autouse=True)

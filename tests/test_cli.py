@@ -171,7 +171,8 @@ def test_run_writes_the_interface_files(tmp_path, capsys):
         "error",
     ):
         assert column in df.columns, column
-    assert len(df) == 6 and (df["status"] == "ok").all() and (df["rounds"] >= 6).all() and (df["passes"] == 3).all()
+    assert len(df) == 6 and (df["status"] == "ok").all() and (df["rounds"] >= 6).all() and (df["passes"] >= 3).all()
+    assert meta["points_sampled_further"] == (df["passes"] > 3).sum()  # a noisy point is given more passes
     assert (df["time_ci_low_s"] <= df["time_median_s"]).all() and (df["time_median_s"] <= df["time_ci_high_s"]).all()
     for key in ("threads_reason", "load_before", "load_passes", "timing_policy", "timing_method"):
         assert key in meta, key

@@ -105,9 +105,9 @@ def _nodes_joined(address: str, env: dict) -> list[str]:
 @pytest.mark.slow
 def test_a_driver_without_the_clusters_token_or_with_another_is_told_in_one_line(token_cluster, tmp_path):
     address, env, _, _ = token_cluster
-    none = {k: v for k, v in env.items() if not k.startswith("RAY_AUTH")}
+    # Ray tries to reach the head 20 times, a second apart, before it gives up: 3 times here
+    none = {k: v for k, v in env.items() if not k.startswith("RAY_AUTH")} | {"RAY_NUM_REDIS_GET_RETRIES": "3"}
     another = none | {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-    # side by side: Ray tries for 20 s before it gives up
     drivers = {
         name: _driver(*PLAN, "--ray", address, "--out", str(tmp_path / name), env=wrong)
         for name, wrong in (("none", none), ("another", another))

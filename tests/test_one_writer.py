@@ -311,7 +311,7 @@ def test_twenty_random_kills_and_resumes_leave_every_point_once_and_ok(tmp_path)
         child = _bench(*args, delay_s=0.15)
         if kill < 20:
             if rng.random() < 0.3:
-                time.sleep(rng.uniform(0.05, 2.0))
+                time.sleep(rng.uniform(0.05, 1.2))
             else:
                 measuring += _wait_until_measuring(child, out)
                 time.sleep(rng.uniform(0.0, 0.5))
