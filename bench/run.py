@@ -130,8 +130,10 @@ class Run:
         """The run in `run_dir`, held, with what is stored checked (RunFailed naming what is damaged)."""
         if not run_dir.is_dir() or not is_run_dir(run_dir):
             raise BadInput(f"--resume {run_dir}: not a run folder (no meta.json there)")
-        folder = RunFolder.open(run_dir, META_REQUIRED)
+        folder = None
         try:
+            with interrupts.deferred():  # a signal while the folder is taken comes once `folder` is set
+                folder = RunFolder.open(run_dir, META_REQUIRED)
             specs, policy, seed = folder.read_plan()
             if cluster is None and "cuda" in {s.device for s in specs} and not machine.cuda_available():
                 raise BadInput(f"--resume {run_dir}: its plan measures cuda, and no CUDA GPU is present here")
@@ -151,12 +153,14 @@ class Run:
             run._announce(sample_load())  # a second's sampling: a SIGTERM may come meanwhile
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM while opening: a folder left `running` says `interrupted`
             with interrupts.deferred():
-                if folder.meta.get("status") == "running":
-                    folder.update_meta(status="interrupted")
-                folder.release()
+                if folder is not None:
+                    if folder.meta.get("status") == "running":
+                        folder.update_meta(status="interrupted")
+                    folder.release()
             raise
         except BaseException:
-            folder.release()
+            if folder is not None:
+                folder.release()
             raise
         return run
 

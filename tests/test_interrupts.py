@@ -2,6 +2,7 @@
 line on stderr about it and no traceback, and a run folder that exists says `interrupted`."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -76,4 +77,24 @@ def test_a_signal_during_a_resume_leaves_it_interrupted(tmp_path, name):
     resume = _bench("run", "--resume", str(out), "--no-progress")
     _wait_for(out / ".writer.json")
     _ended_by(resume, name)
+    assert json.loads((out / "meta.json").read_text())["status"] == "interrupted"
+
+
+def test_a_signal_while_the_resume_takes_the_folder_leaves_it_interrupted(tmp_path, monkeypatch):
+    """The moment between the resume taking the folder's lock and reading its meta.json."""
+    import bench.folder  # noqa: PLC0415
+    from bench.cli import main  # noqa: PLC0415
+
+    out = tmp_path / "run"
+    assert main([*RUN, *FAST, "--out", str(out)]) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    (out / "meta.json").write_text(json.dumps(meta | {"status": "running"}))  # as a run killed outright leaves it
+    read_meta = bench.folder.read_meta
+
+    def signalled(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return read_meta(*args, **kwargs)
+
+    monkeypatch.setattr(bench.folder, "read_meta", signalled)
+    assert main(["run", "--resume", str(out), "--no-progress"]) == 130
     assert json.loads((out / "meta.json").read_text())["status"] == "interrupted"
