@@ -70,9 +70,19 @@ def as_exceptions():
 @contextmanager
 def deferred():
     """Within: SIGINT and SIGTERM wait, so that a second Ctrl-C does not cut short the writing of `interrupted`;
-    one that came meanwhile is raised on leaving."""
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    one that came meanwhile is raised again on leaving, to the handler there was before. A handler, not a signal
+    mask: a mask holds for one thread, and a signal sent to the process goes to any thread that does not block it
+    (torch's, the progress ticker's), and Python runs its handler in the main thread all the same."""
+    came: list[int] = []
+    try:
+        old = {signum: signal.signal(signum, lambda signum, frame: came.append(signum)) for signum in SIGNALS}
+    except ValueError:  # not the main thread, where Python runs every handler: nothing to defer here
+        yield
+        return
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        for signum, previous in old.items():
+            signal.signal(signum, previous)
+        if came:
+            signal.raise_signal(came[0])

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -98,3 +99,27 @@ def test_a_signal_while_the_resume_takes_the_folder_leaves_it_interrupted(tmp_pa
     monkeypatch.setattr(bench.folder, "read_meta", signalled)
     assert main(["run", "--resume", str(out), "--no-progress"]) == 130
     assert json.loads((out / "meta.json").read_text())["status"] == "interrupted"
+
+
+def test_a_signal_that_comes_while_deferred_is_raised_on_leaving_whichever_thread_took_it():
+    """The signal sent to the process while a thread started before (as torch's are) does not block it."""
+    from bench import interrupts  # noqa: PLC0415
+
+    inside, sent = threading.Event(), threading.Event()
+
+    def send():
+        inside.wait()
+        os.kill(os.getpid(), signal.SIGINT)
+        sent.set()
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    done = []
+    with interrupts.as_exceptions(), pytest.raises(interrupts.Interrupted):
+        with interrupts.deferred():
+            inside.set()
+            sent.wait(timeout=10)
+            time.sleep(0.05)  # room for the handler to run, had it been let
+            done.append("the deferred block ran to its end")
+    sender.join()
+    assert done == ["the deferred block ran to its end"]
