@@ -47,17 +47,12 @@ def received() -> int | None:
 
 
 @contextmanager
-def as_exceptions():
-    """Within: SIGINT and SIGTERM raise Interrupted, so that the run stores what it has and says `interrupted`."""
-
-    def handler(signum, frame):
-        _received.append(signum)
-        raise Interrupted(signum)
-
-    _received.clear()
+def _handled_by(handler):
+    """Within: `handler` takes SIGINT and SIGTERM; then the handlers there were before. Off the main thread, where
+    Python runs no handler and cannot set one, nothing changes."""
     try:
         old = {signum: signal.signal(signum, handler) for signum in SIGNALS}
-    except ValueError:  # not the main thread: the caller's handlers stay
+    except ValueError:
         yield
         return
     try:
@@ -68,6 +63,19 @@ def as_exceptions():
 
 
 @contextmanager
+def as_exceptions():
+    """Within: SIGINT and SIGTERM raise Interrupted, so that the run stores what it has and says `interrupted`."""
+
+    def handler(signum, frame):
+        _received.append(signum)
+        raise Interrupted(signum)
+
+    _received.clear()
+    with _handled_by(handler):
+        yield
+
+
+@contextmanager
 def deferred():
     """Within: SIGINT and SIGTERM wait, so that a second Ctrl-C does not cut short the writing of `interrupted`;
     one that came meanwhile is raised again on leaving, to the handler there was before. A handler, not a signal
@@ -75,14 +83,8 @@ def deferred():
     (torch's, the progress ticker's), and Python runs its handler in the main thread all the same."""
     came: list[int] = []
     try:
-        old = {signum: signal.signal(signum, lambda signum, frame: came.append(signum)) for signum in SIGNALS}
-    except ValueError:  # not the main thread, where Python runs every handler: nothing to defer here
-        yield
-        return
-    try:
-        yield
+        with _handled_by(lambda signum, frame: came.append(signum)):
+            yield
     finally:
-        for signum, previous in old.items():
-            signal.signal(signum, previous)
         if came:
             signal.raise_signal(came[0])
