@@ -136,8 +136,10 @@ def _run_on(args, argv, cluster) -> int:
         if args.preset is not None:
             preset = get_preset(args.preset)
             check_preset_device(preset, cluster)
+            # A preset sized for one device measures that device under `auto`, not the CPU beside it too.
+            device = preset.device if preset.device and args.device in (None, "auto") else args.device or "auto"
             specs, policy = (
-                preset.specs(resolve_devices(args.device or "auto", cluster), dtype=args.dtype, mode=args.mode),
+                preset.specs(resolve_devices(device, cluster), dtype=args.dtype, mode=args.mode),
                 preset.timing,
             )
         else:

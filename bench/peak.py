@@ -1,10 +1,11 @@
-"""A device's compute peak, measured on each clock: the ceiling a point's fraction of peak divides by.
-Method: docs/method.md."""
+"""A device's ceilings: its compute peak, measured on each clock (what a point's fraction of peak divides by), and
+its memory bandwidth by a STREAM triad. Method: docs/method.md."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -124,3 +125,72 @@ def quick_rate(device: str, dtype: torch.dtype, policy: TimingPolicy) -> float:
 def stored_peaks(meta: dict) -> dict[str, dict]:
     """The peaks a run's meta.json (or a node's facts) stores by device key; older runs' `matmul_peak`."""
     return meta.get("compute_peak") or meta.get("matmul_peak") or {}
+
+
+# STREAM's triad, a = b + s·c, on arrays far larger than the last-level cache: each array at least
+# TRIAD_CACHE_MULTIPLE times the cache (STREAM's rule is 4x) and TRIAD_MIN_ARRAY_BYTES, at most a
+# TRIAD_MEMORY_SHARE of the memory available; STREAM's count of bytes, 3 arrays of 4-byte floats per element
+# (the write-allocate read of `a` not counted), and its best round.
+TRIAD_CACHE_MULTIPLE = 4
+TRIAD_MIN_ARRAY_BYTES = 64 * 2**20
+TRIAD_MEMORY_SHARE = 1 / 32
+TRIAD_POLICY = TimingPolicy(min_rounds=4, max_rounds=12, target_s=0.4, min_round_s=0.0, passes=2)
+TRIAD_SCALAR = 3.0
+
+
+def last_level_cache_bytes(device: str) -> int | None:
+    """The last-level cache as the machine reports it: the GPU's L2, or the CPU's highest cache level in sysfs."""
+    if device.startswith("cuda"):
+        return int(torch.cuda.get_device_properties(torch.device(device)).L2_cache_size) or None
+    caches = sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"))
+    sizes = {}
+    for index in caches:
+        try:
+            level, size = int((index / "level").read_text()), (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        sizes[level] = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+    return sizes[max(sizes)] if sizes else None
+
+
+def triad_array_bytes(cache_bytes: int | None, available_bytes: int) -> int:
+    """One triad array's bytes by the rule above (a multiple of 4 bytes)."""
+    wanted = max(TRIAD_MIN_ARRAY_BYTES, TRIAD_CACHE_MULTIPLE * (cache_bytes or 0))
+    return int(min(wanted, available_bytes * TRIAD_MEMORY_SHARE)) // 4 * 4
+
+
+def memory_bandwidth(device: str) -> dict:
+    """The device's memory bandwidth in bytes/s by the triad: its best round (STREAM's figure) and median."""
+    on_gpu = device.startswith("cuda")
+    if on_gpu:
+        available = torch.cuda.mem_get_info(torch.device(device))[0]
+    else:
+        import psutil  # noqa: PLC0415
+
+        available = psutil.virtual_memory().available
+    cache = last_level_cache_bytes(device)
+    elements = triad_array_bytes(cache, available) // 4
+    a, b, c = (torch.full((elements,), value, device=device) for value in (0.5, 1.5, 2.5))  # not zeros
+    sync = torch.cuda.synchronize if on_gpu else None
+    with torch.inference_mode():
+        timing = interleaved({"triad": lambda: torch.add(b, c, alpha=TRIAD_SCALAR, out=a)}, TRIAD_POLICY, sync=sync)[
+            "triad"
+        ]
+    moved = 3 * 4 * elements
+    return {
+        "bytes_per_s": moved / timing.wall.min_s,
+        "median_bytes_per_s": moved / timing.wall.median_s,
+        "kernel": f"triad a = b + {TRIAD_SCALAR:g}·c, float32",
+        "array_bytes": 4 * elements,
+        "bytes_per_call": moved,
+        "last_level_cache_bytes": cache,
+        "wall_min_s": timing.wall.min_s,
+        "wall_median_s": timing.wall.median_s,
+    }
+
+
+def with_bandwidth(entry: dict | None, when: str, value: dict) -> dict:
+    """A stored bandwidth entry with `value` measured at `when` added; the better one is the bandwidth."""
+    measured = dict((entry or {}).get("measured", {}), **{when: value})
+    return dict(max(measured.values(), key=lambda m: m["bytes_per_s"]), measured=measured)

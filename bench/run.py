@@ -19,7 +19,7 @@ from .errors import BadInput, RunFailed
 from .folder import META_KEYS, RunFolder, is_run_dir
 from .folder import store_side_table as store_side_table  # bench.cli's name for it
 from .load import Load, LoadMeter, busy_warning, choose_threads, physical_cores, sample_load
-from .peak import compute_peak, with_measurement
+from .peak import compute_peak, memory_bandwidth, with_bandwidth, with_measurement
 from .point import PassFailure, measure_pass, point_row, unmeasured_row
 from .progress import progress_bar
 from .spec import PointSpec, device_key
@@ -272,7 +272,8 @@ class Run:
             self.folder.store_row(spec, unmeasured_row(spec, self.threads, "killed", reason))
 
     def _measure_peaks(self, when: str) -> None:
-        """Each device's and dtype's compute peak at the run's start or end (bench.peak keeps the better)."""
+        """Each device's and dtype's compute peak, and each device's memory bandwidth, at the run's start or end
+        (bench.peak keeps the better)."""
         peaks = dict(self.meta.get("compute_peak", {}))
         for device, dtype in sorted({(s.device, s.dtype) for s in self.specs}):
             key = device_key(device, dtype)
@@ -280,7 +281,13 @@ class Run:
                 continue
             self.log(f"compute peak of {key}, at the {when} of the run")
             peaks[key] = with_measurement(peaks.get(key), when, compute_peak(device, models.DTYPES[dtype]))
-        self.folder.update_meta(compute_peak=peaks)
+        bandwidths = dict(self.meta.get("memory_bandwidth", {}))
+        for device in sorted({s.device for s in self.specs}):
+            if when in bandwidths.get(device, {}).get("measured", {}):
+                continue
+            self.log(f"memory bandwidth of {device}, at the {when} of the run")
+            bandwidths[device] = with_bandwidth(bandwidths.get(device), when, memory_bandwidth(device))
+        self.folder.update_meta(compute_peak=peaks, memory_bandwidth=bandwidths)
 
     def _done(self, spec: PointSpec, attempt: int, p: int) -> bool:
         return self.folder.stored(spec.point_id) or self.folder.record(spec.point_id, attempt, p) is not None

@@ -15,21 +15,24 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 
 def pytest_collection_modifyitems(config, items):
     """A test that reads `claim_results` is slow (measuring every claim takes seconds): `make test-fast` leaves
-    it out. The files with the most slow tests of their own first, each in its own order: `make test` hands a
+    it out; a test marked `cuda` is skipped without a GPU. The files with the most slow tests of their own first, each in its own order: `make test` hands a
     file at a time to a free worker (--no-loadscope-reorder keeps this order), and a long file handed out last
     leaves the other worker idle until it ends."""
     slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    no_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "claim_results" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("cuda") and not torch.cuda.is_available():
+            item.add_marker(no_gpu)
     items.sort(key=lambda item: -slow[item.path])  # stable: the order within a file is kept
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _compute_peak_measured_once():
-    """A run measures the compute peak at its start and its end, about a second each; the dozens of runs of the
-    suite test the run, not the peak: they get this machine's peak as first measured in this process, at their
-    device, dtype and thread count (a test that fakes the peak still does)."""
+    """A run measures the compute peak and the memory bandwidth at its start and its end, about a second each; the
+    dozens of runs of the suite test the run, not the ceilings: they get this machine's as first measured in this
+    process, at their device, dtype and thread count (a test that fakes them still does)."""
     import bench.run  # noqa: PLC0415
 
     measured = {}
@@ -40,18 +43,21 @@ def _compute_peak_measured_once():
             measured[key] = real(device, dtype)
         return copy.deepcopy(measured[key])
 
-    real = bench.run.compute_peak
+    def memory_bandwidth(device):
+        if device not in measured:
+            measured[device] = real_bandwidth(device)
+        return copy.deepcopy(measured[device])
+
+    real, real_bandwidth = bench.run.compute_peak, bench.run.memory_bandwidth
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(bench.run, "compute_peak", compute_peak)
+        patch.setattr(bench.run, "memory_bandwidth", memory_bandwidth)
         yield
 
 
 @pytest.fixture(autouse=True)
 def _seeded():
     torch.manual_seed(0)
-
-
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from conftest import cuda
 
 import models
 from bench import storage
@@ -319,7 +318,7 @@ def test_ctrl_c_ends_the_run_as_interrupted(tmp_path):
     assert (out / "timings.jsonl").read_text().endswith("\n")
 
 
-@cuda
+@pytest.mark.cuda
 @pytest.mark.slow
 def test_a_gpu_run_counts_the_same_flops_as_the_cpu(tmp_path):
     """On a GPU: timing synchronized, memory from the CUDA allocator, cuDNN and fused attention counted,

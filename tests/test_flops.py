@@ -377,7 +377,6 @@ def test_count_flops_prints_nothing(capsys):
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("grad_mode", [torch.inference_mode, torch.no_grad], ids=["inference", "no_grad"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", list(models.LAYERS))

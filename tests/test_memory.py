@@ -223,7 +223,6 @@ def test_attention_math_holds_at_least_one_score_matrix_per_head(n, heads):
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_peak_is_exact_for_known_allocations():
     def fn():
         a = torch.empty(MiB, dtype=torch.uint8, device="cuda")
@@ -239,7 +238,6 @@ def test_cuda_peak_is_exact_for_known_allocations():
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_attention_math_holds_a_score_matrix_per_head():
     layer = models.build("attention_math", LayerConfig(d=D, heads=HEADS), device="cuda")
     x = torch.randn(1, 2 * N0, D, device="cuda")

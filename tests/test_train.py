@@ -230,7 +230,6 @@ def test_a_train_run_and_its_report(tmp_path):
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", list(models.LAYERS))
 def test_gpu_train_flops_equal_the_analytic_ones(name):
     """cuDNN runs every recurrence fused (no skipped h_0 product); the fused attention's backward is
