@@ -27,6 +27,13 @@ class _Recurrent(nn.Module):
     def _extra(self) -> dict:
         return {}
 
+    def _apply(self, fn, recurse=True):
+        # Module.to() leaves cuDNN's weights in separate chunks: every call would compact them again (a copy,
+        # and an uncounted aten.set_ under no_grad). One flat buffer, as cuDNN wants it.
+        out = super()._apply(fn, recurse)
+        self.fused.flatten_parameters()
+        return out
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.fused(x)  # (B, n, d)
         return out
