@@ -174,7 +174,8 @@ NO_MATRIX_WORK_OP_NAMES: tuple[str, ...] = _qualified(
     "rms_norm _fused_rms_norm",
     # recurrent and attention plumbing: the products happen in mm/addmm or in a counted kernel
     "_thnn_fused_lstm_cell _thnn_fused_gru_cell _cudnn_rnn_flatten_weight _cudnn_init_dropout_state",
-    "_fused_sdp_choice",
+    # set_: cuDNN's RNN, where autograd records, points its weights at storage of its own
+    "_fused_sdp_choice set_",
 )
 NO_MATRIX_WORK_OPS: frozenset[OpOverloadPacket] = _resolve(NO_MATRIX_WORK_OP_NAMES)
 
