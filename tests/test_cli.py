@@ -112,6 +112,8 @@ def test_run_writes_the_interface_files(tmp_path, capsys):
                 "2",
                 "--device",
                 "cpu",
+                "--threads",  # the CPU clock's peak is of one thread's calls (with several, `process`: none)
+                "1",
                 "--out",
                 str(out),
                 *FAST,
