@@ -136,13 +136,14 @@ TRIAD_MIN_ARRAY_BYTES = 64 * 2**20
 TRIAD_MEMORY_SHARE = 1 / 32
 TRIAD_POLICY = TimingPolicy(min_rounds=4, max_rounds=12, target_s=0.4, min_round_s=0.0, passes=2)
 TRIAD_SCALAR = 3.0
+CPU_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
 def last_level_cache_bytes(device: str) -> int | None:
     """The last-level cache as the machine reports it: the GPU's L2, or the CPU's highest cache level in sysfs."""
     if device.startswith("cuda"):
         return int(torch.cuda.get_device_properties(torch.device(device)).L2_cache_size) or None
-    caches = sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"))
+    caches = sorted(CPU_CACHE_DIR.glob("index*"))
     sizes = {}
     for index in caches:
         try:

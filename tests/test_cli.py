@@ -150,6 +150,8 @@ def test_run_writes_the_interface_files(tmp_path, capsys):
     assert {"matmul 512x512", "conv batch=4 n=2048 d=128 k=3"} <= set(kernels)
     assert peak["flops_per_s"] == pytest.approx(max(k["flops"] / k["wall_min_s"] for k in kernels.values()))
     assert peak["matmul_flops_per_s"] <= peak["flops_per_s"]
+    bandwidth = meta["memory_bandwidth"]["cpu"]  # the triad, likewise
+    assert set(bandwidth["measured"]) == {"start", "end"} and bandwidth["bytes_per_s"] > 0
     df = pd.read_csv(out / "points.csv")
     for column in (
         "layer",
