@@ -187,6 +187,15 @@ def load_phrase(ctx: ReportContext, source: str, missing: int) -> str:
     if unreliable and missing:
         busy = ok.loc[~clock.reliable(ok), "load_others_cores"].dropna()
         stayed = ctx.cite(f"{source}.points.unreliable", unreliable, "points", run_id, show_unit=False)
+        on_gpu = str(ok["device"].iloc[-1]).startswith("cuda")
+        if on_gpu:  # the advice for a CPU (close programs, the CPU clock) does not apply to a GPU's times
+            longest = ok.loc[~clock.reliable(ok), "time_median_s"].max()
+            return text + (
+                f". {missing} layers lack a time verdict because {stayed} of {len(ok)} points stayed unreliable, "
+                f"calls of {longest * 1e3:.2g} ms or less whose passes disagreed or whose rounds spread"
+                + (f" while other programs took at most {round(busy.max(), 1)}{of}" if len(busy) else "")
+                + ". To get them: more time per point (`--target-time`) or more passes (`--passes`)."
+            )
         text += (
             f". {missing} layers lack a time verdict because {stayed} of {len(ok)} points stayed "
             f"unreliable: other programs kept {round(busy.min(), 1)}–{round(busy.max(), 1)}{of} busy while they "

@@ -269,8 +269,25 @@ def slope_guide(ax, x, anchor: tuple[float, float], exponent: float, variable: s
     return line
 
 
+PANELS_PER_ROW = 3  # a figure of many sources wraps: seven in a row made each panel a sliver on a screen
+
+
 def panels(count: int, sharex: bool = True, sharey: bool = True):
+    """`count` panels, PANELS_PER_ROW to a row, each with its own tick labels."""
+    cols = max(1, min(count, PANELS_PER_ROW))
+    rows = -(-count // cols)
     fig, axes = plt.subplots(
-        1, count, figsize=(PANEL_SIZE[0] * count, PANEL_SIZE[1]), squeeze=False, sharex=sharex, sharey=sharey
+        rows,
+        cols,
+        figsize=(PANEL_SIZE[0] * cols, PANEL_SIZE[1] * rows),
+        squeeze=False,
+        sharex=sharex,
+        sharey=sharey,
+        gridspec_kw={"hspace": 0.45, "wspace": 0.25},  # room for a row's x label and the next row's two-line titles
     )
-    return fig, list(axes[0])
+    flat = list(axes.flat)
+    for ax in flat[count:]:
+        fig.delaxes(ax)
+    for ax in flat[:count]:
+        ax.tick_params(labelbottom=True, labelleft=True)
+    return fig, flat[:count]

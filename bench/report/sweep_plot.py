@@ -192,9 +192,8 @@ def sweep_figure(
         ax.set_title(titles[key], fontsize=10)
         ax.set_xlabel(variable)
         style.grid(ax)
-    axes[0].set_ylabel(axis_label(metric, modes[0]))
-    for ax, mode in zip(axes[1:], modes[1:]):
-        if mode != modes[0]:
+    for index, (ax, mode) in enumerate(zip(axes, modes)):  # each row's first panel, and a panel of another mode
+        if index % style.PANELS_PER_ROW == 0 or mode != modes[index - 1]:
             ax.set_ylabel(axis_label(metric, mode))
     style.measured_ticks(axes[0], data[variable], "x")
     style.log_axis(axes[0], "y", style.eng(AXIS_UNIT[metric]))
