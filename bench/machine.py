@@ -103,8 +103,7 @@ def devices(cpu_name: str) -> list[dict]:
                     "capability": f"{props.major}.{props.minor}",
                     "multiprocessors": props.multi_processor_count,
                     "l2_cache_bytes": getattr(props, "L2_cache_size", None),
-                    # float32 on a GPU: PyTorch lets cuDNN's convolutions use TF32 and, by default, not cuBLAS's
-                    # matmuls, so a float32 convolution can run several times a float32 matmul's rate.
+                    # a float32 convolution may run in TF32, at several times a float32 matmul's rate
                     "float32_matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
                     "float32_conv_tf32": torch.backends.cudnn.allow_tf32,
                 }

@@ -1,5 +1,4 @@
-"""A device's ceilings: its compute peak, measured on each clock (what a point's fraction of peak divides by), and
-its memory bandwidth by a STREAM triad. Method: docs/method.md."""
+"""A device's ceilings: its compute peak on each clock, and its memory bandwidth. Method: docs/method.md."""
 
 from __future__ import annotations
 
@@ -127,10 +126,7 @@ def stored_peaks(meta: dict) -> dict[str, dict]:
     return meta.get("compute_peak") or meta.get("matmul_peak") or {}
 
 
-# STREAM's triad, a = b + s·c, on arrays far larger than the last-level cache: each array at least
-# TRIAD_CACHE_MULTIPLE times the cache (STREAM's rule is 4x) and TRIAD_MIN_ARRAY_BYTES, at most a
-# TRIAD_MEMORY_SHARE of the memory available; STREAM's count of bytes, 3 arrays of 4-byte floats per element
-# (the write-allocate read of `a` not counted), and its best round.
+# STREAM's triad on arrays far larger than the last-level cache (STREAM's rule: 4x); docs/method.md.
 TRIAD_CACHE_MULTIPLE = 4
 TRIAD_MIN_ARRAY_BYTES = 64 * 2**20
 TRIAD_MEMORY_SHARE = 1 / 32

@@ -272,8 +272,7 @@ class Run:
             self.folder.store_row(spec, unmeasured_row(spec, self.threads, "killed", reason))
 
     def _measure_peaks(self, when: str) -> None:
-        """Each device's and dtype's compute peak, and each device's memory bandwidth, at the run's start or end
-        (bench.peak keeps the better)."""
+        """Each device's compute peaks and memory bandwidth at the run's start or end (bench.peak keeps the better)."""
         peaks = dict(self.meta.get("compute_peak", {}))
         for device, dtype in sorted({(s.device, s.dtype) for s in self.specs}):
             key = device_key(device, dtype)

@@ -28,8 +28,7 @@ class _Recurrent(nn.Module):
         return {}
 
     def _apply(self, fn, recurse=True):
-        # Module.to() leaves cuDNN's weights in separate chunks: every call would compact them again (a copy,
-        # and an uncounted aten.set_ under no_grad). One flat buffer, as cuDNN wants it.
+        # Module.to() leaves cuDNN's weights in chunks, which every call would compact again
         out = super()._apply(fn, recurse)
         self.fused.flatten_parameters()
         return out
