@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
-import psutil
-
+from .cgroup import available_bytes, oom_kills
 from .estimate import point_memory_bytes
 from .spec import PointSpec
 
@@ -15,47 +11,11 @@ KILLED_AFTER_MEMORY = 2
 KILLED_AFTER_UNEXPLAINED = 4
 # Of the memory available: the predicted peak is rough, and the process holds more than the point.
 MEMORY_SHARE = 0.5
-# The kernel counts an OOM kill in the cgroup that ran out (v1: there alone), so every ancestor is read too.
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-PROC_CGROUP = Path("/proc/self/cgroup")
-
-
-def _oom_counters() -> list[Path]:
-    """The files counting OOM kills in this process's memory cgroup and its ancestors (v1 or v2)."""
-    try:
-        lines = PROC_CGROUP.read_text().splitlines()
-    except OSError:
-        return []
-    files = []
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            where = [(CGROUP_ROOT / "memory", "memory.oom_control")]
-        elif not controllers:
-            where = [(CGROUP_ROOT, "memory.events"), (CGROUP_ROOT / "unified", "memory.events")]
-        else:
-            continue
-        own = Path(path.lstrip("/"))
-        files += [base / folder / name for base, name in where for folder in (own, *own.parents)]
-    return files
-
-
-def oom_kills() -> int | None:
-    """A count of OOM kills that only grows, to compare with an earlier reading; None where none can be read."""
-    counts = []
-    for path in _oom_counters():
-        try:
-            found = re.search(r"^oom_kill (\d+)$", path.read_text(), re.M)
-        except OSError:
-            continue
-        if found:
-            counts.append(int(found.group(1)))
-    return sum(counts) if counts else None
 
 
 def at_start() -> dict:
     """What a line of started.jsonl keeps to judge a death there later: memory available, the OOM kill count."""
-    return {"available_bytes": psutil.virtual_memory().available, "oom_kills": oom_kills()}
+    return {"available_bytes": available_bytes(), "oom_kills": oom_kills()}
 
 
 def memory_evidence(spec: PointSpec, started: dict, oom_kills_now: int | None) -> str | None:

@@ -10,6 +10,7 @@ import torch
 
 import models
 
+from . import cgroup
 from .timing import CPU, WALL_ONLY, Clocks, TimingPolicy, interleaved
 
 # Square matmuls large enough to reach the plateau of a BLAS / cuBLAS.
@@ -163,9 +164,7 @@ def memory_bandwidth(device: str) -> dict:
     if on_gpu:
         available = torch.cuda.mem_get_info(torch.device(device))[0]
     else:
-        import psutil  # noqa: PLC0415
-
-        available = psutil.virtual_memory().available
+        available = cgroup.available_bytes()
     cache = last_level_cache_bytes(device)
     elements = triad_array_bytes(cache, available) // 4
     a, b, c = (torch.full((elements,), value, device=device) for value in (0.5, 1.5, 2.5))  # not zeros

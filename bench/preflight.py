@@ -12,7 +12,7 @@ import psutil
 
 import models
 
-from . import estimate, machine
+from . import cgroup, estimate, machine
 from .errors import BadInput
 from .estimate import PlanEstimate, PointEstimate, device_kind
 from .spec import LAYER_SIZES, SIZES, PointSpec, expand_grid
@@ -258,8 +258,7 @@ def device_memory(devices: Iterable[str]) -> tuple[dict[str, int], dict[str, int
         if device.startswith("cuda"):
             available[device], total[device] = torch.cuda.mem_get_info()
         else:
-            memory = psutil.virtual_memory()
-            available[device], total[device] = memory.available, memory.total
+            available[device], total[device] = cgroup.available_bytes(), psutil.virtual_memory().total
     return available, total
 
 

@@ -4,8 +4,9 @@ killed it, on the fourth without; what is written for it names each death."""
 import json
 
 import pandas as pd
+import psutil
 
-from bench import deaths
+from bench import cgroup, deaths
 from bench.folder import RunFolder
 from bench.run import Run
 from bench.spec import PointSpec
@@ -52,3 +53,19 @@ def test_a_point_given_up_is_stored_killed_with_its_reasons_in_errors_log(tmp_pa
     assert row["status"] == "killed" and "memory the likely cause" in row["error"]
     log = (folder.path / "errors.log").read_text()
     assert SPEC.key in log and "process 11 died in pass 0" in log and "process 12 died in pass 0" in log
+
+
+def test_the_memory_available_is_the_cgroups_room_where_it_limits(tmp_path, monkeypatch):
+    """A container's limit (v2 memory.max, less memory.current) below the machine's available memory is what a
+    process may still take; an ancestor without a limit ("max") does not count."""
+    (tmp_path / "proc").write_text("0::/job/step\n")
+    for folder, limit, used in (("job/step", str(3 * 2**30), str(2**30)), ("job", "max", str(2**30))):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder / "memory.max").write_text(limit + "\n")
+        (tmp_path / folder / "memory.current").write_text(used + "\n")
+    monkeypatch.setattr(cgroup, "PROC_CGROUP", tmp_path / "proc")
+    monkeypatch.setattr(cgroup, "CGROUP_ROOT", tmp_path)
+    assert cgroup.available_bytes() == min(2 * 2**30, psutil.virtual_memory().available)
+    (tmp_path / "job/step/memory.max").write_text("max\n")
+    lifted = cgroup.available_bytes()  # no limit anywhere: the machine's available memory
+    assert lifted > 2 * 2**30 or psutil.virtual_memory().available <= 2 * 2**30

@@ -188,7 +188,7 @@ def load_phrase(ctx: ReportContext, source: str, missing: int) -> str:
         busy = ok.loc[~clock.reliable(ok), "load_others_cores"].dropna()
         stayed = ctx.cite(f"{source}.points.unreliable", unreliable, "points", run_id, show_unit=False)
         on_gpu = str(ok["device"].iloc[-1]).startswith("cuda")
-        if on_gpu:  # the advice for a CPU (close programs, the CPU clock) does not apply to a GPU's times
+        if on_gpu:
             longest = ok.loc[~clock.reliable(ok), "time_median_s"].max()
             return text + (
                 f". {missing} layers lack a time verdict because {stayed} of {len(ok)} points stayed unreliable, "

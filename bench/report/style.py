@@ -283,7 +283,7 @@ def panels(count: int, sharex: bool = True, sharey: bool = True):
         squeeze=False,
         sharex=sharex,
         sharey=sharey,
-        gridspec_kw={"hspace": 0.45, "wspace": 0.25},  # room for a row's x label and the next row's two-line titles
+        gridspec_kw={"hspace": 0.45, "wspace": 0.25},
     )
     flat = list(axes.flat)
     for ax in flat[count:]:

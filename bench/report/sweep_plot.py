@@ -192,7 +192,7 @@ def sweep_figure(
         ax.set_title(titles[key], fontsize=10)
         ax.set_xlabel(variable)
         style.grid(ax)
-    for index, (ax, mode) in enumerate(zip(axes, modes)):  # each row's first panel, and a panel of another mode
+    for index, (ax, mode) in enumerate(zip(axes, modes)):
         if index % style.PANELS_PER_ROW == 0 or mode != modes[index - 1]:
             ax.set_ylabel(axis_label(metric, mode))
     style.measured_ticks(axes[0], data[variable], "x")
