@@ -13,15 +13,20 @@ install: $(VENV)/.installed
 # Where a torch is already importable (a GPU machine), the venv sees it and it is used as it is;
 # otherwise TORCH_SPEC is installed first, so pip never pulls a CUDA build from the registry. The ray extra
 # (run --ray) is installed for its tests (tests/test_cluster.py); bench itself runs without it.
+# A line every 10 s while pip works quietly, so that a log of make bench shows progress through the install too.
 $(VENV)/.installed: pyproject.toml
-	@if $(PYTHON) -c "import torch" >/dev/null 2>&1; then \
+	@start=$$(date +%s); (while sleep 10; do echo "install: $$(($$(date +%s) - start)) s, still installing"; done) & \
+	ticker=$$!; trap 'kill $$ticker 2>/dev/null' EXIT; set -e; \
+	if $(PYTHON) -c "import torch" >/dev/null 2>&1; then \
 		echo "using the torch already installed: $$($(PYTHON) -c 'import torch; print(torch.__version__)')"; \
 		$(PYTHON) -m venv --system-site-packages $(VENV); \
 	else \
+		echo "install: $(TORCH_SPEC) into $(VENV)"; \
 		$(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q "$(TORCH_SPEC)"; \
-	fi
-	$(PY) -m pip install -q -e ".[test,ray]"
-	@touch $@
+	fi; \
+	echo "install: this project and its test and ray extras"; \
+	$(PY) -m pip install -q -e ".[test,ray]"; \
+	touch $@
 
 # bench, report and compare write this machine's report to reports/local/ (git ignores it); no tracked file changes.
 bench: install

@@ -182,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = command("run")
     _grid_options(run, "a preset from presets.toml (see `list`)", "64,128,256", "(required for it)")
     run.add_argument("--d", type=_int_list("d"), help="widths")
+    run.add_argument(
+        "--dilation", type=_int_list("dilation"), help="dilations of conv_dilated, e.g. 1,4 (default: k itself)"
+    )
     run.add_argument("--heads", type=_positive_int("heads"), help="attention heads (default 1)")
     run.add_argument("--batch", type=_positive_int("batch"), help="batch size (default 1)")
     run.add_argument(

@@ -52,6 +52,7 @@ def _grid_specs(args, cluster=None) -> list[PointSpec]:
         batch=[args.batch or 1],
         devices=resolve_devices(args.device or "auto", cluster),
         dtypes=[args.dtype or "float32"],
+        dilation=args.dilation or [None],
         modes=[args.mode or DEFAULT_MODE],
     )
 
@@ -230,7 +231,7 @@ def _check_paths_study(layers: list[str], ns: list[int], ks: list[int], window: 
 
 
 def _write_side_table(args, argv, kind: str, table) -> int:
-    from .run import store_side_table
+    from .folder import store_side_table
 
     path = store_side_table(kind, table, out=args.out, command=argv, preset=getattr(args, "preset", None))
     print(f"{kind}: {len(table)} rows -> {path}")

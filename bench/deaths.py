@@ -6,9 +6,10 @@ from .cgroup import available_bytes, oom_kills
 from .estimate import point_memory_bytes
 from .spec import PointSpec
 
-# Deaths before a point is stored `killed`: a death without memory evidence is as likely a user's kill.
+# Deaths before `killed`: one without memory evidence is as likely a user's kill; a Ray worker's counts as memory's.
 KILLED_AFTER_MEMORY = 2
 KILLED_AFTER_UNEXPLAINED = 4
+KILLED_AFTER_WORKER = KILLED_AFTER_MEMORY
 # Of the memory available: the predicted peak is rough, and the process holds more than the point.
 MEMORY_SHARE = 0.5
 

@@ -12,7 +12,7 @@ import torch
 import models
 
 from . import peak
-from .peak import stored_peaks
+from .formats import stored_peaks
 from .spec import PointSpec, device_key
 from .timing import WARMUP_ROUNDS, TimingPolicy
 

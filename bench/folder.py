@@ -50,7 +50,6 @@ META_TYPES = {
     "points_stored": _COUNT,
     "threads": (lambda v: _COUNT[0](v) and v >= 1, "a whole number >= 1"),
 }
-KILLED_AFTER = 2  # deaths of a Ray worker measuring a point before it is stored `killed` (here: bench.deaths)
 PROCESS = uuid.uuid4().hex[:12]  # this process, in started.jsonl (a pid can be reused)
 
 

@@ -61,3 +61,8 @@ def visit_s(record: dict) -> float:
 
 def process_of(entry: dict):
     return entry.get("process", entry.get("pid"))
+
+
+def stored_peaks(meta: dict) -> dict[str, dict]:
+    """The compute peaks a run's meta.json (or a node's facts) stores by device key; older runs' `matmul_peak`."""
+    return meta.get("compute_peak") or meta.get("matmul_peak") or {}

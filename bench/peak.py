@@ -122,11 +122,6 @@ def quick_rate(device: str, dtype: torch.dtype, policy: TimingPolicy) -> float:
     return max(flops / timings[name].wall.median_s for name, (flops, _) in kernels.items())
 
 
-def stored_peaks(meta: dict) -> dict[str, dict]:
-    """The peaks a run's meta.json (or a node's facts) stores by device key; older runs' `matmul_peak`."""
-    return meta.get("compute_peak") or meta.get("matmul_peak") or {}
-
-
 # STREAM's triad on arrays far larger than the last-level cache (STREAM's rule: 4x); docs/method.md.
 TRIAD_CACHE_MULTIPLE = 4
 TRIAD_MIN_ARRAY_BYTES = 64 * 2**20

@@ -8,8 +8,9 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .deaths import KILLED_AFTER_WORKER as KILLED_AFTER
 from .errors import RunFailed
-from .folder import KILLED_AFTER, RunFolder
+from .folder import RunFolder
 from .peak import with_measurement
 from .point import unmeasured_row
 from .ray_worker import NodeWorker, Placement, chunks, death_reason, node_columns, placements, plural

@@ -17,7 +17,6 @@ import models
 from . import allocator, deaths, formats, interrupts, machine, storage
 from .errors import BadInput, RunFailed
 from .folder import META_KEYS, RunFolder, is_run_dir
-from .folder import store_side_table as store_side_table  # bench.cli's name for it
 from .load import Load, LoadMeter, busy_warning, choose_threads, physical_cores, sample_load
 from .peak import compute_peak, memory_bandwidth, with_bandwidth, with_measurement
 from .point import PassFailure, measure_pass, point_row, unmeasured_row

@@ -157,6 +157,24 @@ def test_no_number_of_the_report_is_made_of_a_time_not_to_be_trusted(busy_run, t
     assert "not computed: 5 of 5 lengths with an unreliable time" in md
 
 
+@pytest.mark.slow
+def test_a_fraction_above_the_measured_peak_is_flagged(busy_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(busy_run / "run", run)
+    meta = json.loads((run / "meta.json").read_text())
+    meta["compute_peak"]["cpu"] |= {"flops_per_s": 1e6, "flops_per_s_cpu": 1e6}  # below every point's rate
+    (run / "meta.json").write_text(json.dumps(meta))
+    out = tmp_path / "report"
+    assert main(["report", "--results", str(run), "--out", str(out)]) == 0
+    numbers = json.loads((out / "numbers.json").read_text())["numbers"]
+    fractions = [v for k, v in numbers.items() if k.endswith(".fraction_of_peak.largest")]
+    assert fractions and all(v["value"] > 100 and v["note"] == "above the measured compute peak" for v in fractions)
+    assert main(["report", "--results", str(busy_run / "run"), "--out", str(tmp_path / "as-measured")]) == 0
+    measured = json.loads((tmp_path / "as-measured" / "numbers.json").read_text())["numbers"]
+    below = [v for k, v in measured.items() if k.endswith(".fraction_of_peak.largest") and v["value"] <= 100]
+    assert below and all("note" not in v for v in below)
+
+
 def test_fits_name_their_clock_and_the_range_rule_holds_on_it():
     n = [256, 512, 1024, 2048]
     points = pd.DataFrame(
@@ -194,7 +212,8 @@ def test_fits_name_their_clock_and_the_range_rule_holds_on_it():
 
 
 def test_the_peak_keeps_the_better_measurement_on_each_clock():
-    from bench.peak import peak_on, stored_peaks, with_measurement
+    from bench.formats import stored_peaks
+    from bench.peak import peak_on, with_measurement
 
     start = {"flops_per_s": 2e11, "flops_per_s_cpu": 2.1e11}
     end = {"flops_per_s": 1e11, "flops_per_s_cpu": 2.2e11}  # a busy end: the wall clock's rate halved

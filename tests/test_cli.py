@@ -537,3 +537,15 @@ def test_list_without_runs_says_none_and_has_no_reference_heading(capsys, tmp_pa
 def test_cite_list_of_a_report_without_numbers_prints_nothing(capsys, tmp_path):
     (tmp_path / "numbers.json").write_text(json.dumps({"runs": {}, "numbers": {}}))
     assert _out(capsys, ["cite", "--list", "--reports", str(tmp_path)]) == []
+
+
+@pytest.mark.slow
+def test_a_run_of_conv_dilated_at_two_dilations_has_two_sweeps_in_fits(tmp_path):
+    grid = ["--layers", "conv_dilated", "--n", "32,64,128,256", "--d", "4", "--k", "3", "--dilation", "1,4"]
+    assert main(["run", *grid, "--device", "cpu", "--out", str(tmp_path / "run"), *FAST]) == 0
+    assert sorted(pd.read_csv(tmp_path / "run" / "points.csv")["dilation"].unique()) == [1, 4]
+    assert main(["report", "--results", str(tmp_path / "run"), "--out", str(tmp_path / "report")]) == 0
+    table = pd.read_csv(tmp_path / "report" / "fits.csv")
+    flops = table[(table["layer"] == "conv_dilated") & (table["metric"] == "flops") & (table["variable"] == "n")]
+    assert sorted(flops["fixed"]) == ["d=4, k=3, dilation=1", "d=4, k=3, dilation=4"]
+    assert list(flops["sweep_points"]) == [4, 4]

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 import bench.run
+from bench import deaths, formats, storage
 from bench import folder as F
-from bench import formats, storage
 from bench.errors import BadInput, RunFailed
 from bench.run import Run
 from bench.spec import PointSpec
@@ -147,7 +147,7 @@ def test_older_pass_records_and_start_lines_are_read(tmp_path):
     ]
     (folder.path / "started.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
     folder.read_stored(SPECS)
-    assert folder.deaths(pid) == 2 == F.KILLED_AFTER and folder.deaths(SPECS[1].point_id) == 0
+    assert folder.deaths(pid) == 2 == deaths.KILLED_AFTER_WORKER and folder.deaths(SPECS[1].point_id) == 0
     (folder.path / "timings.jsonl").write_text(json.dumps({"point_id": pid, "stats": {"data": [1.0]}}) + "\n")
     with pytest.raises(RunFailed, match="timings.jsonl: written by an older version without interleaved passes"):
         F.RunFolder(folder.path).read_stored(SPECS)
@@ -162,4 +162,3 @@ def test_a_side_table_gets_a_folder_of_its_own_or_joins_a_run_never_replacing(tm
     assert F.store_side_table("claims", table, out=path.parent, command=["claims"], preset=None).name == "claims.csv"
     with pytest.raises(BadInput, match="already has paths.csv"):
         F.store_side_table("paths", table, out=path.parent, command=["paths"], preset=None)
-    assert bench.run.store_side_table is F.store_side_table  # bench.cli's name for it

@@ -59,7 +59,7 @@ def test_a_point_of_two_runs_keeps_its_newest_measurement(newer_first):
     assert list(kept[fits.RUN_STARTED]) == [RUNS[r]["started_utc"] for r in ("a", "a", "b", "b")]
     assert notes == [
         "M · cpu: runs a (3 points), b (3 points) combined point by point; 1 of a's points measured again later, "
-        "the newer kept; 1 of b's points skipped there, kept from a run that measured them."
+        "the newer kept (conv n=64 d=8 k=3); 1 of b's points skipped there, kept from a run that measured them."
     ]
 
 
@@ -121,3 +121,11 @@ def test_an_n_sweep_then_a_k_sweep_of_this_machine_both_fitted(tmp_path):
     assert {"A", "B"} <= {v["run_id"] for v in numbers.values()}
     assert any(k.endswith(".cpu.conv.flops.exponent_n") for k in numbers)
     assert any(k.endswith(".cpu.conv.flops.exponent_k") for k in numbers)
+
+
+def test_replaced_points_are_named_the_rest_counted():
+    rows = [("a", n, "ok", 1.0) for n in (16, 32, 64, 128, 256, 512, 1024, 2048)]
+    newer = [("b", n, "ok", 2.0) for n in (16, 32, 64, 128, 256, 512, 1024, 2048)]
+    _, (note,) = combine(_points(*rows, *newer), RUNS, "source", ("layer", "n", "d", "k"), {}, "points")
+    named = ", ".join(f"conv n={n} d=8 k=3" for n in (16, 32, 64, 128, 256, 512))
+    assert f"8 of a's points measured again later, the newer kept ({named}, and 2 more)" in note

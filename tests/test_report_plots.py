@@ -386,3 +386,19 @@ def test_the_first_figure_draws_table1_rows_time_and_flops_with_guides_through_t
             # lstm: 8·n·d² + ... is n-linear; attention's n²·d term over n = 64..1024 at d = 8 is near 2
             assert np.polyfit(np.log(x), np.log(y), 1)[0] == pytest.approx(slope, abs=0.1)
     assert "time (left) and counted FLOPs (right) per forward pass" in caption
+
+
+def test_the_first_screen_has_a_strip_of_the_sections_figures_linking_to_them():
+    from bench.report.render import Section, to_html  # noqa: PLC0415
+
+    sections = [
+        Section("time", "Time", 'Text.\n\n![Time "against" n](figures/time_vs_n.png)\n\n![more](figures/b.png)\n'),
+        Section("claims", "Claims", "A table, no figure.\n"),
+        Section("memory", "Memory", "![Memory](figures/memory_vs_n.png)\n"),
+    ]
+    page = to_html("T", "headline", "verdicts", "intro", sections)
+    strip = page.split("<nav id='strip'>")[1].split("</nav>")[0]
+    assert strip.count("<a ") == 2  # one per section with a figure, its first
+    assert '<a href="#time"><img src="figures/time_vs_n.png" alt="Time &quot;against&quot; n"' in strip
+    assert '<a href="#memory"><img src="figures/memory_vs_n.png"' in strip and "b.png" not in strip
+    assert page.index("<nav id='strip'>") < page.index('<details id="time">')  # on the first screen, before them

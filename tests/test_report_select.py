@@ -56,7 +56,7 @@ def test_this_machine_first_and_alone_then_side_by_side_with_the_reference(resul
     assert {v["run_id"] for v in numbers.values()} == {"new"}  # new measured every point of old again
     assert (
         "Intel Xeon, 2 cores (laptop) · cpu: runs old (10 points), new (10 points) combined point by point; "
-        "10 of old's points measured again later, the newer kept." in md
+        "10 of old's points measured again later, the newer kept (" in md
     )
     assert "1 stored run(s) of other machines in results/ are not shown" in md
     key = "intel-xeon-2c-laptop.cpu.attention.time.exponent_n"
@@ -107,7 +107,7 @@ def test_the_default_report_combines_this_machines_runs_point_by_point(results, 
     assert numbers["intel-xeon-2c-laptop.cpu.attention.time.exponent_n"]["run_id"] == "old"
     assert (
         "Intel Xeon, 2 cores (laptop) · cpu: runs old (10 points), new (5 points) combined point by point; "
-        "5 of old's points measured again later, the newer kept." in (out / "report.md").read_text()
+        "5 of old's points measured again later, the newer kept (" in (out / "report.md").read_text()
     )
 
 

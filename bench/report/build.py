@@ -10,7 +10,7 @@ import pandas as pd
 
 from .. import allocator, clock, fits, machine, storage, timing
 from ..errors import BadInput
-from ..peak import stored_peaks
+from ..formats import stored_peaks
 from ..spec import IDENTITY, WHERE, source_keys
 from ..timing import CONFIDENCE, CPU, NOISY_IQR_RATIO
 from .claims import claims_section

@@ -223,6 +223,20 @@ def keep_apart(points: pd.DataFrame, runs: dict[str, dict], labels: dict[str, st
     return sources, labels, notes
 
 
+NAMED_AT_MOST = 6
+
+
+def _named(rows: pd.DataFrame) -> str:
+    """ "conv n=512 d=128, lstm n=1024 d=128 train, and 3 more": the points of `rows`, each by what sets it apart."""
+    names = []
+    for _, row in rows.head(NAMED_AT_MOST).iterrows():
+        sizes = [f"{s}={int(row[s])}" for s in ("n", "d", "k") if s in row and pd.notna(row[s])]
+        extra = [str(row[c]) for c in ("mode", "dtype") if c in row and row[c] not in ("inference", "float32", None)]
+        names.append(" ".join([str(row.get("layer", "")), *sizes, *(e for e in extra if e != "nan")]).strip())
+    more = len(rows) - len(names)
+    return ", ".join(names) + (f", and {more} more" if more > 0 else "")
+
+
 def combine(table: pd.DataFrame | None, runs: dict[str, dict], by: str, identity, words: dict[str, str], what: str):
     """(rows, notes): per value of `by` (a source, a machine), each point (equal `identity`) once, its newest
     measurement (a `skipped` row only where no run measured it), older runs' rows first, with RUN_STARTED; a note
@@ -246,7 +260,10 @@ def combine(table: pd.DataFrame | None, runs: dict[str, dict], by: str, identity
         gone = rows[dropped[rows.index]]
         again = gone[gone["_measured"]].groupby("run_id", sort=False).size()
         unmeasured = gone[~gone["_measured"]].groupby("run_id", sort=False).size()
-        said = [f"{n} of {r}'s {what} measured again later, the newer kept" for r, n in again.items()]
+        said = [
+            f"{n} of {r}'s {what} measured again later, the newer kept ({_named(gone[gone['run_id'] == r])})"
+            for r, n in again.items()
+        ]
         said += [
             f"{n} of {r}'s {what} skipped there, kept from a run that measured them" for r, n in unmeasured.items()
         ]

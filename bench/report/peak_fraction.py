@@ -9,8 +9,9 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from .. import clock, fits
+from ..formats import stored_peaks
 from ..machine import machine_identity, node_facts
-from ..peak import peak_on, stored_peaks
+from ..peak import peak_on
 from ..spec import device_keys
 from ..timing import CPU, WALL
 from . import style
@@ -139,8 +140,11 @@ def peak_section(ctx: ReportContext) -> str:
     for (source, layer), group in ok.groupby(["source", "layer"]):
         top = group.sort_values(["flops_counted", "n"]).iloc[-1]
         key = f"{source}.{layer}"
+        over = "above the measured compute peak" if top.fraction > 1 else ""
+        if over and "kernel" not in peaks[(top.run_id, top.peak_machine, top.peak_key)]:
+            over += " (a run from before the compute peak: a matmul's median rate alone)"
         fraction = ctx.cite(
-            f"{key}.fraction_of_peak.largest", round(100 * top.fraction, 1), "%", top.run_id, clock=top.clock
+            f"{key}.fraction_of_peak.largest", round(100 * top.fraction, 1), "%", top.run_id, note=over, clock=top.clock
         )
         achieved = ctx.cite(
             f"{key}.achieved_flops_per_s.largest", float(f"{top.achieved:.4g}"), "FLOP/s", top.run_id, clock=top.clock

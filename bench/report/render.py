@@ -1,5 +1,5 @@
 """The report's two pages from one markdown text: report.md, and report.html with a first screen (headline
-beside the first figure, verdicts, contents) and every `## ` section collapsible."""
+beside the first figure, verdicts, contents, a strip of the sections' figures) and every `## ` section collapsible."""
 
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ details { border-top: 1px solid #ddd; padding: 0.3rem 0; }
 details > summary { cursor: pointer; }
 details > summary h2 { display: inline; font-size: 1.3rem; }
 img { max-width: 100%; }
+#strip { display: flex; flex-wrap: wrap; gap: 0.6rem; margin: 0.6rem 0; }
+#strip a { display: flex; flex-direction: column; width: 9.5rem; font-size: 0.75rem; text-decoration: none; }
+#strip img { height: 5.5rem; object-fit: cover; object-position: left top; border: 1px solid #ddd; }
 code { background: #f5f5f5; padding: 0 0.2rem; }
 .wide { overflow-x: auto; }
 """
@@ -74,6 +77,22 @@ def _html(md_text: str) -> str:
     return body.replace("<table>", '<div class="wide"><table>').replace("</table>", "</table></div>")
 
 
+FIGURE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
+
+
+def _strip(sections: list[Section]) -> str:
+    """A thumbnail of each section's first figure, linking to the section (which the link opens)."""
+    links = []
+    for s in sections:
+        found = FIGURE.search(s.body)
+        if found:
+            alt, src = (html.escape(v, quote=True) for v in found.groups())
+            links.append(
+                f'<a href="#{s.anchor}"><img src="{src}" alt="{alt}" loading="lazy">{html.escape(s.title)}</a>'
+            )
+    return f"<nav id='strip'>\n{''.join(links)}\n</nav>\n" if links else ""
+
+
 def to_html(title: str, headline: str, verdicts: str, intro: str, sections: list[Section], figure: str = "") -> str:
     """The page; `figure` (markdown of the first figure) beside the headline, on the first screen, open."""
     toc = markdown.markdown(_toc(sections), extensions=MD_EXTENSIONS)
@@ -90,6 +109,7 @@ def to_html(title: str, headline: str, verdicts: str, intro: str, sections: list
         + (f"<div id='first-figure'>\n{_html(figure)}\n</div>\n" if figure.strip() else "")
         + "</div>\n"
         f"<div id='verdicts'>\n{markdown.markdown(verdicts, extensions=MD_EXTENSIONS)}\n</div>\n"
-        f"<nav id='toc'><strong>Contents</strong> (each section opens on a click)\n{toc}</nav>\n{_html(intro)}\n"
+        f"<nav id='toc'><strong>Contents</strong> (each section opens on a click)\n{toc}</nav>\n{_strip(sections)}"
+        f"{_html(intro)}\n"
         f"</section>\n{details}\n</body></html>\n"
     )
