@@ -126,7 +126,7 @@ def quick_rate(device: str, dtype: torch.dtype, policy: TimingPolicy) -> float:
 TRIAD_CACHE_MULTIPLE = 4
 TRIAD_MIN_ARRAY_BYTES = 64 * 2**20
 TRIAD_MEMORY_SHARE = 1 / 32
-TRIAD_POLICY = TimingPolicy(min_rounds=4, max_rounds=12, target_s=0.4, min_round_s=0.0, passes=2)
+TRIAD_POLICY = TimingPolicy(min_rounds=5, max_rounds=10, target_s=0.2, min_round_s=0.0, passes=1)
 TRIAD_SCALAR = 3.0
 CPU_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 

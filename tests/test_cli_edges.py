@@ -85,6 +85,7 @@ SAMPLE_VALUES = {
     "preset": ["--preset", "quick"],
     "layers": ["--layers", "conv"],
     "n": ["--n", "64"],
+    "dilation": ["--dilation", "2"],
     "k": ["--k", "3"],
     "window": ["--window", "8"],
     "d": ["--d", "8"],

@@ -28,7 +28,7 @@ FAST = ["--rounds", "4", "--target-time", "0.005", "--passes", "2", "--no-progre
 GRID = ["--layers", "conv", "--n", "8,16,32", "--d", "4", "--device", "cpu", *FAST]
 
 
-# The runs here test the folder, not the compute peak (3-4 s a run on 2 cores): a stand-in for it.
+# The runs here test the folder, not the ceilings (the peak and the triad, seconds a run on 2 cores): stand-ins.
 FAKE_PEAK = {
     "flops_per_s": 1e11,
     "size": 512,
@@ -36,7 +36,11 @@ FAKE_PEAK = {
     "time_iqr_s": 0.0,
     "time_ci_s": [2.7e-3, 2.7e-3],
 }
-PEAK_STUB = f"import bench.run\nbench.run.compute_peak = lambda device, dtype: dict({FAKE_PEAK!r}, dtype=str(dtype))\n"
+FAKE_BANDWIDTH = {"bytes_per_s": 1e10, "median_bytes_per_s": 1e10, "array_bytes": 2**26}
+PEAK_STUB = (
+    f"import bench.run\nbench.run.compute_peak = lambda device, dtype: dict({FAKE_PEAK!r}, dtype=str(dtype))\n"
+    f"bench.run.memory_bandwidth = lambda device: dict({FAKE_BANDWIDTH!r})\n"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -44,6 +48,7 @@ def _fake_peak(monkeypatch):
     import bench.run  # noqa: PLC0415
 
     monkeypatch.setattr(bench.run, "compute_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
+    monkeypatch.setattr(bench.run, "memory_bandwidth", lambda device: dict(FAKE_BANDWIDTH))
 
 
 def _bench(*args: str, kill_at: str | None = None, delay_s: float = 0) -> subprocess.Popen:
