@@ -173,6 +173,8 @@ def test_a_fraction_above_the_measured_peak_is_flagged(busy_run, tmp_path):
     measured = json.loads((tmp_path / "as-measured" / "numbers.json").read_text())["numbers"]
     below = [v for k, v in measured.items() if k.endswith(".fraction_of_peak.largest") and v["value"] <= 100]
     assert below and all("note" not in v for v in below)
+    (bandwidth,) = [v["value"] for k, v in measured.items() if k.endswith(".cpu.memory_bandwidth")]  # the triad's
+    assert bandwidth == float(f"{meta['memory_bandwidth']['cpu']['bytes_per_s']:.4g}")
 
 
 def test_fits_name_their_clock_and_the_range_rule_holds_on_it():

@@ -90,9 +90,19 @@ def fraction_of_peak_figure(ctx: ReportContext, ok: pd.DataFrame):
     return fig
 
 
-def _peak_line(ctx: ReportContext, source: str, run_id: str, peak: dict, newest: bool) -> str:
-    """A source's compute peak: its newest run's under `<source>.compute_peak`, an older combined run's (its points
-    are fractions of its own peak) under `<source>.compute_peak.<run>`."""
+def _bandwidth(ctx: ReportContext, source: str, run_id: str, device: str, suffix: str) -> str:
+    """The run's triad bandwidth of `device` as a clause of its peak line, cited; "" where it measured none."""
+    entry = (ctx.runs[run_id].get("memory_bandwidth") or {}).get(device)
+    if not entry:
+        return ""
+    value = float(f"{entry['bytes_per_s']:.4g}")
+    return (
+        f"; memory bandwidth {ctx.cite(f'{source}.memory_bandwidth{suffix}', value, 'B/s', run_id, clock=WALL)} (triad)"
+    )
+
+
+def _peak_line(ctx: ReportContext, source: str, run_id: str, peak: dict, newest: bool, device: str = "") -> str:
+    """A source's peak under `<source>.compute_peak`, an older combined run's under `<source>.compute_peak.<run>`."""
     suffix = "" if newest else f".{run_tag(run_id)}"
     wall = ctx.cite(f"{source}.compute_peak{suffix}", float(f"{peak['flops_per_s']:.4g}"), "FLOP/s", run_id, clock=WALL)
     cpu = peak_on(peak, CPU) if peak.get("flops_per_s_cpu") else None
@@ -102,6 +112,7 @@ def _peak_line(ctx: ReportContext, source: str, run_id: str, peak: dict, newest:
         if cpu
         else ""
     )
+    label_source = source
     if not newest:
         source = f"{source} (run {run_id})"
     if "kernel" not in peak:  # a run from before the compute peak stored its square matmul's median rate
@@ -110,8 +121,10 @@ def _peak_line(ctx: ReportContext, source: str, run_id: str, peak: dict, newest:
             "median): a run from before the compute peak; a convolution can outrun this rate, so its fractions "
             "may exceed 100 %."
         )
+    bandwidth = _bandwidth(ctx, label_source, run_id, device, suffix) if device else ""
     return (
-        f"- {source}: compute peak {wall} on the wall clock{on_cpu} (best: {peak['kernel']}, {peak.get('dtype', '')})."
+        f"- {source}: compute peak {wall} on the wall clock{on_cpu} (best: {peak['kernel']}, {peak.get('dtype', '')})"
+        f"{bandwidth}."
     )
 
 
@@ -135,7 +148,8 @@ def peak_section(ctx: ReportContext) -> str:
         if mine.any():
             source = ok.loc[mine, "source"].iloc[0]
             newest = newest_run(ctx.runs, ok.loc[ok["source"] == source, "run_id"].unique()) == run_id
-            lines.append(_peak_line(ctx, source, run_id, peak, newest))
+            device = "" if mid else str(ok.loc[mine, "device"].iloc[0]).split(":")[0]
+            lines.append(_peak_line(ctx, source, run_id, peak, newest, device))
     rows = []
     for (source, layer), group in ok.groupby(["source", "layer"]):
         top = group.sort_values(["flops_counted", "n"]).iloc[-1]
