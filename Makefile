@@ -59,10 +59,9 @@ PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-r
 test: lint
 	$(PYTEST)
 
-# The inner loop: the lint and every test not marked slow (real sweeps, subprocesses, the claims), in one
-# process: two workers gain nothing for so short a suite.
+# The inner loop: the lint and every test not marked slow (real sweeps, subprocesses, the claims).
 test-fast: lint
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # Debian's chromium for the browser test (tests/test_report_browser.py), installed when missing. Never fails:
 # without apt-get, root (or password-less sudo) or the network it says why, and the browser test skips.

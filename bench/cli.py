@@ -1,7 +1,5 @@
-"""The command line: `python -m bench COMMAND`. Parses and checks the options, then runs the command
-(bench.commands). Exit codes (bench/interface.md): 0 done; 2 bad input, one line on stderr naming the bad value
-and what is allowed, no traceback; 1 any other failure (a traceback only with --debug); 130 Ctrl-C, 143 SIGTERM,
-one line (bench.interrupts)."""
+"""The command line: `python -m bench COMMAND`, its options parsed and checked, then bench.commands. Exit codes:
+bench/interface.md."""
 
 from __future__ import annotations
 

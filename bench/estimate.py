@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 import models
+from models.recurrent import onednn_takes
 
 from . import peak
 from .formats import stored_peaks
@@ -93,10 +94,12 @@ def peak_measurement_s(device: str, rate: float) -> float:
 
 
 def flop_count_bytes(spec: PointSpec) -> int:
-    """Bytes counting a point's FLOPs holds beyond its forward: under FlopCounterMode a CPU recurrence that is not
-    fused keeps, in a reduced precision, a copy of its gate weights per step (g·d² elements)."""
+    """Bytes counting a point's FLOPs holds beyond its forward: a CPU recurrence not fused keeps, in a reduced
+    precision oneDNN takes on this CPU, a copy of its gate weights per step (g·d² elements)."""
     cls = models.LAYERS[spec.layer]
-    if spec.device != "cpu" or spec.dtype == "float32" or spec.layer not in models.recurrent() or cls.cpu_fused:
+    if spec.device != "cpu" or spec.dtype == "float32" or spec.layer not in models.recurrent():
+        return 0
+    if cls.fused_on("cpu", spec.dtype, spec.trains) or not onednn_takes(spec.dtype, spec.trains):
         return 0
     return spec.n * cls.gates * spec.d * spec.d * _elem_bytes(spec.dtype)
 

@@ -19,8 +19,7 @@ Shape = tuple[int, ...]  # what a formula gets for each tensor argument (FlopCou
 
 
 def attention_flop(query: Shape, key: Shape, value: Shape) -> int:
-    """Q·Kᵀ then weights·V: (..., L, E) × (..., S, E) -> (..., L, S) -> (..., L, Ev). Batch and heads come from
-    the query, so grouped-query attention counts every query head."""
+    """Q·Kᵀ then weights·V, batch and heads from the query (grouped-query attention counts every query head)."""
     *batch_heads, q_len, head_dim = query
     kv_len, value_dim = key[-2], value[-1]
     return 2 * prod(batch_heads) * q_len * kv_len * (head_dim + value_dim)

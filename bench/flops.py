@@ -14,6 +14,8 @@ from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import FlopCounterMode
 from torch.utils.weak import WeakIdKeyDictionary
 
+from models.recurrent import onednn_takes
+
 from .flop_formulas import (
     COPY_OPS,
     ELEMENTWISE_FORMULAS,
@@ -70,7 +72,7 @@ def count_flops(fn: Callable[[], object]) -> FlopCount:
     counter = _new_counter(recorder)
     # The recorder is entered first so that it sits beneath FlopCounterMode: it sees each operator that
     # FlopCounterMode executes after decomposing composites, i.e. exactly the operators it counts or not.
-    with recorder, counter:
+    with recorder, counter, _LstmAsATenRunsIt():
         fn()
     by_op = {str(op): int(flops) for op, flops in counter.get_flop_counts().get("Global", {}).items()}
     uncounted = sorted({str(op) for op in recorder.ops if classify_op(op, counter.flop_registry) == "uncounted"})
@@ -101,6 +103,23 @@ def _unpadded_flash_attention_flop(unpadded_size: WeakIdKeyDictionary) -> Callab
 
 def _shapes(tree):
     return tree_map(lambda a: tuple(a.shape) if isinstance(a, torch.Tensor) else a, tree)
+
+
+class _LstmAsATenRunsIt(TorchDispatchMode):
+    """aten.lstm decomposed as ATen runs it: PyTorch's decomposition takes oneDNN for bfloat16 on any CPU (ATen only
+    where oneDNN has bfloat16 kernels; elsewhere "could not create a primitive descriptor")."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        x = args[0]
+        if func.overloadpacket is aten.lstm and x.device.type == "cpu" and x.dtype == torch.bfloat16:
+            if not onednn_takes("bfloat16"):
+                was, torch.backends.mkldnn.enabled = torch.backends.mkldnn.enabled, False
+                try:
+                    return func(*args, **kwargs)
+                finally:
+                    torch.backends.mkldnn.enabled = was
+        return func(*args, **kwargs)
 
 
 class _OpRecorder(TorchDispatchMode):

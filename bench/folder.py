@@ -171,8 +171,7 @@ def _larger(spec: PointSpec, than: PointSpec) -> bool:
 
 
 class RunFolder:
-    """A run folder's one writer (meta.json by `update_meta` alone) and what is stored in it so far; `observer`
-    hears "started", "record", "row" and "error" as each is stored."""
+    """A run folder's one writer (meta.json by `update_meta` alone) and what is stored in it so far."""
 
     def __init__(self, path: Path, lock: FileLock | None = None, meta: dict | None = None):
         self.path, self.lock = path, lock

@@ -1,6 +1,5 @@
-"""How Ctrl-C (SIGINT) and a scheduler's SIGTERM end the program, at any moment: one line on stderr and exit
-128 + the signal's number (130, 143), the shell's convention. Stdlib alone: bench/__main__.py installs the
-start-up handler before torch, numpy and pytest are imported."""
+"""Ctrl-C (SIGINT) and SIGTERM, at any moment: one line on stderr, exit 130 or 143. Stdlib alone: bench/__main__.py
+installs it before torch is imported."""
 
 from __future__ import annotations
 
@@ -41,15 +40,13 @@ _received: list[int] = []  # the signals as_exceptions raised, this program
 
 
 def received() -> int | None:
-    """The signal that interrupted the program, if one did (an import that swallowed its KeyboardInterrupt may
-    fail with another exception: still an interrupt)."""
+    """The signal that interrupted the program, if one did (whatever exception an interrupted import raised)."""
     return _received[-1] if _received else None
 
 
 @contextmanager
 def _handled_by(handler):
-    """Within: `handler` takes SIGINT and SIGTERM; then the handlers there were before. Off the main thread, where
-    Python runs no handler and cannot set one, nothing changes."""
+    """Within: `handler` takes SIGINT and SIGTERM (on the main thread: Python sets handlers nowhere else)."""
     try:
         old = {signum: signal.signal(signum, handler) for signum in SIGNALS}
     except ValueError:
@@ -77,10 +74,8 @@ def as_exceptions():
 
 @contextmanager
 def deferred():
-    """Within: SIGINT and SIGTERM wait, so that a second Ctrl-C does not cut short the writing of `interrupted`;
-    one that came meanwhile is raised again on leaving, to the handler there was before. A handler, not a signal
-    mask: a mask holds for one thread, and a signal sent to the process goes to any thread that does not block it
-    (torch's, the progress ticker's), and Python runs its handler in the main thread all the same."""
+    """Within: SIGINT and SIGTERM wait (a second Ctrl-C must not cut short the writing of `interrupted`), and come
+    on leaving. A handler, not a signal mask: a mask holds for one thread, and torch's threads would take it."""
     came: list[int] = []
     try:
         with _handled_by(lambda signum, frame: came.append(signum)):

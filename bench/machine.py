@@ -58,8 +58,7 @@ def short_model(model: str) -> str:
 
 
 def machine_identity(meta: dict) -> tuple[str, str]:
-    """(id, label) of the machine a meta.json describes: a slug for cite keys and folders ("intel-xeon-2c-vm")
-    and a label for readers ("Intel Xeon, 2 cores (vm)")."""
+    """(id, label) of a meta.json's machine: "intel-xeon-2c-vm" for keys and folders, "Intel Xeon, 2 cores (vm)"."""
     model = short_model(meta.get("cpu_model") or "unknown CPU")
     cores = meta.get("cpu_cores")
     host = meta.get("hostname") or "unknown host"

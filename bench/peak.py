@@ -1,4 +1,4 @@
-"""A device's ceilings: its compute peak on each clock, and its memory bandwidth. Method: docs/method.md."""
+"""A device's ceilings: compute peak, memory bandwidth, operator latency. Method: docs/method.md."""
 
 from __future__ import annotations
 
@@ -128,6 +128,8 @@ TRIAD_MIN_ARRAY_BYTES = 64 * 2**20
 TRIAD_MEMORY_SHARE = 1 / 32
 TRIAD_POLICY = TimingPolicy(min_rounds=5, max_rounds=10, target_s=0.2, min_round_s=0.0, passes=1)
 TRIAD_SCALAR = 3.0
+TRIAD_IN_CACHE_SHARE = 8
+CACHE_TRIAD_POLICY = TimingPolicy(min_rounds=5, max_rounds=10, target_s=0.1, min_round_s=0.005, passes=1)
 CPU_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
@@ -153,35 +155,97 @@ def triad_array_bytes(cache_bytes: int | None, available_bytes: int) -> int:
     return int(min(wanted, available_bytes * TRIAD_MEMORY_SHARE)) // 4 * 4
 
 
+def _triad(device: str, elements: int, policy: TimingPolicy) -> dict:
+    """The triad on arrays of `elements` float32."""
+    on_gpu = device.startswith("cuda")
+    a, b, c = (torch.full((elements,), value, device=device) for value in (0.5, 1.5, 2.5))  # not zeros
+    sync = torch.cuda.synchronize if on_gpu else None
+    clocks = WALL_ONLY if on_gpu else Clocks.for_call(torch.get_num_threads())
+    with torch.inference_mode():
+        timing = interleaved(
+            {"triad": lambda: torch.add(b, c, alpha=TRIAD_SCALAR, out=a)}, policy, sync=sync, clocks=clocks
+        )["triad"]
+    moved = 3 * 4 * elements
+    out = {
+        "bytes_per_s": moved / timing.wall.min_s,
+        "median_bytes_per_s": moved / timing.wall.median_s,
+        "array_bytes": 4 * elements,
+        "bytes_per_call": moved,
+        "wall_min_s": timing.wall.min_s,
+        "wall_median_s": timing.wall.median_s,
+    }
+    if timing.cpu is not None and timing.cpu_clock == "thread":
+        out |= {"bytes_per_s_cpu": moved / timing.cpu.min_s, "cpu_min_s": timing.cpu.min_s}
+    return out
+
+
 def memory_bandwidth(device: str) -> dict:
-    """The device's memory bandwidth in bytes/s by the triad: its best round (STREAM's figure) and median."""
+    """The device's memory bandwidth by the triad, its best round (STREAM's figure); `cache`: inside that cache."""
     on_gpu = device.startswith("cuda")
     if on_gpu:
         available = torch.cuda.mem_get_info(torch.device(device))[0]
     else:
         available = cgroup.available_bytes()
     cache = last_level_cache_bytes(device)
-    elements = triad_array_bytes(cache, available) // 4
-    a, b, c = (torch.full((elements,), value, device=device) for value in (0.5, 1.5, 2.5))  # not zeros
-    sync = torch.cuda.synchronize if on_gpu else None
-    with torch.inference_mode():
-        timing = interleaved({"triad": lambda: torch.add(b, c, alpha=TRIAD_SCALAR, out=a)}, TRIAD_POLICY, sync=sync)[
-            "triad"
-        ]
-    moved = 3 * 4 * elements
-    return {
-        "bytes_per_s": moved / timing.wall.min_s,
-        "median_bytes_per_s": moved / timing.wall.median_s,
-        "kernel": f"triad a = b + {TRIAD_SCALAR:g}·c, float32",
-        "array_bytes": 4 * elements,
-        "bytes_per_call": moved,
-        "last_level_cache_bytes": cache,
-        "wall_min_s": timing.wall.min_s,
-        "wall_median_s": timing.wall.median_s,
-    }
+    out = _triad(device, triad_array_bytes(cache, available) // 4, TRIAD_POLICY)
+    out |= {"kernel": f"triad a = b + {TRIAD_SCALAR:g}·c, float32", "last_level_cache_bytes": cache}
+    if cache:
+        out["cache"] = _triad(device, cache // TRIAD_IN_CACHE_SHARE // 4, CACHE_TRIAD_POLICY)
+    return out
 
 
 def with_bandwidth(entry: dict | None, when: str, value: dict) -> dict:
     """A stored bandwidth entry with `value` measured at `when` added; the better one is the bandwidth."""
     measured = dict((entry or {}).get("measured", {}), **{when: value})
     return dict(max(measured.values(), key=lambda m: m["bytes_per_s"]), measured=measured)
+
+
+def bandwidth_on(entry: dict, clock: str, in_cache: bool = False) -> float | None:
+    """A stored bandwidth entry's bytes/s on `clock` (in memory, or in the cache)."""
+    if in_cache:
+        entry = entry.get("cache") or {}
+    if clock == CPU and entry.get("bytes_per_s_cpu"):
+        return float(entry["bytes_per_s_cpu"])
+    return float(entry["bytes_per_s"]) if entry.get("bytes_per_s") else None
+
+
+LATENCY_CHAIN = 64
+LATENCY_SIZE = 8
+LATENCY_POLICY = TimingPolicy(min_rounds=6, max_rounds=12, target_s=0.1, passes=1)
+
+
+def op_latency(device: str) -> dict:
+    """Seconds of one small operator that waits for the last: the floor of a loop of an operator per step."""
+    on_gpu = device.startswith("cuda")
+    sync = torch.cuda.synchronize if on_gpu else None
+    clocks = WALL_ONLY if on_gpu else Clocks.for_call(torch.get_num_threads())
+    h = torch.randn(1, LATENCY_SIZE, device=device)
+    w = torch.randn(LATENCY_SIZE, LATENCY_SIZE, device=device) / LATENCY_SIZE
+
+    def chain():
+        x = h
+        for _ in range(LATENCY_CHAIN):
+            x = x @ w
+        return x
+
+    with torch.inference_mode():
+        timing = interleaved({"chain": chain}, LATENCY_POLICY, sync=sync, clocks=clocks)["chain"]
+    out = {
+        "seconds": timing.wall.min_s / LATENCY_CHAIN,
+        "kernel": f"matmul 1x{LATENCY_SIZE} by {LATENCY_SIZE}x{LATENCY_SIZE}, {LATENCY_CHAIN} in a chain",
+    }
+    if timing.cpu is not None and timing.cpu_clock == "thread":
+        out["seconds_cpu"] = timing.cpu.min_s / LATENCY_CHAIN
+    return out
+
+
+def with_latency(entry: dict | None, when: str, value: dict) -> dict:
+    """As with_bandwidth; the shorter one is kept."""
+    measured = dict((entry or {}).get("measured", {}), **{when: value})
+    return dict(min(measured.values(), key=lambda m: m["seconds"]), measured=measured)
+
+
+def latency_on(entry: dict, clock: str) -> float | None:
+    if clock == CPU and entry.get("seconds_cpu"):
+        return float(entry["seconds_cpu"])
+    return float(entry["seconds"]) if entry.get("seconds") else None

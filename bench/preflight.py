@@ -27,9 +27,7 @@ REFUSED_BEYOND_MEMORY = ("cpu",)
 
 
 def plan_warnings(specs: list[PointSpec]) -> list[str]:
-    """One line per sweep of at least MIN_FIT_POINTS values, or n-sweep of the points in none, whose fixed fit
-    range keeps fewer, with sizes that would serve; none where another sweep of the plan fits that layer and
-    variable. Devices and dtypes share the rule, so a line is given once."""
+    """A line per sweep whose fit range keeps too few points (and no other sweep fits), with sizes that would."""
     if not specs:
         return []
     points = pd.DataFrame([spec.as_row() for spec in specs]).assign(status="ok")

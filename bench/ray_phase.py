@@ -298,8 +298,7 @@ class Phase:
         )
 
     def _charge(self, worker: _Worker, reason: str) -> None:
-        """A death, charged to the point whose pass was running (or the chunk); the rest of the chunk goes back to
-        the front of the queue, for another node."""
+        """A death, charged to the point whose pass was running; the rest of the chunk goes back to the queue."""
         chunk, node = worker.chunk, worker.placement.node
         where = f"{(worker.facts or {}).get('host') or worker.placement.address} (node {node[:8]})"
         chunk.avoid.add(node)

@@ -113,8 +113,7 @@ class NodeWorker:
         return node_facts(self.cpus, self.gpus)
 
     def measure(self, chunk: dict) -> Iterator[tuple[str, dict]]:
-        """Measure a chunk, yielding (what, payload): "log", "peak", the folder's events, then "done" or "failed";
-        the engine runs in a thread, so each event reaches the driver as it happens."""
+        """Measure a chunk (in a thread), yielding each event as it happens: "log", "peak", the folder's, "done", "failed"."""
         events: queue.SimpleQueue = queue.SimpleQueue()
         worker = threading.Thread(target=self._measure, args=(chunk, events.put), daemon=True)
         worker.start()

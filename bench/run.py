@@ -18,7 +18,7 @@ from . import allocator, deaths, formats, interrupts, machine, storage
 from .errors import BadInput, RunFailed
 from .folder import META_KEYS, RunFolder, is_run_dir
 from .load import Load, LoadMeter, busy_warning, choose_threads, physical_cores, sample_load
-from .peak import compute_peak, memory_bandwidth, with_bandwidth, with_measurement
+from .peak import compute_peak, memory_bandwidth, op_latency, with_bandwidth, with_latency, with_measurement
 from .point import PassFailure, measure_pass, point_row, unmeasured_row
 from .progress import progress_bar
 from .spec import PointSpec, device_key
@@ -229,8 +229,7 @@ class Run:
             self._measure_peaks("end")
 
     def _sample_until_known(self, pending: list[PointSpec], progress: bool) -> None:
-        """One more pass at a time over the points whose time is not known yet, within the extra passes' budget;
-        decided from the stored records alone, so a resume goes on where the run stopped."""
+        """Extra passes over the points whose time is not known yet, within budget, from the stored records alone."""
         measured = [s for s in pending if not self.folder.stored(s.point_id)]
         budget_s = self.policy.extra_budget * self._visits_s(measured, FIRST)
         for extra in range(self.policy.extra_passes):
@@ -271,7 +270,7 @@ class Run:
             self.folder.store_row(spec, unmeasured_row(spec, self.threads, "killed", reason))
 
     def _measure_peaks(self, when: str) -> None:
-        """Each device's compute peaks and memory bandwidth at the run's start or end (bench.peak keeps the better)."""
+        """Each device's ceilings (bench.peak) at the run's start or end; the better is kept."""
         peaks = dict(self.meta.get("compute_peak", {}))
         for device, dtype in sorted({(s.device, s.dtype) for s in self.specs}):
             key = device_key(device, dtype)
@@ -280,12 +279,14 @@ class Run:
             self.log(f"compute peak of {key}, at the {when} of the run")
             peaks[key] = with_measurement(peaks.get(key), when, compute_peak(device, models.DTYPES[dtype]))
         bandwidths = dict(self.meta.get("memory_bandwidth", {}))
+        latencies = dict(self.meta.get("op_latency", {}))
         for device in sorted({s.device for s in self.specs}):
             if when in bandwidths.get(device, {}).get("measured", {}):
                 continue
-            self.log(f"memory bandwidth of {device}, at the {when} of the run")
+            self.log(f"memory bandwidth and operator latency of {device}, at the {when} of the run")
             bandwidths[device] = with_bandwidth(bandwidths.get(device), when, memory_bandwidth(device))
-        self.folder.update_meta(compute_peak=peaks, memory_bandwidth=bandwidths)
+            latencies[device] = with_latency(latencies.get(device), when, op_latency(device))
+        self.folder.update_meta(compute_peak=peaks, memory_bandwidth=bandwidths, op_latency=latencies)
 
     def _done(self, spec: PointSpec, attempt: int, p: int) -> bool:
         return self.folder.stored(spec.point_id) or self.folder.record(spec.point_id, attempt, p) is not None

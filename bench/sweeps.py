@@ -89,7 +89,8 @@ def table1_text(layer: str) -> str:
     return models.LAYERS[layer].table1.compute_text
 
 
-def _cfg(row) -> models.LayerConfig:
+def row_config(row) -> models.LayerConfig:
+    """The layer config of a points.csv row."""
     return models.LayerConfig.of(row.d, row.dtype, **{s: getattr(row, s, None) for s in LAYER_SIZES})
 
 
@@ -98,7 +99,7 @@ def predicted_exponent(metric: str, layer: str, sweep: pd.DataFrame, variable: s
     x = sweep[variable].to_numpy(float)
     if metric == "memory":
         _require_sizes(layer, sweep, models.LAYERS[layer].uses)
-        y = [models.analytic_activation_bytes(layer, int(r.batch), int(r.n), _cfg(r)) for r in sweep.itertuples()]
+        y = [models.analytic_activation_bytes(layer, int(r.batch), int(r.n), row_config(r)) for r in sweep.itertuples()]
     else:
         _require_sizes(layer, sweep, models.LAYERS[layer].table1.sizes)
         y = table1_cost(layer, sweep["n"], sweep["d"], sweep.get("k"), sweep.get("window"))

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import CONSTANT_PATH, LayerConfig, PathRule, Table1Row
+from .config import CONSTANT_PATH, LayerConfig, PathRule, Table1Row, spill_bytes
 
 
 def _local_layers(n: int, k: int, window: int) -> int | None:
@@ -60,6 +60,18 @@ class SelfAttention(nn.Module):
         scores_and_mix = 2 * (2 * batch * n * n * cfg.d)  # QKᵀ and PV: n² d MACs each over all heads
         return projections + scores_and_mix
 
+    @classmethod
+    def min_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int, cache_bytes: int | None = None) -> int:
+        # q, k, v and the mixed heads are stored between the products; head splits and transposes are layout.
+        d = cfg.d
+        compulsory = (2 * batch * n * d + 4 * (d * d + d)) * elem_bytes
+        between = 4 * spill_bytes(batch * n * d * elem_bytes, cache_bytes)
+        return compulsory + between + cls._mix_min_bytes(batch, n, cfg, elem_bytes, cache_bytes)
+
+    @classmethod
+    def _mix_min_bytes(cls, batch, n, cfg, elem_bytes, cache_bytes):  # pragma: no cover - each subclass defines it
+        raise NotImplementedError
+
 
 class Attention(SelfAttention):
     """Scores and mixing by torch.nn.functional.scaled_dot_product_attention (a fused kernel: flash or
@@ -67,6 +79,10 @@ class Attention(SelfAttention):
 
     def _mix(self, q, k, v):
         return F.scaled_dot_product_attention(q, k, v)  # (B, h, n, d_head)
+
+    @classmethod
+    def _mix_min_bytes(cls, batch, n, cfg, elem_bytes, cache_bytes):
+        return 0  # the kernel keeps its tiles of scores on chip
 
     # Flash attention's backward recomputes Q·Kᵀ, then forms dV = Pᵀ·dO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q.
     SCORE_PRODUCTS_BACKWARD = 5
@@ -89,6 +105,10 @@ class AttentionMath(SelfAttention):
     def _mix(self, q, k, v):
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, h, n, n)
         return torch.softmax(scores, dim=-1) @ v  # (B, h, n, d_head)
+
+    @classmethod
+    def _mix_min_bytes(cls, batch, n, cfg, elem_bytes, cache_bytes):
+        return 2 * spill_bytes(batch * cfg.heads * n * n * elem_bytes, cache_bytes)
 
     @staticmethod
     def activation_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
@@ -118,6 +138,12 @@ def window_pairs(n: int, window: int) -> int:
     """(query, key) pairs inside the window and the sequence: n·r less the keys lost past either end."""
     left, right = window // 2, window - 1 - window // 2
     return n * window - left * (left + 1) // 2 - right * (right + 1) // 2
+
+
+def _parts(total: int, step: int) -> list[tuple[int, int]]:
+    """`range(0, total, step)`'s slices as (size, how many): the whole ones, then the rest."""
+    step = min(step, total)
+    return [(step, total // step)] + ([(total % step, 1)] if total % step else [])
 
 
 MASKS_KEPT = 4  # block masks an AttentionLocal keeps, by sequence length and device
@@ -256,6 +282,18 @@ class AttentionLocal(SelfAttention):
         """The projections and the pairs inside the window and the sequence alone."""
         projections = 4 * 2 * batch * n * cfg.d * cfg.d
         return projections + 2 * (2 * batch * window_pairs(n, cfg.window) * cfg.d)
+
+    @classmethod
+    def _mix_min_bytes(cls, batch, n, cfg, elem_bytes, cache_bytes):
+        # Each of the CPU's chunks' scores and softmax (a GPU's one chunk of all is larger: a looser bound there).
+        g = cls.blocks(n, cfg.window)
+        heads_per, blocks_per = cls.chunk(g, elem_bytes)
+        total = 0
+        for heads, head_chunks in _parts(batch * cfg.heads, heads_per):
+            for blocks, block_chunks in _parts(g.count, blocks_per):
+                chunk_bytes = heads * blocks * g.queries * g.keys * elem_bytes
+                total += head_chunks * block_chunks * 2 * spill_bytes(chunk_bytes, cache_bytes)
+        return total
 
     @classmethod
     def useful_fraction(cls, n: int, cfg: LayerConfig) -> float:

@@ -58,6 +58,11 @@ def accept_any(cfg: LayerConfig, n: int | None = None) -> None:
     """The `check` of a layer that every LayerConfig fits."""
 
 
+def spill_bytes(tensor_bytes: int, cache_bytes: int | None) -> int:
+    """A stored intermediate's write and read back where it outgrows the cache (None: unknown, not counted)."""
+    return 2 * tensor_bytes if cache_bytes is not None and tensor_bytes > cache_bytes else 0
+
+
 CONSTANT_PATH = PathRule(lambda n, k, window: 1, "1")  # one layer already links input 0 to output n-1
 
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import LayerConfig, PathRule, Table1Row
+from .config import LayerConfig, PathRule, Table1Row, spill_bytes
 
 
 def _same_padding(k: int, dilation: int) -> int:
@@ -98,6 +98,10 @@ class Conv(nn.Module):
         dilation = cfg.dilation if "dilation" in cls.uses and cfg.dilation else 1
         return 2 * batch * cfg.d * cfg.d * _taps_inside(n, cfg.k, dilation)
 
+    @classmethod
+    def min_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int, cache_bytes: int | None = None) -> int:
+        return (2 * batch * n * cfg.d + cfg.d * cfg.d * cfg.k + cfg.d) * elem_bytes
+
     @staticmethod
     def activation_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
         # The output and the weights' copy that oneDNN reorders into its blocked layout at every CPU call.
@@ -105,8 +109,7 @@ class Conv(nn.Module):
 
 
 class ConvDilated(Conv):
-    """One centered convolution layer at a stated dilation (cfg.dilation; `paths` stacks k^l). In a sweep
-    it is the stack's second layer: dilation k unless stated."""
+    """One centered convolution at cfg.dilation, else k (the second layer of the stack `paths` builds, k^l)."""
 
     uses = ("k", "dilation")
     table1 = Table1Row(lambda n, d, k, r: k * n * d**2, "O(k·n·d²)", "O(1)", "O(log_k n)", sizes=("k",))
@@ -117,8 +120,7 @@ class ConvDilated(Conv):
 
 
 class ConvSeparable(nn.Module):
-    """Depthwise Conv1d (k taps, groups=d), then pointwise Conv1d d -> d (a matrix product); centered.
-    FLOPs: 2·b·n·d·(k + d)."""
+    """Depthwise Conv1d (k taps, groups=d), then pointwise d -> d; centered. FLOPs: 2·b·n·d·(k + d)."""
 
     uses = ("k",)
     table1 = Table1Row(lambda n, d, k, r: k * n * d + n * d**2, "O(k·n·d + n·d²)", "O(1)", "O(n/k)", sizes=("k",))
@@ -143,6 +145,13 @@ class ConvSeparable(nn.Module):
     @staticmethod
     def useful_flops(batch: int, n: int, cfg: LayerConfig) -> int:
         return 2 * batch * cfg.d * (_taps_inside(n, cfg.k, 1) + n * cfg.d)
+
+    @classmethod
+    def min_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int, cache_bytes: int | None = None) -> int:
+        # The depthwise output is stored and read back by the pointwise product.
+        d = cfg.d
+        compulsory = (2 * batch * n * d + d * cfg.k + d + d * d + d) * elem_bytes
+        return compulsory + spill_bytes(batch * n * d * elem_bytes, cache_bytes)
 
     @staticmethod
     def activation_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from .attention import SelfAttention
-from .config import LayerConfig, Table1Row
+from .config import LayerConfig, Table1Row, spill_bytes
 
 
 def feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -40,6 +40,12 @@ class AttentionLinear(SelfAttention):
         k_sum = k.sum(dim=-2).unsqueeze(-1)  # (B, h, e, 1): φ(K)ᵀ 1
         # matmul, not einsum or a broadcast product: a product over e = 1 stays a counted matrix product.
         return (q @ kv) / (q @ k_sum)  # (B, h, n, e) / (B, h, n, 1)
+
+    @classmethod
+    def _mix_min_bytes(cls, batch, n, cfg, elem_bytes, cache_bytes):
+        # The state φ(K)ᵀV and the normaliser φ(K)ᵀ1 are formed whole before any query reads them.
+        state_bytes = batch * cfg.d * (cfg.d // cfg.heads) * elem_bytes
+        return spill_bytes(state_bytes, cache_bytes) + spill_bytes(batch * cfg.d * elem_bytes, cache_bytes)
 
     @staticmethod
     def flops(batch: int, n: int, cfg: LayerConfig) -> int:

@@ -6,7 +6,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any
+from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any, spill_bytes
+
+
+def onednn_takes(dtype: str, trains: bool = False) -> bool:
+    """Whether ATen gives a CPU recurrence of this dtype to oneDNN (RNN.cpp, use_mkldnn): float32 always, bfloat16
+    and float16 only on CPUs with oneDNN kernels for them (AVX-512 BF16, AMX), float16 not in training."""
+    if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
+        return False
+    if dtype == "bfloat16":
+        return torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if dtype == "float16":
+        return not trains and torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    return True
 
 
 class _Recurrent(nn.Module):
@@ -63,14 +75,25 @@ class _Recurrent(nn.Module):
         return 2 * batch * n * cls.gates * (cfg.d * cfg.d + cfg.d * cfg.d)
 
     @classmethod
+    def min_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int, cache_bytes: int | None = None) -> int:
+        # Every kernel (cuDNN, oneDNN, ATen's loop) forms W_ih·x of all n steps in one product and reads it back.
+        g, d = cls.gates, cfg.d
+        hidden_bytes = g * d * d * elem_bytes
+        hidden_reads = n if cache_bytes is not None and hidden_bytes > cache_bytes else 1
+        compulsory = (2 * batch * n * d + g * d * d + 2 * g * d) * elem_bytes + hidden_reads * hidden_bytes
+        return compulsory + spill_bytes(batch * n * g * d * elem_bytes, cache_bytes)
+
+    @classmethod
     def backward_flops(cls, batch: int, n: int, cfg: LayerConfig, device: str) -> int:
         """Twice the forward, less the step-0 product for h_0's gradient where ATen's loop (not fused) skips it."""
-        skipped = 0 if cls.fused_on(device) else 2 * batch * cls.gates * cfg.d * cfg.d
+        skipped = 0 if cls.fused_on(device, cfg.dtype, trains=True) else 2 * batch * cls.gates * cfg.d * cfg.d
         return 2 * cls.flops(batch, n, cfg) - skipped
 
     @classmethod
-    def fused_on(cls, device: str) -> bool:
-        return cls.cpu_fused if str(device).split(":")[0] == "cpu" else True
+    def fused_on(cls, device: str, dtype: str = "float32", trains: bool = False) -> bool:
+        if str(device).split(":")[0] != "cpu":
+            return True
+        return cls.cpu_fused and onednn_takes(dtype, trains)
 
     @classmethod
     def activation_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any
+from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any, spill_bytes
 
 DECAY_RANGE = (0.5, 0.99)  # the initial per-channel decays a: memories of 2 to 100 steps
 
@@ -18,8 +18,7 @@ def scan_levels(n: int) -> int:
 
 
 def parallel_scan(u: torch.Tensor, decay: torch.Tensor, levels: int | None = None) -> torch.Tensor:
-    """Every h_t = decay ⊙ h_{t−1} + u_t (h_{−1} = 0) by a work-efficient scan; fewer `levels` than ⌈log₂ n⌉
-    scan blocks of 2^levels positions apart (the paths study)."""
+    """h_t = decay ⊙ h_{t−1} + u_t by a work-efficient scan; `levels` < ⌈log₂ n⌉ stops it early (paths)."""
     b, n, d = u.shape
     height = scan_levels(n) if levels is None else levels
     block = 1 << height
@@ -95,6 +94,13 @@ class Scan(nn.Module):
     def flops(batch: int, n: int, cfg: LayerConfig) -> int:
         # B x_t and C h_t; the scan is element-wise (not counted).
         return 2 * 2 * batch * n * cfg.d * cfg.d
+
+    @classmethod
+    def min_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int, cache_bytes: int | None = None) -> int:
+        # B·x and h are stored between the scan and the products; a single-pass scan keeps its levels in cache.
+        d = cfg.d
+        compulsory = (2 * batch * n * d + 2 * (d * d + d) + d) * elem_bytes
+        return compulsory + 2 * spill_bytes(batch * n * d * elem_bytes, cache_bytes)
 
     @staticmethod
     def activation_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:

@@ -24,7 +24,7 @@ from bench import ray_phase, ray_worker
 from bench.cli import main
 from bench.folder import read_timing_records
 from bench.report.build import assign_sources, build_report
-from bench.report.peak_fraction import point_peaks
+from bench.report.roofline import point_peaks
 from bench.spec import PointSpec
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -331,7 +331,7 @@ def test_each_layer_has_the_whole_descriptor(name):
     assert isinstance(cls.table1, models.Table1Row) and isinstance(cls.path, models.PathRule)
     assert set(cls.uses) <= {"k", "heads", "window", "dilation"}
     assert set(cls.table1.sizes) <= set(cls.uses)
-    for attribute in ("check", "flops", "activation_bytes"):
+    for attribute in ("check", "flops", "activation_bytes", "min_bytes"):
         assert callable(getattr(cls, attribute)), attribute
 
 

@@ -1,3 +1,10 @@
+import contextlib
+import shutil
+import subprocess
+
+import pytest
+import torch
+
 from bench import peak
 from bench.peak import (
     TRIAD_MIN_ARRAY_BYTES,
@@ -46,3 +53,86 @@ def test_the_cpu_cache_is_read_from_sysfs(tmp_path, monkeypatch):
         (folder / "size").write_text(f"{size}\n")
     monkeypatch.setattr(peak, "CPU_CACHE_DIR", tmp_path)
     assert peak.last_level_cache_bytes("cpu") == 32 * 2**20
+
+
+def test_the_cache_triad_runs_on_arrays_inside_the_cache_and_outruns_memory():
+    with _threads(1):
+        bandwidth = memory_bandwidth("cpu")
+    cache = bandwidth["last_level_cache_bytes"]
+    if not cache:
+        pytest.skip("this machine reports no CPU cache in sysfs")
+    inside = bandwidth["cache"]
+    assert 3 * inside["array_bytes"] <= cache / 2 and inside["bytes_per_call"] == 3 * inside["array_bytes"]
+    assert inside["bytes_per_s"] == inside["bytes_per_call"] / inside["wall_min_s"]
+    assert bandwidth["bytes_per_s_cpu"] == bandwidth["bytes_per_call"] / bandwidth["cpu_min_s"]
+    assert inside["bytes_per_s"] > bandwidth["bytes_per_s"]  # a cache is faster than memory
+
+
+def test_the_operator_latency_is_one_operator_of_its_chain_and_the_shorter_is_kept():
+    with _threads(1):
+        latency = peak.op_latency("cpu")
+    assert 1e-8 < latency["seconds"] < 1e-3 and 1e-8 < latency["seconds_cpu"] < 1e-3
+    assert f"{peak.LATENCY_CHAIN} in a chain" in latency["kernel"]
+    start, end = {"seconds": 2e-6}, {"seconds": 3e-6}
+    assert peak.with_latency(peak.with_latency(None, "start", start), "end", end) == {
+        "seconds": 2e-6,
+        "measured": {"start": start, "end": end},
+    }
+    assert peak.latency_on({"seconds": 2e-6, "seconds_cpu": 1e-6}, "cpu") == 1e-6
+    assert peak.latency_on({"seconds": 2e-6}, "cpu") == 2e-6  # no CPU clock stored: the wall one
+
+
+STREAM_TRIAD_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+/* STREAM's triad (McCalpin), one thread, float32: a[j] = b[j] + scalar*c[j]; the best of NTIMES. */
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+int main(int argc, char **argv) {
+    long n = atol(argv[1]); int ntimes = 10; float scalar = 3.0f;
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float)), *c = malloc(n * sizeof(float));
+    for (long j = 0; j < n; j++) { a[j] = 0.5f; b[j] = 1.5f; c[j] = 2.5f; }
+    double best = 1e30;
+    for (int k = 0; k < ntimes; k++) {
+        double t = now();
+        for (long j = 0; j < n; j++) a[j] = b[j] + scalar * c[j];
+        t = now() - t; if (t < best) best = t;
+    }
+    volatile float sink = a[n / 2]; (void)sink;
+    printf("%.6e\n", 3.0 * sizeof(float) * n / best);
+    return 0;
+}
+"""
+
+
+@pytest.mark.slow
+def test_the_triad_bandwidth_is_within_30_percent_of_a_c_stream_triad_beside_it(tmp_path):
+    """The harness's triad (torch.add on one thread) against the same triad compiled from C, on arrays of the same
+    size, each the best of its rounds, measured one after the other."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler (cc, gcc) to build the STREAM triad")
+    source = tmp_path / "triad.c"
+    source.write_text(STREAM_TRIAD_C)
+    binary = tmp_path / "triad"
+    # STREAM's usual build: optimised and vectorised for this CPU (-O2 alone leaves the loop scalar on gcc 12)
+    subprocess.run([compiler, "-O3", "-march=native", "-o", str(binary), str(source)], check=True)
+    with _threads(1):
+        ours = memory_bandwidth("cpu")
+    elements = ours["array_bytes"] // 4
+    theirs = max(
+        float(subprocess.run([str(binary), str(elements)], capture_output=True, text=True, check=True).stdout)
+        for _ in range(2)
+    )
+    assert 0.7 <= ours["bytes_per_s"] / theirs <= 1.3, (ours["bytes_per_s"], theirs)
+
+
+@contextlib.contextmanager
+def _threads(count: int):
+    """The harness's runs pin one thread on a busy machine; its ceilings are measured at the run's threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -85,7 +85,12 @@ def test_points_that_stay_unreliable_stop_at_the_budget_and_stay_flagged(tmp_pat
     assert main([*GRID, "--out", str(out)]) == 0
     df = pd.read_csv(out / "points.csv")
     assert (~df["time_reliable"]).all() and df["time_flag"].str.contains("uncertain").all()
-    assert df["time_flag"].str.startswith("its rounds still spread too widely after").all()
+    # in the user's words: too wide, or, on a busy machine, stalled rounds (timing.plain_flag)
+    assert (
+        df["time_flag"]
+        .str.match("its rounds (still spread too widely|kept losing the CPU to other programs) after")
+        .all()
+    )
     records = read_timing_records(out)
     first = sum(r["visit_s"] for r in records if r["attempt"] == 0)
     extra = [r for r in records if r["attempt"] == 1]

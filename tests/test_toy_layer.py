@@ -12,6 +12,7 @@ from bench.cli import main
 from bench.errors import BadInput
 from bench.spec import PointSpec, expand_grid, validate
 from models import LayerConfig, PathRule, Table1Row
+from models.config import spill_bytes
 
 TOY = "toy_prefix"
 D = 8
@@ -48,6 +49,12 @@ class ToyPrefix(nn.Module):
     @staticmethod
     def activation_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
         return 2 * batch * n * cfg.d * elem_bytes
+
+    @staticmethod
+    def min_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int, cache_bytes: int | None = None) -> int:
+        # x, y, the map's weight and bias; its output, stored and read back by the running sum.
+        compulsory = (2 * batch * n * cfg.d + cfg.d * cfg.d + cfg.d) * elem_bytes
+        return compulsory + spill_bytes(batch * n * cfg.d * elem_bytes, cache_bytes)
 
 
 @pytest.fixture

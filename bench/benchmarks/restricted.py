@@ -1,8 +1,6 @@
 """Restricted attention at the speed the hardware allows: time, GFLOP/s and share of the compute peak.
 
     python -m bench.benchmarks.restricted                       # the table of issue 19
-    python -m bench.benchmarks.restricted --layers conv_dilated,conv_separable,conv --sizes 2048x128 --k 3
-
 Also times the implementations before issue 19, kept here unregistered (REFERENCES); see docs/usage.md."""
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ from .headline import headline, verdict_table
 from .load import REFERENCE, combine, keep_apart, load_runs, select_run_dirs
 from .numbers import numbers_document
 from .paths import paths_section
-from .peak_fraction import peak_section, point_peaks
 from .publish import staged
 from .render import split_sections, to_html, to_markdown
+from .roofline import peak_section, point_peaks
 from .scaling import (
     cite_fits,
     flops_check,
@@ -38,8 +38,7 @@ from .training import training_section
 
 
 def machine_key(meta: dict, node=None) -> tuple[str, str]:
-    """(id, words) of the machine a run (or a cluster sweep's `node`) measured on; a reference run's prefixed,
-    so it never shares cite keys with the reader's own run of the same machine."""
+    """(id, words) of a run's (or its `node`'s) machine; a reference run's prefixed, apart from the reader's own."""
     mid, label = machine.machine_identity(machine.node_facts(meta, node) or meta)
     if meta.get("reference"):
         return f"{REFERENCE}.{mid}", f"{REFERENCE}: {label}"
@@ -60,8 +59,7 @@ def row_nodes(points: pd.DataFrame) -> list:
 
 
 def assign_sources(points: pd.DataFrame, runs: dict[str, dict]) -> tuple[pd.Series, dict[str, str]]:
-    """Each point's source, its machine, device, dtype and mode ("intel-xeon-2c-vm.cpu-train"), and each source
-    in words: what no fit, plot or table pools across."""
+    """Each point's source ("intel-xeon-2c-vm.cpu-train"), and each in words: what no fit or plot pools across."""
     sources, labels = [], {}
     for run_id, node, device, key in zip(points["run_id"], row_nodes(points), points["device"], source_keys(points)):
         mid, words = machine_key(runs[run_id], node)
@@ -337,7 +335,7 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
         parts += [
             "### Crossover: where attention becomes the costlier layer\n",
             crossover_section(ctx),
-            "### Fraction of peak\n",
+            "### Against the roofline\n",
             peak_section(ctx),
         ]
         parts.append(

@@ -159,8 +159,7 @@ def _short_of_points(texts: dict, fit_rows: pd.DataFrame, source: str, layers: l
 
 
 def load_phrase(ctx: ReportContext, source: str, missing: int) -> str:
-    """What other programs' load did to the source's run, and where `missing` layers lack a time verdict for
-    it, what to do; "" for a run from before the load was recorded."""
+    """What other programs' load did to the source's run, and what to do where `missing` layers lack a time verdict."""
     ok = ctx.points[(ctx.points["source"] == source) & (ctx.points["status"] == "ok")]
     if ok.empty or "load_others_cores" not in ok or ok["load_others_cores"].isna().all():
         return ""

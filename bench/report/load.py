@@ -238,9 +238,8 @@ def _named(rows: pd.DataFrame) -> str:
 
 
 def combine(table: pd.DataFrame | None, runs: dict[str, dict], by: str, identity, words: dict[str, str], what: str):
-    """(rows, notes): per value of `by` (a source, a machine), each point (equal `identity`) once, its newest
-    measurement (a `skipped` row only where no run measured it), older runs' rows first, with RUN_STARTED; a note
-    per group of several runs names them and counts each one's `what` (points, rows) measured again."""
+    """(rows, notes): per value of `by`, each point once, its newest measurement (`skipped` only where no run
+    measured it); a note per group of several runs names them and counts each one's `what` measured again."""
     if table is None or table.empty:
         return table, []
     started = table["run_id"].map(lambda r: runs.get(r, {}).get("started_utc") or "")

@@ -95,9 +95,8 @@ def _texts_key(row, metric: str) -> tuple:
 
 
 def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, tuple]:
-    """Cite every fitted exponent, the primary one (the widest sweep with a fit) also without a suffix. Returns
-    {(source, layer, metric, variable): (text, verdict, predicted)} for the primary fits and {(..., fixed, batch):
-    (text, verdict, is_primary)} for every row; the text is "–" without a fit."""
+    """Cite every fitted exponent, the primary one (the widest sweep with a fit) also without a suffix: {(source,
+    layer, metric, variable): (text, verdict, predicted)}, and {(..., fixed, batch): (text, verdict, is_primary)}."""
     texts = {}
     for (source, layer, metric, variable), group in fit_rows.groupby(["source", "layer", "metric", "variable"]):
         group = group.assign(

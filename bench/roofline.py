@@ -1,0 +1,70 @@
+"""Each point against its roofline (Williams, Waterman and Patterson 2009). Method: docs/method.md."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+import models
+
+from .peak import bandwidth_on, latency_on
+from .spec import TRAIN_MODE
+from .sweeps import row_config
+
+COMPUTE, BANDWIDTH, CACHE, LATENCY = "compute", "memory bandwidth", "cache bandwidth", "operator latency"
+
+
+def dependent_ops(layer: str, n: int, device: str, dtype: str) -> int | None:
+    """Operators a forward issues one after another: a per-step loop's n, a scan's levels; None if fused."""
+    cls = models.LAYERS[layer]
+    if layer in models.recurrent() and not cls.fused_on(device, dtype):
+        return n
+    if layer in models.scans():
+        return cls.scan_levels(n)
+    return None
+
+
+def bound(
+    flops: float, min_bytes: float, peak: float, bandwidth: float | None, ops: int | None, latency: float | None
+) -> tuple[float, str]:
+    """The attainable FLOP/s of a call and the ceiling that sets it (the slowest of those known)."""
+    times = {COMPUTE: flops / peak}
+    if bandwidth:
+        times[BANDWIDTH] = min_bytes / bandwidth
+    if ops and latency:
+        times[LATENCY] = ops * latency
+    binding = max(times, key=times.get)
+    return flops / times[binding], binding
+
+
+def _ceiling(runs: dict[str, dict], kind: str, run_id: str, device: str) -> dict:
+    return ((runs.get(run_id) or {}).get(kind) or {}).get(str(device).split(":")[0]) or {}
+
+
+def against_roofline(points: pd.DataFrame, runs: dict[str, dict], peaks: pd.Series) -> pd.DataFrame:
+    """The inference points (with `useful`, `clock`) with their roofline; `peaks`: compute peaks on their clocks."""
+    rows = []
+    for p in points[points["mode"].fillna("inference") != TRAIN_MODE].itertuples():
+        index = p.Index
+        bandwidth_entry = _ceiling(runs, "memory_bandwidth", p.run_id, p.device)
+        cache = bandwidth_entry.get("last_level_cache_bytes")
+        cfg = row_config(p)
+        min_bytes = models.analytic_min_bytes(p.layer, int(p.batch), int(p.n), cfg, cache)
+        in_cache = bool(cache) and min_bytes <= cache and bool(bandwidth_entry.get("cache"))
+        bandwidth = bandwidth_on(bandwidth_entry, p.clock, in_cache) if bandwidth_entry else None
+        latency = latency_on(_ceiling(runs, "op_latency", p.run_id, p.device), p.clock)
+        ops = dependent_ops(p.layer, int(p.n), str(p.device).split(":")[0], p.dtype)
+        row = {"min_bytes": min_bytes, "intensity": p.useful / min_bytes, "bandwidth": bandwidth, "ops": ops}
+        if bandwidth is None or not peaks[index] > 0:
+            row |= {"bound": math.nan, "ceiling": "no bandwidth stored" if bandwidth is None else "no peak stored"}
+        else:
+            rate, binding = bound(p.useful, min_bytes, peaks[index], bandwidth, ops, latency)
+            row |= {"bound": rate, "ceiling": CACHE if binding == BANDWIDTH and in_cache else binding}
+        rows.append(pd.Series(row, name=index))
+    out = points.loc[[r.name for r in rows]].copy() if rows else points.iloc[:0].copy()
+    for column in ("min_bytes", "intensity", "bandwidth", "ops", "bound", "ceiling"):
+        out[column] = [r[column] for r in rows] if rows else []
+    if "time_s" in out:
+        out["fraction"] = out["useful"] / out["time_s"] / out["bound"]
+    return out
