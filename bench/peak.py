@@ -189,7 +189,7 @@ def memory_bandwidth(device: str) -> dict:
     cache = last_level_cache_bytes(device)
     out = _triad(device, triad_array_bytes(cache, available) // 4, TRIAD_POLICY)
     out |= {"kernel": f"triad a = b + {TRIAD_SCALAR:g}·c, float32", "last_level_cache_bytes": cache}
-    if cache:
+    if cache and not on_gpu:  # on a GPU a triad that fits in L2 is a few µs: its launch, not its bandwidth
         out["cache"] = _triad(device, cache // TRIAD_IN_CACHE_SHARE // 4, CACHE_TRIAD_POLICY)
     return out
 

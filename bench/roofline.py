@@ -52,7 +52,9 @@ def against_roofline(points: pd.DataFrame, runs: dict[str, dict], peaks: pd.Seri
         cfg = row_config(p)
         min_bytes = models.analytic_min_bytes(p.layer, int(p.batch), int(p.n), cfg, cache)
         in_cache = bool(cache) and min_bytes <= cache and bool(bandwidth_entry.get("cache"))
-        bandwidth = bandwidth_on(bandwidth_entry, p.clock, in_cache) if bandwidth_entry else None
+        bandwidth = bandwidth_on(bandwidth_entry, p.clock) if bandwidth_entry else None
+        if in_cache:  # never below memory's: a ceiling bounds from above
+            bandwidth = max(bandwidth or 0, bandwidth_on(bandwidth_entry, p.clock, in_cache=True) or 0) or None
         latency = latency_on(_ceiling(runs, "op_latency", p.run_id, p.device), p.clock)
         ops = dependent_ops(p.layer, int(p.n), str(p.device).split(":")[0], p.dtype)
         row = {"min_bytes": min_bytes, "intensity": p.useful / min_bytes, "bandwidth": bandwidth, "ops": ops}

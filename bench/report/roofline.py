@@ -10,12 +10,12 @@ from matplotlib.lines import Line2D
 
 import models
 
-from .. import clock, fits
+from .. import clock, fits, storage
 from ..formats import stored_peaks
 from ..machine import machine_identity, node_facts
 from ..peak import bandwidth_on, peak_on
 from ..roofline import against_roofline
-from ..spec import device_keys
+from ..spec import IDENTITY, device_keys
 from ..timing import CPU, WALL
 from . import style
 from .context import ReportContext
@@ -86,6 +86,7 @@ def roofline_figure(ctx: ReportContext, points: pd.DataFrame, ceilings: dict[str
         ax.set_xlim(low, high)
         if top.get("peak"):
             ax.axhline(top["peak"], color="0.25", linestyle=":", linewidth=1)
+            ax.set_ylim(top=top["peak"] * 1.6)
         for key, dashes in (("bandwidth", "-"), ("cache", "--")):
             if top.get(key):
                 roof = np.minimum(top[key] * xs, top.get("peak") or np.inf)
@@ -240,6 +241,9 @@ def peak_section(ctx: ReportContext) -> str:
     ok = ok.assign(achieved=ok["useful"] / ok["time_s"])
     ok = ok.assign(fraction_of_peak=ok["achieved"] / ok["peak"])
     roof = against_roofline(ok, ctx.runs, ok["peak"])
+    columns = ["source", "run_id", *IDENTITY, "clock", "time_s", "useful", "achieved", "min_bytes", "intensity"]
+    columns += ["peak", "bandwidth", "ops", "bound", "ceiling", "fraction", "fraction_of_peak"]
+    storage.write_table(ctx.out_dir / "roofline.csv", roof[[c for c in columns if c in roof]])
     bounded = roof[roof["bound"].notna()]
     lines = []
     for (run_id, mid, key), peak in sorted(peaks.items()):
