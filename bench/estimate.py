@@ -94,8 +94,7 @@ def peak_measurement_s(device: str, rate: float) -> float:
 
 
 def flop_count_bytes(spec: PointSpec) -> int:
-    """Bytes counting a point's FLOPs holds beyond its forward: a CPU recurrence not fused keeps, in a reduced
-    precision oneDNN takes on this CPU, a copy of its gate weights per step (g·d² elements)."""
+    """Bytes counting FLOPs holds beyond the forward: an unfused CPU recurrence's gate weights per step (g·d²)."""
     cls = models.LAYERS[spec.layer]
     if spec.device != "cpu" or spec.dtype == "float32" or spec.layer not in models.recurrent():
         return 0

@@ -51,15 +51,17 @@ def against_roofline(points: pd.DataFrame, runs: dict[str, dict], peaks: pd.Seri
         cache = bandwidth_entry.get("last_level_cache_bytes")
         cfg = row_config(p)
         min_bytes = models.analytic_min_bytes(p.layer, int(p.batch), int(p.n), cfg, cache)
-        in_cache = bool(cache) and min_bytes <= cache and bool(bandwidth_entry.get("cache"))
+        in_cache = bool(cache) and min_bytes <= cache
         bandwidth = bandwidth_on(bandwidth_entry, p.clock) if bandwidth_entry else None
-        if in_cache:  # never below memory's: a ceiling bounds from above
-            bandwidth = max(bandwidth or 0, bandwidth_on(bandwidth_entry, p.clock, in_cache=True) or 0) or None
+        if in_cache and bandwidth:  # the cache triad bounds it, never below memory's; none measured: nothing does
+            in_cache_rate = bandwidth_on(bandwidth_entry, p.clock, in_cache=True)
+            bandwidth = max(bandwidth, in_cache_rate) if in_cache_rate else None
         latency = latency_on(_ceiling(runs, "op_latency", p.run_id, p.device), p.clock)
         ops = dependent_ops(p.layer, int(p.n), str(p.device).split(":")[0], p.dtype)
-        row = {"min_bytes": min_bytes, "intensity": p.useful / min_bytes, "bandwidth": bandwidth, "ops": ops}
-        if bandwidth is None or not peaks[index] > 0:
-            row |= {"bound": math.nan, "ceiling": "no bandwidth stored" if bandwidth is None else "no peak stored"}
+        row = {"min_bytes": min_bytes, "intensity": p.useful / min_bytes}
+        row |= {"bandwidth": math.nan if bandwidth is None else bandwidth, "ops": math.nan if ops is None else ops}
+        if not bandwidth_entry or not peaks[index] > 0:
+            row |= {"bound": math.nan, "ceiling": "no peak stored" if bandwidth_entry else "no bandwidth stored"}
         else:
             rate, binding = bound(p.useful, min_bytes, peaks[index], bandwidth, ops, latency)
             row |= {"bound": rate, "ceiling": CACHE if binding == BANDWIDTH and in_cache else binding}

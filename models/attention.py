@@ -68,10 +68,6 @@ class SelfAttention(nn.Module):
         between = 4 * spill_bytes(batch * n * d * elem_bytes, cache_bytes)
         return compulsory + between + cls._mix_min_bytes(batch, n, cfg, elem_bytes, cache_bytes)
 
-    @classmethod
-    def _mix_min_bytes(cls, batch, n, cfg, elem_bytes, cache_bytes):  # pragma: no cover - each subclass defines it
-        raise NotImplementedError
-
 
 class Attention(SelfAttention):
     """Scores and mixing by torch.nn.functional.scaled_dot_product_attention (a fused kernel: flash or

@@ -79,3 +79,12 @@ def test_a_point_bound_by_the_cache_says_so():
     (row,) = against_roofline(points, RUNS, pd.Series([1e15])).itertuples()
     assert row.ceiling == CACHE and row.bound == pytest.approx(1e3 / (row.min_bytes / 4e10))
     assert roofline.CACHE != roofline.BANDWIDTH
+
+
+def test_a_point_inside_the_cache_of_a_run_without_its_triad_has_no_bandwidth_ceiling():
+    """A run (a GPU's, or from before the cache triad) without `cache`: memory's triad does not bound a call whose
+    bytes never leave the cache, so its peak alone does."""
+    runs = {"r": {"memory_bandwidth": {"cpu": {"bytes_per_s": 1e10, "last_level_cache_bytes": 2**20}}}}
+    points = _points(dict(layer="conv", n=64, d=8, batch=1, k=3, run_id="r", clock="wall", useful=1e3, time_s=1))
+    (row,) = against_roofline(points, runs, pd.Series([1e15])).itertuples()
+    assert row.min_bytes <= 2**20 and math.isnan(row.bandwidth) and (row.bound, row.ceiling) == (1e15, COMPUTE)
