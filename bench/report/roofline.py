@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
+from matplotlib.ticker import EngFormatter
 
 import models
 
@@ -61,7 +62,7 @@ def roofline_figure(ctx: ReportContext, points: pd.DataFrame, ceilings: dict[str
     """Per source: achieved FLOP/s against intensity under the ceilings; each layer's largest point labelled."""
     sources = sorted(points["source"].unique())
     palette, markers = style.layer_palette(points["layer"].unique()), style.layer_markers(points["layer"].unique())
-    fig, axes = style.panels(len(sources))
+    fig, axes = style.panels(len(sources), sharex=False, sharey=False)  # a GPU's rates are a CPU's times 1000
     for ax, source in zip(axes, sources):
         part = points[points["source"] == source]
         for layer in style.layer_order(part["layer"].unique()):
@@ -83,23 +84,23 @@ def roofline_figure(ctx: ReportContext, points: pd.DataFrame, ceilings: dict[str
         ridges = [top["peak"] / top[key] for key in ("bandwidth", "cache") if top.get(key) and top.get("peak")]
         low, high = min([part["intensity"].min(), *ridges]) / 2, part["intensity"].max() * 2
         xs = np.geomspace(low, high, 64)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
         ax.set_xlim(low, high)
+        ax.set_ylim(part["achieved"].min() / 2, max(part["achieved"].max(), top.get("peak") or 0) * 1.6)
         if top.get("peak"):
             ax.axhline(top["peak"], color="0.25", linestyle=":", linewidth=1)
-            ax.set_ylim(top=top["peak"] * 1.6)
         for key, dashes in (("bandwidth", "-"), ("cache", "--")):
             if top.get(key):
                 roof = np.minimum(top[key] * xs, top.get("peak") or np.inf)
                 ax.plot(xs, roof, color="0.45", linestyle=dashes, linewidth=1, scalex=False, scaley=False)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title(ctx.source_label(source), fontsize=10)
+        ax.set_title(ctx.source_label(source).replace(" · ", "\n", 1), fontsize=9)
         ax.set_xlabel("useful FLOPs per minimal byte")
         style.grid(ax)
-    axes[0].set_ylabel("achieved useful FLOP/s")
     for ax in axes:
+        ax.set_ylabel("achieved useful FLOP/s")
         style.log_axis(ax, "x", style.plain)
-        style.log_axis(ax, "y", style.eng("FLOP/s"))
+        ax.yaxis.set_major_formatter(EngFormatter(unit="FLOP/s", sep=" "))
     layers = style.layer_order(points["layer"].unique())
     handles = [
         Line2D([], [], color=palette[layer], marker=markers[layer], linestyle="none", markersize=6) for layer in layers
@@ -151,7 +152,7 @@ def _peak_line(ctx: ReportContext, source: str, run_id: str, peak: dict, newest:
     label_source = source
     if not newest:
         source = f"{source} (run {run_id})"
-    if "kernel" not in peak:  # a run from before the compute peak stored its square matmul's median rate
+    if "kernel" not in peak:
         return (
             f"- {source}: matmul peak {wall} ({peak.get('size')}×{peak.get('size')} {peak.get('dtype', '')} matmul, "
             "median): a run from before the compute peak; a convolution can outrun this rate, so its fractions "
@@ -162,6 +163,10 @@ def _peak_line(ctx: ReportContext, source: str, run_id: str, peak: dict, newest:
         f"- {source}: compute peak {wall} on the wall clock{on_cpu} (best: {peak['kernel']}, {peak.get('dtype', '')})"
         f"{bandwidth}."
     )
+
+
+def _percent(fraction: float) -> float:
+    return float(f"{100 * fraction:.3g}")
 
 
 def _ceilings(points: pd.DataFrame, runs: dict[str, dict]) -> dict[str, dict]:
@@ -220,8 +225,8 @@ def _attention_pair(ctx: ReportContext, points: pd.DataFrame) -> str:
         f"{cite('bound', top.bound_explicit, 'FLOP/s', 'explicit')} against "
         f"{cite('bound', top.bound_fused, 'FLOP/s', 'fused')}. Measured, it takes "
         f"{ctx.cite(f'{key}.time_ratio', round(float(time_ratio), 2), 'x', run_id, clock=top.clock_explicit)} the "
-        f"fused one's time, reaching {round(100 * top.fraction_explicit, 1)} % of its roofline against "
-        f"{round(100 * top.fraction_fused, 1)} %. {why}\n\n"
+        f"fused one's time, reaching {_percent(top.fraction_explicit)} % of its roofline against "
+        f"{_percent(top.fraction_fused)} %. {why}\n\n"
     )
 
 
@@ -262,7 +267,7 @@ def peak_section(ctx: ReportContext) -> str:
             over += " (a run from before the compute peak: a matmul's median rate alone)"
         of_peak = ctx.cite(
             f"{key}.fraction_of_peak.largest",
-            round(100 * top.fraction_of_peak, 1),
+            _percent(top.fraction_of_peak),
             "%",
             top.run_id,
             note=over,
@@ -285,7 +290,7 @@ def peak_section(ctx: ReportContext) -> str:
             )
             of_roof = ctx.cite(
                 f"{key}.fraction_of_roofline.largest",
-                round(100 * r.fraction, 1),
+                _percent(r.fraction),
                 "%",
                 top.run_id,
                 note=f"bound by {r.ceiling}",
