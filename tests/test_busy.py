@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 import bench.point
+import bench.timing as T
 from bench import allocator, clock, fits
 from bench.cli import main
 from bench.load import Load
@@ -89,10 +90,13 @@ class _Busy:
 
 @pytest.fixture(scope="module")
 def busy_run(tmp_path_factory):
-    """A small sweep measured as if other programs had taken 1.5 cores while every point was timed."""
+    """A small sweep measured as if other programs had taken 1.5 cores while every point was timed; every time
+    trusted (the tests below choose which are not: a noisy host left a few untrusted and no fit to test)."""
     root = tmp_path_factory.mktemp("busy")
     patch = pytest.MonkeyPatch()
     patch.setattr(bench.point, "LoadMeter", _Busy)
+    for threshold in ("STALL_RATIO", "PASS_SPREAD_RATIO", "CI_RELATIVE_WIDTH"):
+        patch.setattr(T, threshold, 1e9)
     try:
         grid = ["run", "--layers", "conv,lstm,attention", "--n", "128,256,512,1024,2048", "--d", "16", "--heads", "2"]
         assert main([*grid, "--device", "cpu", "--threads", "1", "--out", str(root / "run"), *FAST]) == 0
@@ -149,7 +153,7 @@ def test_no_number_of_the_report_is_made_of_a_time_not_to_be_trusted(busy_run, t
     conv = points[(points["layer"] == "conv") & (points["n"] == 1024)].iloc[0]
     peak = json.loads((run / "meta.json").read_text())["compute_peak"]["cpu"]["flops_per_s_cpu"]
     work = conv["flops_useful"] if conv["flops_useful"] == conv["flops_useful"] else conv["flops_counted"]
-    assert numbers[fraction]["value"] == pytest.approx(round(100 * work / conv["time_cpu_median_s"] / peak, 1))
+    assert numbers[fraction]["value"] == pytest.approx(float(f"{100 * work / conv['time_cpu_median_s'] / peak:.3g}"))
     assert any(k.endswith(".conv.time.growth_n128_to_n1024_b1_d16") for k in numbers)
     first_screen = (out / "report.md").read_text().split("**Contents**")[0]
     assert "lack a time verdict because" in first_screen and "--clock cpu" in first_screen

@@ -1,9 +1,7 @@
-import contextlib
 import shutil
 import subprocess
 
 import pytest
-import torch
 
 from bench import peak
 from bench.peak import (
@@ -13,6 +11,7 @@ from bench.peak import (
     with_bandwidth,
     with_measurement,
 )
+from bench.threads import pinned_threads
 
 
 def test_the_stored_peak_is_the_better_of_its_measurements_by_hand():
@@ -56,7 +55,7 @@ def test_the_cpu_cache_is_read_from_sysfs(tmp_path, monkeypatch):
 
 
 def test_the_cache_triad_runs_on_arrays_inside_the_cache_and_outruns_memory():
-    with _threads(1):
+    with pinned_threads(1):
         bandwidth = memory_bandwidth("cpu")
     cache = bandwidth["last_level_cache_bytes"]
     if not cache:
@@ -69,7 +68,7 @@ def test_the_cache_triad_runs_on_arrays_inside_the_cache_and_outruns_memory():
 
 
 def test_the_operator_latency_is_one_operator_of_its_chain_and_the_shorter_is_kept():
-    with _threads(1):
+    with pinned_threads(1):
         latency = peak.op_latency("cpu")
     assert 1e-8 < latency["seconds"] < 1e-3 and 1e-8 < latency["seconds_cpu"] < 1e-3
     assert f"{peak.LATENCY_CHAIN} in a chain" in latency["kernel"]
@@ -117,22 +116,11 @@ def test_the_triad_bandwidth_is_within_30_percent_of_a_c_stream_triad_beside_it(
     binary = tmp_path / "triad"
     # STREAM's usual build: optimised and vectorised for this CPU (-O2 alone leaves the loop scalar on gcc 12)
     subprocess.run([compiler, "-O3", "-march=native", "-o", str(binary), str(source)], check=True)
-    with _threads(1):
+    with pinned_threads(1):
         ours = memory_bandwidth("cpu")
     elements = ours["array_bytes"] // 4
     theirs = max(
         float(subprocess.run([str(binary), str(elements)], capture_output=True, text=True, check=True).stdout)
-        for _ in range(2)
+        for _ in range(3)
     )
     assert 0.7 <= ours["bytes_per_s"] / theirs <= 1.3, (ours["bytes_per_s"], theirs)
-
-
-@contextlib.contextmanager
-def _threads(count: int):
-    """The harness's runs pin one thread on a busy machine; its ceilings are measured at the run's threads."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

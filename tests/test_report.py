@@ -10,6 +10,7 @@ import pytest
 from bench.cli import main
 from bench.machine import machine_identity
 from bench.report.numbers import cite_sentence
+from bench.report.publish import OWN_FILES
 
 FAST = ["--rounds", "6", "--target-time", "0.01", "--passes", "3", "--no-progress"]
 
@@ -67,8 +68,15 @@ def two_runs(tmp_path_factory):
 def test_report_writes_the_interface_files(two_runs, tmp_path, capsys):
     out = tmp_path / "reports"
     assert main(["report", "--results", str(two_runs), "--out", str(out)]) == 0
-    for name in ("report.md", "report.html", "fits.csv", "numbers.json", "table.tex"):
+    for name in ("report.md", "report.html", "fits.csv", "numbers.json", "table.tex", "roofline.csv"):
         assert (out / name).exists(), name
+    # every file it writes is its own, so the next report replaces it (a user's files are kept: bench/report/publish)
+    written = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    figures = {name for name in written if name.startswith("figures/")}
+    assert written - figures <= set(OWN_FILES)
+    assert all(name in (out / "report.md").read_text() for name in figures)
+    roofline = pd.read_csv(out / "roofline.csv")
+    assert (roofline["mode"] == "inference").all() and roofline["fraction"].notna().any()
     fits = pd.read_csv(out / "fits.csv")
     assert list(fits.columns[:9]) == [
         "layer",

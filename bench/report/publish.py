@@ -19,7 +19,16 @@ from ..errors import BadInput, RunFailed
 
 TAG = ".report-tmp-"  # beside the output folder: .<name>.report-tmp-{lock,new,old}
 # A report's own files: these, and the figures its pages link (the manifest: written by older versions).
-OWN_FILES = ("report.md", "report.html", "fits.csv", "numbers.json", "table.tex", "table.csv", ".report-manifest.json")
+OWN_FILES = (
+    "report.md",
+    "report.html",
+    "fits.csv",
+    "numbers.json",
+    "table.tex",
+    "table.csv",
+    "roofline.csv",
+    ".report-manifest.json",
+)
 PAGES = ("report.md", "report.html")
 _FIGURE_LINK = re.compile(r"""figures/([^"'\s()<>/]+)""")
 
