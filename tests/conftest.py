@@ -30,9 +30,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True, scope="session")
 def _compute_peak_measured_once():
-    """A run measures the compute peak and the memory bandwidth at its start and its end, about a second each; the
-    dozens of runs of the suite test the run, not the ceilings: they get this machine's as first measured in this
-    process, at their device, dtype and thread count (a test that fakes them still does)."""
+    """A run measures its ceilings (compute peak, memory bandwidth, operator latency) at its start and its end, about
+    a second each; the dozens of runs of the suite test the run, not the ceilings: they get this machine's as first
+    measured in this process, at their device, dtype and thread count (a test that fakes them still does)."""
     import bench.run  # noqa: PLC0415
 
     measured = {}
@@ -48,10 +48,17 @@ def _compute_peak_measured_once():
             measured[device] = real_bandwidth(device)
         return copy.deepcopy(measured[device])
 
-    real, real_bandwidth = bench.run.compute_peak, bench.run.memory_bandwidth
+    def op_latency(device):
+        key = ("latency", device, torch.get_num_threads())
+        if key not in measured:
+            measured[key] = real_latency(device)
+        return copy.deepcopy(measured[key])
+
+    real, real_bandwidth, real_latency = bench.run.compute_peak, bench.run.memory_bandwidth, bench.run.op_latency
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(bench.run, "compute_peak", compute_peak)
         patch.setattr(bench.run, "memory_bandwidth", memory_bandwidth)
+        patch.setattr(bench.run, "op_latency", op_latency)
         yield
 
 

@@ -37,9 +37,11 @@ FAKE_PEAK = {
     "time_ci_s": [2.7e-3, 2.7e-3],
 }
 FAKE_BANDWIDTH = {"bytes_per_s": 1e10, "median_bytes_per_s": 1e10, "array_bytes": 2**26}
+FAKE_LATENCY = {"seconds": 2e-6, "kernel": "a stand-in"}
 PEAK_STUB = (
     f"import bench.run\nbench.run.compute_peak = lambda device, dtype: dict({FAKE_PEAK!r}, dtype=str(dtype))\n"
     f"bench.run.memory_bandwidth = lambda device: dict({FAKE_BANDWIDTH!r})\n"
+    f"bench.run.op_latency = lambda device: dict({FAKE_LATENCY!r})\n"
 )
 
 
@@ -49,6 +51,7 @@ def _fake_peak(monkeypatch):
 
     monkeypatch.setattr(bench.run, "compute_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
     monkeypatch.setattr(bench.run, "memory_bandwidth", lambda device: dict(FAKE_BANDWIDTH))
+    monkeypatch.setattr(bench.run, "op_latency", lambda device: dict(FAKE_LATENCY))
 
 
 def _bench(*args: str, kill_at: str | None = None, delay_s: float = 0) -> subprocess.Popen:
