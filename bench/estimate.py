@@ -39,10 +39,6 @@ def device_kind(device: str) -> str:
     return "cuda" if device.startswith("cuda") else "cpu"
 
 
-def _elem_bytes(dtype: str) -> int:
-    return torch.empty((), dtype=models.DTYPES[dtype]).element_size()
-
-
 @functools.lru_cache(maxsize=4096)
 def _parameters(layer_cls: type, cfg: models.LayerConfig) -> int:
     with torch.device("meta"):
@@ -94,19 +90,19 @@ def peak_measurement_s(device: str, rate: float) -> float:
 
 
 def flop_count_bytes(spec: PointSpec) -> int:
-    """Bytes counting FLOPs holds beyond the forward: an unfused CPU recurrence's gate weights per step (g·d²)."""
+    """Bytes counting FLOPs adds: an ATen-loop recurrence's gate weights per step where oneDNN takes its dtype."""
     cls = models.LAYERS[spec.layer]
     if spec.device != "cpu" or spec.dtype == "float32" or spec.layer not in models.recurrent():
         return 0
-    if cls.fused_on("cpu", spec.dtype, spec.trains) or not onednn_takes(spec.dtype, spec.trains):
+    if cls.cpu_fused or not onednn_takes(spec.dtype, spec.trains):
         return 0
-    return spec.n * cls.gates * spec.d * spec.d * _elem_bytes(spec.dtype)
+    return spec.n * cls.gates * spec.d * spec.d * spec.config().elem_bytes
 
 
 def point_memory_bytes(spec: PointSpec) -> int:
     """Bytes a point holds at its peak: weights, input, and the larger of its activations and flop_count_bytes."""
     cfg = spec.config()
-    elem = _elem_bytes(spec.dtype)
+    elem = cfg.elem_bytes
     copies = TRAIN_HELD_COPIES if spec.trains else 1
     weights = _parameters(models.LAYERS[spec.layer], cfg) * elem * copies
     inputs = spec.batch * spec.n * spec.d * elem * copies

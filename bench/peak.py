@@ -11,7 +11,7 @@ import torch
 import models
 
 from . import cgroup
-from .timing import CPU, WALL_ONLY, Clocks, TimingPolicy, interleaved
+from .timing import CPU, THREAD, WALL_ONLY, Clocks, TimingPolicy, interleaved
 
 # Square matmuls large enough to reach the plateau of a BLAS / cuBLAS.
 MATMUL_SIZES = {"cpu": (512, 1024), "cuda": (4096, 8192, 16384)}
@@ -22,21 +22,42 @@ PEAK_POLICY = TimingPolicy(min_rounds=6, max_rounds=20, target_s=0.3, passes=3)
 MAX_CALL_S = 0.25
 
 
-def with_measurement(entry: dict | None, when: str, value: dict) -> dict:
-    """A stored peak entry with `value` measured at `when` ("start", "end") added; the better one is the peak."""
+def _kept(entry: dict | None, when: str, value: dict, field: str, better=max) -> dict:
+    """A stored ceiling with `value` measured at `when` ("start", "end") added; the better by `field` is kept."""
     measured = dict((entry or {}).get("measured", {}), **{when: value})
-    best = dict(max(measured.values(), key=lambda m: m["flops_per_s"]), measured=measured)
-    cpu = [m["flops_per_s_cpu"] for m in measured.values() if m.get("flops_per_s_cpu")]
+    return dict(better(measured.values(), key=lambda m: m[field]), measured=measured)
+
+
+def _on_clock(entry: dict, field: str, clock: str) -> float | None:
+    """A stored ceiling's `field` on `clock`; runs from before the CPU clock stored the wall one alone."""
+    if clock == CPU and entry.get(f"{field}_cpu"):
+        return float(entry[f"{field}_cpu"])
+    return float(entry[field]) if entry.get(field) else None
+
+
+def _timed(device: str, fns: dict, policy: TimingPolicy) -> dict:
+    """`interleaved` without autograd: synchronised on a GPU, on both clocks on a CPU."""
+    on_gpu = device.startswith("cuda")
+    clocks = WALL_ONLY if on_gpu else Clocks.for_call(torch.get_num_threads())
+    with torch.inference_mode():
+        return interleaved(fns, policy, sync=torch.cuda.synchronize if on_gpu else None, clocks=clocks)
+
+
+def _thread_cpu(timing):  # the process's CPU clock sums its threads: no ceiling
+    return timing.cpu if timing.cpu is not None and timing.cpu_clock == THREAD else None
+
+
+def with_measurement(entry: dict | None, when: str, value: dict) -> dict:
+    """As `_kept`, and the CPU clock's best peak of any measurement."""
+    best = _kept(entry, when, value, "flops_per_s")
+    cpu = [m["flops_per_s_cpu"] for m in best["measured"].values() if m.get("flops_per_s_cpu")]
     if cpu:
         best["flops_per_s_cpu"] = max(cpu)
     return best
 
 
 def peak_on(entry: dict, clock: str) -> float | None:
-    """A stored peak entry's ceiling on `clock`; runs from before the CPU clock stored the wall one alone."""
-    if clock == CPU and entry.get("flops_per_s_cpu"):
-        return float(entry["flops_per_s_cpu"])
-    return float(entry["flops_per_s"]) if entry.get("flops_per_s") else None
+    return _on_clock(entry, "flops_per_s", clock)
 
 
 def kernel_flops(kind: str) -> list[int]:
@@ -68,18 +89,15 @@ def _kernels(device: str, dtype: torch.dtype, quick: bool = False) -> dict[str, 
 
 def compute_peak(device: str, dtype: torch.dtype = torch.float32) -> dict:
     """The ceiling on each clock, the best kernel, the matmul's median rate and every kernel's figures."""
-    on_gpu = device.startswith("cuda")
-    sync = torch.cuda.synchronize if on_gpu else None
     with torch.inference_mode():
-        kernels = _affordable(_kernels(device, dtype), sync)
-        clocks = WALL_ONLY if on_gpu else Clocks.for_call(torch.get_num_threads())
-        timings = interleaved({name: fn for name, (_, fn) in kernels.items()}, PEAK_POLICY, sync=sync, clocks=clocks)
+        kernels = _affordable(_kernels(device, dtype), torch.cuda.synchronize if device.startswith("cuda") else None)
+    timings = _timed(device, {name: fn for name, (_, fn) in kernels.items()}, PEAK_POLICY)
     figures = {}
     for name, (flops, _) in kernels.items():
         t = timings[name]
         figures[name] = {"flops": flops, "wall_median_s": t.wall.median_s, "wall_min_s": t.wall.min_s}
-        if t.cpu is not None and t.cpu_clock == "thread":
-            figures[name] |= {"cpu_median_s": t.cpu.median_s, "cpu_min_s": t.cpu.min_s}
+        if cpu := _thread_cpu(t):
+            figures[name] |= {"cpu_median_s": cpu.median_s, "cpu_min_s": cpu.min_s}
     best = max(figures, key=lambda name: figures[name]["flops"] / figures[name]["wall_min_s"])
     matmuls = [name for name in figures if name.startswith("matmul")]
     entry = {
@@ -157,14 +175,8 @@ def triad_array_bytes(cache_bytes: int | None, available_bytes: int) -> int:
 
 def _triad(device: str, elements: int, policy: TimingPolicy) -> dict:
     """The triad on arrays of `elements` float32."""
-    on_gpu = device.startswith("cuda")
     a, b, c = (torch.full((elements,), value, device=device) for value in (0.5, 1.5, 2.5))  # not zeros
-    sync = torch.cuda.synchronize if on_gpu else None
-    clocks = WALL_ONLY if on_gpu else Clocks.for_call(torch.get_num_threads())
-    with torch.inference_mode():
-        timing = interleaved(
-            {"triad": lambda: torch.add(b, c, alpha=TRIAD_SCALAR, out=a)}, policy, sync=sync, clocks=clocks
-        )["triad"]
+    timing = _timed(device, {"triad": lambda: torch.add(b, c, alpha=TRIAD_SCALAR, out=a)}, policy)["triad"]
     moved = 3 * 4 * elements
     out = {
         "bytes_per_s": moved / timing.wall.min_s,
@@ -174,8 +186,8 @@ def _triad(device: str, elements: int, policy: TimingPolicy) -> dict:
         "wall_min_s": timing.wall.min_s,
         "wall_median_s": timing.wall.median_s,
     }
-    if timing.cpu is not None and timing.cpu_clock == "thread":
-        out |= {"bytes_per_s_cpu": moved / timing.cpu.min_s, "cpu_min_s": timing.cpu.min_s}
+    if cpu := _thread_cpu(timing):
+        out |= {"bytes_per_s_cpu": moved / cpu.min_s, "cpu_min_s": cpu.min_s}
     return out
 
 
@@ -195,18 +207,12 @@ def memory_bandwidth(device: str) -> dict:
 
 
 def with_bandwidth(entry: dict | None, when: str, value: dict) -> dict:
-    """A stored bandwidth entry with `value` measured at `when` added; the better one is the bandwidth."""
-    measured = dict((entry or {}).get("measured", {}), **{when: value})
-    return dict(max(measured.values(), key=lambda m: m["bytes_per_s"]), measured=measured)
+    return _kept(entry, when, value, "bytes_per_s")
 
 
 def bandwidth_on(entry: dict, clock: str, in_cache: bool = False) -> float | None:
     """A stored bandwidth entry's bytes/s on `clock` (in memory, or in the cache)."""
-    if in_cache:
-        entry = entry.get("cache") or {}
-    if clock == CPU and entry.get("bytes_per_s_cpu"):
-        return float(entry["bytes_per_s_cpu"])
-    return float(entry["bytes_per_s"]) if entry.get("bytes_per_s") else None
+    return _on_clock((entry.get("cache") or {}) if in_cache else entry, "bytes_per_s", clock)
 
 
 LATENCY_CHAIN = 64
@@ -216,9 +222,6 @@ LATENCY_POLICY = TimingPolicy(min_rounds=6, max_rounds=12, target_s=0.1, passes=
 
 def op_latency(device: str) -> dict:
     """Seconds of one small operator that waits for the last: the floor of a loop of an operator per step."""
-    on_gpu = device.startswith("cuda")
-    sync = torch.cuda.synchronize if on_gpu else None
-    clocks = WALL_ONLY if on_gpu else Clocks.for_call(torch.get_num_threads())
     h = torch.randn(1, LATENCY_SIZE, device=device)
     w = torch.randn(LATENCY_SIZE, LATENCY_SIZE, device=device) / LATENCY_SIZE
 
@@ -228,24 +231,19 @@ def op_latency(device: str) -> dict:
             x = x @ w
         return x
 
-    with torch.inference_mode():
-        timing = interleaved({"chain": chain}, LATENCY_POLICY, sync=sync, clocks=clocks)["chain"]
+    timing = _timed(device, {"chain": chain}, LATENCY_POLICY)["chain"]
     out = {
         "seconds": timing.wall.min_s / LATENCY_CHAIN,
         "kernel": f"matmul 1x{LATENCY_SIZE} by {LATENCY_SIZE}x{LATENCY_SIZE}, {LATENCY_CHAIN} in a chain",
     }
-    if timing.cpu is not None and timing.cpu_clock == "thread":
-        out["seconds_cpu"] = timing.cpu.min_s / LATENCY_CHAIN
+    if cpu := _thread_cpu(timing):
+        out["seconds_cpu"] = cpu.min_s / LATENCY_CHAIN
     return out
 
 
 def with_latency(entry: dict | None, when: str, value: dict) -> dict:
-    """As with_bandwidth; the shorter one is kept."""
-    measured = dict((entry or {}).get("measured", {}), **{when: value})
-    return dict(min(measured.values(), key=lambda m: m["seconds"]), measured=measured)
+    return _kept(entry, when, value, "seconds", better=min)
 
 
 def latency_on(entry: dict, clock: str) -> float | None:
-    if clock == CPU and entry.get("seconds_cpu"):
-        return float(entry["seconds_cpu"])
-    return float(entry["seconds"]) if entry.get("seconds") else None
+    return _on_clock(entry, "seconds", clock)

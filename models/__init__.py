@@ -113,14 +113,12 @@ def analytic_useful_flops(
 
 
 def analytic_activation_bytes(name: str, batch: int, n: int, cfg: LayerConfig) -> int:
-    elem_bytes = torch.empty((), dtype=cfg.torch_dtype).element_size()
-    return LAYERS[name].activation_bytes(batch, n, cfg, elem_bytes)
+    return LAYERS[name].activation_bytes(batch, n, cfg, cfg.elem_bytes)
 
 
 def analytic_min_bytes(name: str, batch: int, n: int, cfg: LayerConfig, cache_bytes: int | None = None) -> int:
     """The bytes one forward must move at the least (a roofline's denominator; the rule: docs/adding-a-layer.md)."""
-    elem_bytes = torch.empty((), dtype=cfg.torch_dtype).element_size()
-    return LAYERS[name].min_bytes(batch, n, cfg, elem_bytes, cache_bytes)
+    return LAYERS[name].min_bytes(batch, n, cfg, cfg.elem_bytes, cache_bytes)
 
 
 __all__ = [

@@ -30,6 +30,10 @@ class LayerConfig:
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
 
+    @property
+    def elem_bytes(self) -> int:
+        return self.torch_dtype.itemsize
+
     @classmethod
     def of(cls, d: int, dtype: str = "float32", **sizes) -> LayerConfig:
         """The config of a stored point or spec: sizes that are None or NaN keep their defaults."""

@@ -62,7 +62,7 @@ def roofline_figure(ctx: ReportContext, points: pd.DataFrame, ceilings: dict[str
     """Per source: achieved FLOP/s against intensity under the ceilings; each layer's largest point labelled."""
     sources = sorted(points["source"].unique())
     palette, markers = style.layer_palette(points["layer"].unique()), style.layer_markers(points["layer"].unique())
-    fig, axes = style.panels(len(sources), sharex=False, sharey=False)  # a GPU's rates are a CPU's times 1000
+    fig, axes = style.panels(len(sources), sharex=False, sharey=False)
     for ax, source in zip(axes, sources):
         part = points[points["source"] == source]
         for layer in style.layer_order(part["layer"].unique()):
