@@ -288,7 +288,7 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
             points[column] = point_peaks(points, runs, on)
         fit_rows = fits.fit_table(points)
         texts = cite_fits(ctx, fit_rows)
-        headline_md, verdicts_md = said + headline(ctx, texts, fit_rows), verdict_table(ctx, texts)
+        headline_md, verdicts_md = headline(ctx, texts, fit_rows) + "\n" + said, verdict_table(ctx, texts)
         figure_md = table1_section(ctx, fit_rows)
         table = summary_rows(ctx, fit_rows, texts)
         marks = ", ".join(f"{fits.VERDICT_MARK[v]} {v}" for v in fits.VERDICTS)
