@@ -194,8 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--mode",
         choices=list(MODES),
-        help="inference (default): the forward pass; train: one forward and one backward pass "
-        "(with a preset: every grid in this mode)",
+        help="inference (default): the forward pass; train: one forward and one backward pass; decode: the token "
+        "at position n from the state of n positions (key/value cache, recurrent state, ...); recompute: that "
+        "token by the causal forward over all n + 1 positions (with a preset: its grids of the same kind in this mode)",
+    )
+    run.add_argument(
+        "--causal", action="store_true", help="the layers' causal form: output i from inputs 0..i (a grid's)"
     )
     logical_cores = psutil.cpu_count() or 1
     run.add_argument(

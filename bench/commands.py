@@ -54,6 +54,7 @@ def _grid_specs(args, cluster=None) -> list[PointSpec]:
         dtypes=[args.dtype or "float32"],
         dilation=args.dilation or [None],
         modes=[args.mode or DEFAULT_MODE],
+        causal=args.causal,
     )
 
 
@@ -132,6 +133,7 @@ def _run_on(args, argv, cluster) -> int:
             run.log(f"measuring the rest here, not on Ray (it was begun on {run.meta['ray'].get('address')})")
     else:
         grid_given = [f"--{name}" for name in GRID_OPTIONS if getattr(args, name, None) is not None]
+        grid_given += ["--causal"] if getattr(args, "causal", False) else []
         if args.preset is not None and grid_given:
             raise BadInput(f"--preset {args.preset} and {' '.join(grid_given)}: give a preset or a grid, not both")
         if args.preset is not None:

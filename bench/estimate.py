@@ -14,13 +14,16 @@ from models.recurrent import onednn_takes
 
 from . import peak
 from .formats import stored_peaks
-from .spec import PointSpec, device_key
+from .spec import DECODE_MODE, PointSpec, device_key
 from .timing import WARMUP_ROUNDS, TimingPolicy
 
 # CPU values fitted to the quick preset's reference runs (results/reference/); CUDA ones not fitted to a GPU run.
 CALL_OVERHEAD_S = {"cpu": 50e-6, "cuda": 50e-6}
 COMPUTE_EFFICIENCY = 0.5  # the share of the measured compute rate a layer's matrix products reach
 ACTIVATION_FLOPS_PER_BYTE = {"cpu": 128.0, "cuda": 32.0}  # element-wise work, in units of the compute rate
+# A decode step: a few small operators; its state read about four times (copied to the new one, then read).
+DECODE_CALL_S = {"cpu": 120e-6, "cuda": 100e-6}
+STATE_FLOPS_PER_BYTE = {"cpu": 32.0, "cuda": 8.0}
 STEP_OVERHEAD_S = {"cpu": 10e-6, "cuda": 5e-6}  # a recurrence's per-step operators
 PROBE_STEP_S = {"cpu": 0.5e-3, "cuda": 0.0}  # what the FLOP counter and the profiler add a step (cuDNN: fused)
 VISIT_OVERHEAD_S = 5e-3  # building the layer and its input, pytest-benchmark's fixture, the pass's record
@@ -30,6 +33,7 @@ PROBE_CALLS = 2  # the FLOP counter's and the memory probe's, on a point's first
 TRAIN_ACTIVATION_PASSES = 3
 TRAIN_STEP_CHAINS = 2
 TRAIN_HELD_COPIES = 2
+PREFILL_COPIES = 3
 CALIBRATION_CALLS = 2  # bench.timing.calibrate: a call that pays lazy initialisation, then the timed one
 # bench.peak.quick_rate: a few rounds of the peak's smallest kernels, well under a second with their warm-up
 QUICK_POLICY = TimingPolicy(min_rounds=3, max_rounds=10, target_s=0.05, min_round_s=0.005, passes=1)
@@ -47,9 +51,19 @@ def _parameters(layer_cls: type, cfg: models.LayerConfig) -> int:
 
 
 def sequential_steps(spec: PointSpec) -> int:
-    """Dependent steps of a call beyond its one pass: n for a recurrence, ⌈log₂ n⌉ for a scan, 0 for O(1)."""
+    """Dependent steps of a call beyond its one pass: n for a recurrence, ⌈log₂ n⌉ for a scan, 0 for O(1) or a step."""
     row = models.LAYERS[spec.layer].table1
-    return 0 if row.sequential_is_constant else row.sequential_steps(spec.n)
+    if spec.mode == DECODE_MODE or row.sequential_is_constant:
+        return 0
+    return row.sequential_steps(spec.n + 1 if spec.decodes else spec.n)
+
+
+def _activation_bytes(spec: PointSpec) -> int:
+    cfg = spec.config()
+    if spec.mode == DECODE_MODE:
+        return models.analytic_decode_state_bytes(spec.layer, spec.batch, spec.n, cfg)
+    n = spec.n + 1 if spec.decodes else spec.n
+    return models.analytic_activation_bytes(spec.layer, spec.batch, n, cfg)
 
 
 def call_time_s(spec: PointSpec, rate: float) -> float:
@@ -58,9 +72,11 @@ def call_time_s(spec: PointSpec, rate: float) -> float:
     kind = device_kind(spec.device)
     train = spec.trains
     flops = models.analytic_flops(spec.layer, spec.batch, spec.n, cfg, spec.mode, spec.device)
-    activations = models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg)
+    activations = _activation_bytes(spec)
     compute_s = flops / (COMPUTE_EFFICIENCY * rate)
     memory_s = activations * (TRAIN_ACTIVATION_PASSES if train else 1) * ACTIVATION_FLOPS_PER_BYTE[kind] / rate
+    if spec.mode == DECODE_MODE:
+        return DECODE_CALL_S[kind] + max(compute_s, activations * STATE_FLOPS_PER_BYTE[kind] / rate)
     steps = sequential_steps(spec) * (TRAIN_STEP_CHAINS if train else 1)
     return CALL_OVERHEAD_S[kind] + max(compute_s, memory_s) + steps * STEP_OVERHEAD_S[kind]
 
@@ -92,7 +108,12 @@ def peak_measurement_s(device: str, rate: float) -> float:
 def flop_count_bytes(spec: PointSpec) -> int:
     """Bytes counting FLOPs adds: an ATen-loop recurrence's gate weights per step where oneDNN takes its dtype."""
     cls = models.LAYERS[spec.layer]
-    if spec.device != "cpu" or spec.dtype == "float32" or spec.layer not in models.recurrent():
+    if (
+        spec.mode == DECODE_MODE
+        or spec.device != "cpu"
+        or spec.dtype == "float32"
+        or spec.layer not in models.recurrent()
+    ):
         return 0
     if cls.cpu_fused or not onednn_takes(spec.dtype, spec.trains):
         return 0
@@ -105,8 +126,8 @@ def point_memory_bytes(spec: PointSpec) -> int:
     elem = cfg.elem_bytes
     copies = TRAIN_HELD_COPIES if spec.trains else 1
     weights = _parameters(models.LAYERS[spec.layer], cfg) * elem * copies
-    inputs = spec.batch * spec.n * spec.d * elem * copies
-    forward = models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg) * copies
+    inputs = spec.batch * (spec.n + spec.decodes) * spec.d * elem * copies
+    forward = (PREFILL_COPIES if spec.mode == DECODE_MODE else copies) * _activation_bytes(spec)
     return weights + inputs + max(forward, flop_count_bytes(spec))
 
 

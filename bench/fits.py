@@ -14,6 +14,7 @@ import models
 
 from . import clock as clocks
 from . import timing
+from .spec import DECODE_MODE, DEFAULT_MODE
 from .sweeps import (
     ELEMENTWISE_SHARE_THRESHOLD,
     MIN_FIT_POINTS,
@@ -23,18 +24,21 @@ from .sweeps import (
     VARIABLES,
     asymptotic_range,
     fixed_text,
+    metric_column,
+    mode_of_sweep,
     predicted_exponent,
     sweeps,
     time_explanation,
     time_fit_range,
 )
+from .sweeps import METRIC_COLUMN as METRIC_COLUMN
 from .sweeps import PEAK_COLUMNS as PEAK_COLUMNS  # these three and the above: what the report reads from here
+from .sweeps import predicted_text as predicted_text
 from .sweeps import table1_text as table1_text
 from .sweeps import useful_flops as useful_flops
 
 CONFIDENCE = 0.95  # of every exponent's interval
 MAX_VERDICT_WIDTH = 1.0  # an interval wider than this is never consistent nor inconsistent
-METRIC_COLUMN = {"flops": "flops_counted", "time": "time_median_s", "memory": "mem_peak_bytes"}
 SOURCE = "Vaswani et al. 2017, Table 1"
 VERDICTS = ("consistent", "inconsistent", "inconclusive")
 VERDICT_MARK = {"consistent": "✓", "inconsistent": "✗", "inconclusive": "?"}
@@ -132,7 +136,8 @@ def power_law_fit(x, y, sigma_log=None, confidence: float = CONFIDENCE) -> Power
         raise ValueError("a power-law fit needs at least two distinct x values")
     res = stats.linregress(lx, ly)
     m = len(lx)
-    h_reg = stats.t.ppf(0.5 + confidence / 2, m - 2) * res.stderr if m > 2 else math.nan
+    stderr = 0.0 if np.ptp(ly) == 0 else res.stderr  # a constant: linregress gives NaN, the slope is exactly 0
+    h_reg = stats.t.ppf(0.5 + confidence / 2, m - 2) * stderr if m > 2 else math.nan
     h_meas = 0.0 if sigma_log is None else measurement_halfwidth(np.exp(lx), sigma_log, confidence)
     half = math.hypot(h_reg, h_meas) if not math.isnan(h_reg) else math.nan
     slope = float(res.slope)
@@ -242,7 +247,7 @@ def _time_row(layer: str, sweep: pd.DataFrame, variable: str) -> dict:
 
 
 def _fixed_row(metric: str, layer: str, sweep: pd.DataFrame, variable: str) -> dict:
-    column = METRIC_COLUMN[metric]
+    column = metric_column(metric, mode_of_sweep(sweep))
     fit_range = asymptotic_range(sweep, variable, layer)
     data = fit_range[fit_range[column].notna() & (fit_range[column] > 0)]
     if len(data) < MIN_FIT_POINTS:
@@ -339,16 +344,21 @@ def crossover_n(ns, time_a, time_b) -> float | None:
 CLOSED_FORM_MAX_N = 2**40  # the search for a closed-form crossover stops here: "no crossover"
 
 
-def closed_form_crossover_n(layer_a: str, layer_b: str, batch: int, cfg: models.LayerConfig) -> int | None:
-    """The smallest n >= 1 where layer a's FLOP formula reaches layer b's (None: not up to CLOSED_FORM_MAX_N), by
-    doubling and bisection: the costs, polynomials in n of degree at most 2, cross at most once."""
+def closed_form_crossover_n(
+    layer_a: str, layer_b: str, batch: int, cfg: models.LayerConfig, mode: str = DEFAULT_MODE
+) -> int | None:
+    """The first n >= 1 (a decode step's t >= 0) where layer a's FLOP formula in `mode` reaches layer b's (None: not
+    up to CLOSED_FORM_MAX_N), by doubling and bisection: the costs, of degree at most 2 in n, cross at most once."""
 
     def a_reaches_b(n: int) -> bool:
-        return models.analytic_flops(layer_a, batch, n, cfg) >= models.analytic_flops(layer_b, batch, n, cfg)
+        return models.analytic_flops(layer_a, batch, n, cfg, mode) >= models.analytic_flops(
+            layer_b, batch, n, cfg, mode
+        )
 
-    if a_reaches_b(1):
-        return 1
-    low, high = 1, 2  # a < b at low
+    low = 0 if mode == DECODE_MODE else 1
+    if a_reaches_b(low):
+        return low
+    high = max(1, 2 * low)
     while not a_reaches_b(high):
         if high >= CLOSED_FORM_MAX_N:
             return None

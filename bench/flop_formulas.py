@@ -10,6 +10,8 @@ import torch
 from torch._ops import OpOverloadPacket
 from torch.utils.flop_counter import conv_flop_count, sdpa_backward_flop_count
 
+from models.attention import cpu_flash_causal_pairs
+
 aten = torch.ops.aten
 
 Shape = tuple[int, ...]  # what a formula gets for each tensor argument (FlopCounterMode's shape_wrapper)
@@ -27,6 +29,15 @@ def attention_flop(query: Shape, key: Shape, value: Shape) -> int:
 
 def sdpa_flop(query: Shape, key: Shape, value: Shape, *args, out_shape=None, **kwargs) -> int:
     return attention_flop(query, key, value)
+
+
+def cpu_flash_attention_flop(
+    query: Shape, key: Shape, value: Shape, dropout_p=0.0, is_causal=False, *args, out_shape=None, **kwargs
+) -> int:
+    if not kwargs.get("is_causal", is_causal):
+        return attention_flop(query, key, value)
+    *batch_heads, q_len, head_dim = query
+    return 2 * prod(batch_heads) * cpu_flash_causal_pairs(q_len, key[-2]) * (head_dim + value[-1])
 
 
 def recurrent_flop(input_shape: Shape, weights: Iterable[Shape]) -> int:
@@ -114,7 +125,7 @@ FLOP_FORMULAS: dict[OpOverloadPacket, Callable[..., int]] = {
     aten.mkldnn_rnn_layer: mkldnn_rnn_layer_flop,  # CPU nn.LSTM (oneDNN)
     aten._cudnn_rnn: cudnn_rnn_flop,  # CUDA nn.RNN / GRU / LSTM (cuDNN)
     aten.miopen_rnn: cudnn_rnn_flop,  # ROCm, same schema bar proj_size
-    aten._scaled_dot_product_flash_attention_for_cpu: sdpa_flop,  # CPU SDPA
+    aten._scaled_dot_product_flash_attention_for_cpu: cpu_flash_attention_flop,  # CPU SDPA, as its causal form runs
     aten._scaled_dot_product_fused_attention_overrideable: sdpa_flop,  # out-of-tree backends (XPU, ...)
     aten._scaled_dot_product_attention_math_for_mps: sdpa_flop,  # Apple GPU
     # Backward (mode "train"): fused kernels' backward, and torch's grouped-convolution formula corrected.

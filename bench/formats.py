@@ -9,11 +9,11 @@ from pathlib import Path
 import pandas as pd
 
 from .errors import RunFailed
-from .spec import mode_of
+from .spec import causal_of, mode_of
 
 SCHEMA = 2  # meta.json `schema` of the folders this version writes
 # Schema 1 folders were written over many versions; depending on their age they lack
-#   points.csv: columns added since (`mode`, `node`, `mem_saved_bytes`...) and rows' `point_id`;
+#   points.csv: columns added since (`mode`, `causal`, `node`, `mem_saved_bytes`...) and rows' `point_id`;
 #   timings.jsonl: `visit_s`, and before interleaved passes `point_id`, `attempt` and `pass` (not resumable);
 #     before sampling until known, attempt 1 was a whole second set of passes;
 #   started.jsonl: `process` (the writer's pid stood for it);
@@ -43,8 +43,8 @@ def identified(df: pd.DataFrame) -> pd.Series:
 
 
 def with_mode(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows stored before the `mode` column measured inference."""
-    return df.assign(mode=mode_of(df))
+    """Rows stored before the `mode` column measured inference, before `causal` the non-causal form."""
+    return df.assign(mode=mode_of(df), causal=causal_of(df))
 
 
 def check_record(record: dict, path: Path) -> None:

@@ -16,7 +16,7 @@ import models
 from .flops import count_flops
 from .load import LoadMeter
 from .memory import measure_memory
-from .spec import PointSpec
+from .spec import DECODE_MODE, DEFAULT_MODE, RECOMPUTE_MODE, PointSpec
 from .timing import Clocks, Timing, TimingPolicy, calibrate, plain_flag, record_of, synced, time_rounds
 
 OOM_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory")
@@ -66,6 +66,24 @@ def one_call(
     return train_step, lambda: layer(x)
 
 
+def decode_call(spec: PointSpec, layer: torch.nn.Module, seed: int) -> tuple[Callable[[], object], int]:
+    """(call, the state's bytes): the step at position n from a prefilled state (method: docs/method.md)."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    dtype = spec.config().torch_dtype
+
+    def tokens(n: int) -> torch.Tensor:
+        return torch.randn(spec.batch, n, spec.d, generator=generator).to(spec.device, dtype)
+
+    if spec.mode == RECOMPUTE_MODE:
+        x = tokens(spec.n + 1)
+        return (lambda: layer(x)[:, -1:]), x[:, :-1].nbytes
+    assert spec.mode == DECODE_MODE, spec.mode
+    with torch.inference_mode():
+        state = layer.prefill(tokens(spec.n))
+    token = tokens(1)
+    return (lambda: layer.step(token, state)), models.state_bytes(state)
+
+
 def autograd_mode(trains: bool) -> AbstractContextManager:
     return torch.enable_grad() if trains else torch.inference_mode()
 
@@ -91,10 +109,15 @@ def measure_pass(
     failed = True
     try:
         layer = models.build(spec.layer, cfg, device=spec.device, seed=seed)
-        generator = torch.Generator(device="cpu").manual_seed(seed)
-        x = torch.randn(spec.batch, spec.n, spec.d, generator=generator).to(spec.device, cfg.torch_dtype)
+        state_bytes = None
+        if spec.decodes:
+            call, state_bytes = decode_call(spec, layer, seed)
+            forward = call
+        else:
+            generator = torch.Generator(device="cpu").manual_seed(seed)
+            x = torch.randn(spec.batch, spec.n, spec.d, generator=generator).to(spec.device, cfg.torch_dtype)
+            call, forward = one_call(spec, layer, x, seed)
         on_gpu = spec.device.startswith("cuda")
-        call, forward = one_call(spec, layer, x, seed)
         target = synced(call, torch.cuda.synchronize if on_gpu else None)
         clocks = Clocks.for_call(torch.get_num_threads(), on_gpu)
         with grad_mode(spec):
@@ -113,6 +136,7 @@ def measure_pass(
                     flops_elementwise=counted.elementwise,
                     mem_peak_bytes=memory.peak_bytes,
                     mem_saved_bytes=saved_bytes(forward, spec) if spec.trains else None,
+                    mem_state_bytes=state_bytes,
                     mem_rss_peak_bytes=memory.rss_peak_bytes,
                     mem_rss_base_bytes=memory.rss_base_bytes,
                     mem_method=memory.method,
@@ -125,7 +149,7 @@ def measure_pass(
             "oom" if is_oom(exc) else "error", text.splitlines()[0][:500], "".join(traceback.format_exception(exc))
         )
     finally:
-        layer = x = None  # noqa: F841 - drop references so the memory is freed before the next point
+        layer = x = call = forward = target = None  # noqa: F841 - drop references so the memory is freed before the next point
         _free(spec.device, collect=failed)
 
 
@@ -145,7 +169,7 @@ def base_row(spec: PointSpec, threads: int) -> dict:
         flops_useful=models.analytic_useful_flops(spec.layer, spec.batch, spec.n, cfg, spec.mode, spec.device),
         # the layers' estimate is of an inference forward pass's activations
         mem_analytic_bytes=(
-            None if spec.trains else models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg)
+            None if spec.mode != DEFAULT_MODE else models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg)
         ),
     )
 

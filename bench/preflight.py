@@ -21,8 +21,7 @@ from .timing import TimingPolicy
 
 PLAN_SIZES = (*(s for s in SIZES if s != "batch"), "batch")  # the sizes a warning names, in its order
 LONG_RUN_S = 30 * 60  # above this estimate `run` asks before measuring (or wants --yes without a terminal)
-# On the CPU a point beyond the memory swaps or meets the OS's out-of-memory killer, which ends the whole run; on a
-# GPU the allocator raises torch.OutOfMemoryError, stored as `oom` (the gpu preset relies on it).
+# On the CPU such a point meets the OS's OOM killer, ending the run; a GPU's raises OutOfMemoryError, stored `oom`.
 REFUSED_BEYOND_MEMORY = ("cpu",)
 
 
@@ -123,8 +122,7 @@ def _plan_keeps(fixed: dict, variable: str, values: list[int]) -> bool:
 
 
 def wide_kernel_warnings(points: Iterable[tuple[str, int, int | None]]) -> list[str]:
-    """One line per kernel size k wider than a sequence length n it is paired with, of (layer, n, k) of the
-    layers that read k. Only the kernel's own width: conv_dilated's span may exceed n by design."""
+    """A line per kernel size k wider than an n it is paired with (conv_dilated's span may exceed n by design)."""
     wide: dict[int, tuple[set[str], set[int]]] = {}
     for layer, n, k in points:
         if k is not None and "k" in models.LAYERS[layer].uses and k > n:
@@ -219,8 +217,7 @@ def expected_ooms(plan: PlanEstimate, total_bytes: Mapping[str, int]) -> list[st
 def reasons_to_ask(
     plan: PlanEstimate, available_bytes: Mapping[str, int], long_run_s: float | None = None
 ) -> list[str]:
-    """Why a run should not start unasked: an estimate above `long_run_s` (default LONG_RUN_S), or a point above
-    the memory available now on a device of REFUSED_BEYOND_MEMORY."""
+    """Why a run should not start unasked: too long an estimate, or a point above the memory available now."""
     long_run_s = LONG_RUN_S if long_run_s is None else long_run_s
     reasons = []
     if plan.time_s > long_run_s:
@@ -269,8 +266,7 @@ def confirm_plan(
     interactive: bool,
     ask: Callable[[str], bool] | None = None,
 ) -> None:
-    """Go ahead, or raise BadInput. With `yes` always; a CPU point above the whole memory: refused; a long plan,
-    or a CPU point above the memory available now: asked about (`ask`) when `interactive`, else refused."""
+    """Go ahead or raise BadInput: `yes` goes; above the whole memory refused; `reasons_to_ask` asked on a terminal."""
     if yes:
         return
     refused = too_large(plan, total_bytes)
@@ -291,8 +287,7 @@ def confirm_plan(
 def before_measuring(
     specs: list[PointSpec], policy: TimingPolicy, *, threads: int | None, yes: bool, on_cluster: bool
 ) -> list[str]:
-    """The lines to print before a new run measures: its warnings, then `plan: N points, about T ...`; raises
-    BadInput where the plan is refused. A question prints the lines first; a refusal prints nothing else."""
+    """The lines to print before a new run measures (warnings, then `plan: ...`); BadInput where it is refused."""
     warnings = plan_warnings(specs) + wide_kernel_warnings((s.layer, s.n, s.k) for s in specs)
     if on_cluster and any(s.device != "cpu" for s in specs) and not machine.cuda_available():
         return [

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BadInput
-from .spec import DEFAULT_MODE, SIZES, WHERE, PointSpec, expand_grid
+from .spec import DECODE_MODES, DEFAULT_MODE, SIZES, WHERE, PointSpec, expand_grid
 from .timing import TimingPolicy
 
 PRESETS_FILE = Path(__file__).with_name("presets.toml")
@@ -25,15 +25,19 @@ class Preset:
     cpu_instead: str = ""  # the presets to name where that device is missing
 
     def specs(self, devices: list[str], dtype: str | None = None, mode: str | None = None) -> list[PointSpec]:
-        """Every point of the preset on each device; `dtype` and `mode` (if given) replace the grids'."""
+        """Every point on each device; `dtype` and `mode` replace the grids' (a decode mode: its decode grids only)."""
         specs: list[PointSpec] = []
         for grid in self.grids:
+            decodes = any(m in DECODE_MODES for m in grid.get("mode", [DEFAULT_MODE]))
+            if mode and decodes != (mode in DECODE_MODES):
+                continue
             for spec in expand_grid(
                 layers=grid["layers"],
                 **{size: grid[size] for size in SIZES if size in grid},
                 devices=devices,
                 dtypes=[dtype] if dtype else grid.get("dtype", ["float32"]),
                 modes=[mode] if mode else grid.get("mode", [DEFAULT_MODE]),
+                causal=grid.get("causal", False),
             ):
                 if spec not in specs:
                     specs.append(spec)

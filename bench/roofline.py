@@ -9,7 +9,7 @@ import pandas as pd
 import models
 
 from .peak import bandwidth_on, latency_on
-from .spec import TRAIN_MODE
+from .spec import DEFAULT_MODE
 from .sweeps import row_config
 
 COMPUTE, BANDWIDTH, CACHE, LATENCY = "compute", "memory bandwidth", "cache bandwidth", "operator latency"
@@ -45,7 +45,7 @@ def _ceiling(runs: dict[str, dict], kind: str, run_id: str, device: str) -> dict
 def against_roofline(points: pd.DataFrame, runs: dict[str, dict], peaks: pd.Series) -> pd.DataFrame:
     """The inference points (with `useful`, `clock`) with their roofline; `peaks`: compute peaks on their clocks."""
     rows = []
-    for p in points[points["mode"].fillna("inference") != TRAIN_MODE].itertuples():
+    for p in points[points["mode"].fillna(DEFAULT_MODE) == DEFAULT_MODE].itertuples():
         index = p.Index
         bandwidth_entry = _ceiling(runs, "memory_bandwidth", p.run_id, p.device)
         cache = bandwidth_entry.get("last_level_cache_bytes")

@@ -1,5 +1,4 @@
-"""A run: its plan measured in interleaved passes in this process (or on a Ray cluster, bench.cluster), each
-point sampled until its time is known, every pass and row stored as it finishes. method: docs/method.md"""
+"""A run: its plan in interleaved passes here or on Ray, sampled until known, stored as it goes. docs/method.md"""
 
 from __future__ import annotations
 

@@ -10,8 +10,9 @@ import models
 
 from .errors import BadInput
 
-MODES = ("inference", "train")  # what one call of a point runs (bench.point.one_call)
-DEFAULT_MODE, TRAIN_MODE = MODES
+MODES = ("inference", "train", "decode", "recompute")
+DEFAULT_MODE, TRAIN_MODE, DECODE_MODE, RECOMPUTE_MODE = MODES
+DECODE_MODES = (DECODE_MODE, RECOMPUTE_MODE)
 
 
 @dataclass(frozen=True, order=True)
@@ -29,18 +30,23 @@ class PointSpec:
     device: str = "cpu"
     dtype: str = "float32"
     mode: str = DEFAULT_MODE
+    causal: bool = False
 
     @property
     def trains(self) -> bool:
         return self.mode == TRAIN_MODE
 
     @property
+    def decodes(self) -> bool:
+        return self.mode in DECODE_MODES
+
+    @property
     def key(self) -> str:
-        """A stable id inside a run (for --resume); the default mode left unsaid, as before modes existed."""
+        """A stable id inside a run (for --resume); the default mode and causal left unsaid, as before they existed."""
         return "|".join(
             f"{f.name}={getattr(self, f.name)}"
             for f in fields(self)
-            if not (f.name == "mode" and self.mode == DEFAULT_MODE)
+            if not (f.name == "mode" and self.mode == DEFAULT_MODE) and not (f.name == "causal" and not self.causal)
         )
 
     @property
@@ -50,7 +56,13 @@ class PointSpec:
 
     def config(self) -> models.LayerConfig:
         return models.LayerConfig.of(
-            self.d, self.dtype, k=self.k, heads=self.heads, window=self.window, dilation=self.dilation
+            self.d,
+            self.dtype,
+            k=self.k,
+            heads=self.heads,
+            window=self.window,
+            dilation=self.dilation,
+            causal=self.causal or self.decodes,
         )
 
     def as_row(self) -> dict:
@@ -60,7 +72,7 @@ class PointSpec:
 # A point's fields by role: every list of sizes or of what makes a point derives from these.
 SIZES = ("n", "d", "batch", "k", "heads", "window", "dilation")
 LAYER_SIZES = SIZES[3:]  # the sizes only some layers use (None elsewhere): models' `uses`
-WHERE = ("device", "dtype", "mode")
+WHERE = ("device", "dtype", "mode", "causal")
 IDENTITY = ("layer", *SIZES, *WHERE)  # what makes a point: PointSpec's fields; equal identity, same point
 
 
@@ -80,16 +92,24 @@ def mode_of(points) -> list[str]:
     return [DEFAULT_MODE if not isinstance(m, str) or not m else m for m in points["mode"]]
 
 
-def source_key(device: str, dtype: str, mode: str) -> str:
-    """`device_key` and the mode (inference left unsaid), the measurements that may share a fit: `cpu-train`."""
+def causal_of(points) -> list[bool]:
+    """Whether each row of a points table is of a causal form; rows stored before the `causal` column are not."""
+    if "causal" not in points:
+        return [False] * len(points)
+    return [c is True or str(c).lower() in ("true", "1", "1.0") for c in points["causal"]]
+
+
+def source_key(device: str, dtype: str, mode: str, causal: bool = False) -> str:
+    """`device_key`, mode (inference unsaid) and causal form, what may share a fit: `cpu-train`, `cpu-causal`."""
     key = device_key(device, dtype)
-    return key if mode == DEFAULT_MODE else f"{key}-{mode}"
+    key = key if mode == DEFAULT_MODE else f"{key}-{mode}"
+    return f"{key}-causal" if causal and mode not in DECODE_MODES else key
 
 
 def source_keys(points) -> list[str]:
     return [
-        source_key(str(device), str(dtype), mode)
-        for device, dtype, mode in zip(points["device"], points["dtype"], mode_of(points))
+        source_key(str(device), str(dtype), mode, causal)
+        for device, dtype, mode, causal in zip(points["device"], points["dtype"], mode_of(points), causal_of(points))
     ]
 
 
@@ -138,6 +158,7 @@ def expand_grid(
     dtypes=("float32",),
     dilation=(None,),
     modes=(DEFAULT_MODE,),
+    causal: bool = False,
 ) -> list[PointSpec]:
     """The product, unused sizes None so no point repeats; n innermost, so an n-sweep runs smallest first."""
     specs: list[PointSpec] = []
@@ -160,6 +181,7 @@ def expand_grid(
             device=device,
             dtype=dtype,
             mode=mode,
+            causal=causal and mode not in DECODE_MODES,
         )
         if spec not in seen:
             seen.add(spec)

@@ -20,7 +20,7 @@ from .errors import RunFailed
 from .spec import LAYER_SIZES, SIZES
 
 # A point's identity (bench.spec.IDENTITY) in points.csv's column order, which bench/interface.md fixes.
-IDENTITY_COLUMNS = ("layer", "device", "dtype", "batch", "n", "d", *LAYER_SIZES, "mode")
+IDENTITY_COLUMNS = ("layer", "device", "dtype", "batch", "n", "d", *LAYER_SIZES, "mode", "causal")
 POINT_COLUMNS = [
     *IDENTITY_COLUMNS,
     "time_median_s",
@@ -58,6 +58,7 @@ POINT_COLUMNS = [
     "mem_rss_peak_bytes",
     "mem_rss_base_bytes",
     "mem_analytic_bytes",
+    "mem_state_bytes",
     "mem_method",
     "threads",
     "load_others_cores",
@@ -241,7 +242,8 @@ def point_words(row: pd.Series) -> str:
     def text(value) -> str:
         return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
-    sizes = " ".join(f"{c}={text(row[c])}" for c in SPEC_COLUMNS[3:] if c in row and pd.notna(row[c]))
+    shown = [c for c in SPEC_COLUMNS[3:] if c in row and pd.notna(row[c]) and not (c == "causal" and not row[c])]
+    sizes = " ".join(f"{c}={text(row[c])}" for c in shown)
     return f"{row.get('layer')} on {row.get('device')} {row.get('dtype')}, {sizes}"
 
 

@@ -13,10 +13,11 @@ import models
 
 from . import clock as clocks
 from . import timing
-from .spec import LAYER_SIZES, SIZES, SWEPT_STACK_LAYER, WHERE, mode_of
+from .spec import DECODE_MODE, DECODE_MODES, DEFAULT_MODE, LAYER_SIZES, SIZES, SWEPT_STACK_LAYER, WHERE, mode_of
 
 VARIABLES = ("n", "d", "k")
 MIN_FIT_POINTS = 3
+METRIC_COLUMN = {"flops": "flops_counted", "time": "time_median_s", "memory": "mem_peak_bytes"}
 TOLERANCE = {"flops": 0.15, "time": 0.2, "memory": 0.35}  # the band around a prediction, and Table 1's regime
 PLATEAU_FRACTION = 0.8  # a time sweep is asymptotic from the first point within this share of its best rate
 PER_CALL_SHARE_THRESHOLD = 0.2  # a per-call cost above this share of the time explains a time exponent
@@ -51,7 +52,7 @@ def sweep_keys(points: pd.DataFrame) -> pd.DataFrame:
     """Per point, what a sweep holds fixed: SWEEP_KEYS and any `source`. A dilated convolution's dilation moves
     with k along a k-sweep, so the key holds only a dilation other than k's (NaN: k's)."""
     keys = (["source"] if "source" in points else []) + SWEEP_KEYS
-    missing = {c: np.nan for c in (*LAYER_SIZES, "mode") if c not in points}
+    missing = {c: np.nan for c in (*LAYER_SIZES, "mode", "causal") if c not in points}
     frame = points.assign(**missing)
     return frame.assign(dilation=_dilation_beside_k(frame))[keys]
 
@@ -89,6 +90,26 @@ def table1_text(layer: str) -> str:
     return models.LAYERS[layer].table1.compute_text
 
 
+def mode_of_sweep(sweep: pd.DataFrame) -> str:
+    return mode_of(sweep.iloc[:1])[0] if len(sweep) else DEFAULT_MODE
+
+
+def predicted_row(layer: str, mode: str):
+    """What a sweep in `mode` is judged against: the decode row for a decode step, else Table 1's (recompute: at n+1)."""
+    cls = models.LAYERS[layer]
+    return cls.decode if mode == DECODE_MODE else cls.table1
+
+
+def predicted_text(layer: str, mode: str, metric: str) -> str:
+    if metric == "memory":
+        return "the state" if mode in DECODE_MODES else "activation estimate"
+    return predicted_row(layer, mode).compute_text
+
+
+def metric_column(metric: str, mode: str) -> str:
+    return "mem_state_bytes" if metric == "memory" and mode in DECODE_MODES else METRIC_COLUMN[metric]
+
+
 def row_config(row) -> models.LayerConfig:
     """The layer config of a points.csv row."""
     return models.LayerConfig.of(row.d, row.dtype, **{s: getattr(row, s, None) for s in LAYER_SIZES})
@@ -97,13 +118,25 @@ def row_config(row) -> models.LayerConfig:
 def predicted_exponent(metric: str, layer: str, sweep: pd.DataFrame, variable: str) -> float:
     """Slope of Table 1's row (FLOPs, time) or of the activation estimate (memory) over the sweep's x."""
     x = sweep[variable].to_numpy(float)
+    mode = mode_of_sweep(sweep)
     if metric == "memory":
         _require_sizes(layer, sweep, models.LAYERS[layer].uses)
-        y = [models.analytic_activation_bytes(layer, int(r.batch), int(r.n), row_config(r)) for r in sweep.itertuples()]
+        y = [_predicted_bytes(layer, mode, r) for r in sweep.itertuples()]
     else:
-        _require_sizes(layer, sweep, models.LAYERS[layer].table1.sizes)
-        y = table1_cost(layer, sweep["n"], sweep["d"], sweep.get("k"), sweep.get("window"))
+        row = predicted_row(layer, mode)
+        _require_sizes(layer, sweep, row.sizes)
+        n = sweep["n"] + 1 if mode in DECODE_MODES and mode != DECODE_MODE else sweep["n"]
+        y = row.cost(n, sweep["d"], sweep.get("k"), sweep.get("window"))
     return loglog_slope(x, y)
+
+
+def _predicted_bytes(layer: str, mode: str, r) -> int:
+    batch, n, cfg = int(r.batch), int(r.n), row_config(r)
+    if mode == DECODE_MODE:
+        return models.analytic_decode_state_bytes(layer, batch, n, cfg)
+    if mode in DECODE_MODES:
+        return batch * n * cfg.d * cfg.elem_bytes
+    return models.analytic_activation_bytes(layer, batch, n, cfg)
 
 
 def loglog_slope(x, y) -> float:
@@ -116,7 +149,9 @@ def loglog_slope(x, y) -> float:
 def asymptotic_range(sweep: pd.DataFrame, variable: str, layer: str) -> pd.DataFrame:
     """The points of one sweep that the fixed rule of FLOPs and memory keeps, sorted by the variable."""
     sweep = sweep.sort_values(variable)
-    n_over_d = models.LAYERS[layer].table1.fit_n_over_d
+    mode = mode_of_sweep(sweep)
+    row = predicted_row(layer, mode)
+    n_over_d = row.fit_t_over_d if mode == DECODE_MODE else row.fit_n_over_d
     if n_over_d is not None:
         return sweep[sweep["n"] >= n_over_d * sweep["d"]]
     upper = sweep[sweep[variable] >= sweep[variable].median()]

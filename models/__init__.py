@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from .attention import Attention, AttentionLocal, AttentionMath
-from .config import DTYPES, LayerConfig, PathRule, Table1Row
+from .config import DTYPES, DecodeRow, LayerConfig, PathRule, Table1Row
 from .conv import Conv, ConvDilated, ConvSeparable
 from .linear_attention import AttentionLinear
 from .recurrent import GRU, LSTM, RNN
@@ -87,13 +87,18 @@ BACKWARD_PER_FORWARD = 2
 def analytic_flops(
     name: str, batch: int, n: int, cfg: LayerConfig, mode: str = "inference", device: str = "cpu"
 ) -> int:
-    """FLOPs of one call: the forward ("inference") or forward and backward ("train", kernels differ by device)."""
+    """FLOPs of one call (bench.spec.MODES; "train": kernels differ by device)."""
     cls = LAYERS[name]
-    forward = cls.flops(batch, n, cfg)
+    if mode == "decode":
+        return cls.decode_flops(batch, n, cfg)
+    n = n + 1 if mode == "recompute" else n
+    forward = cls.flops_on(device, batch, n, cfg) if hasattr(cls, "flops_on") else cls.flops(batch, n, cfg)
+    if mode == "recompute":
+        return forward
     if mode == "inference":
         return forward
     if mode != "train":
-        raise ValueError(f"mode {mode!r}: allowed inference, train")
+        raise ValueError(f"mode {mode!r}: allowed inference, train, decode, recompute")
     if hasattr(cls, "backward_flops"):
         return forward + cls.backward_flops(batch, n, cfg, device)
     return forward + BACKWARD_PER_FORWARD * forward
@@ -104,9 +109,12 @@ def analytic_useful_flops(
 ) -> int | None:
     """The part of `analytic_flops` the layer's definition needs (`useful_flops`), else None; train: same share."""
     cls = LAYERS[name]
-    if not hasattr(cls, "useful_flops"):
+    if mode == "decode" or not hasattr(cls, "useful_flops"):
         return None
+    n = n + 1 if mode == "recompute" else n
     forward, useful = cls.flops(batch, n, cfg), cls.useful_flops(batch, n, cfg)
+    if useful is None or mode == "recompute":
+        return useful
     return (
         useful if mode == "inference" else round(analytic_flops(name, batch, n, cfg, mode, device) * useful / forward)
     )
@@ -121,6 +129,18 @@ def analytic_min_bytes(name: str, batch: int, n: int, cfg: LayerConfig, cache_by
     return LAYERS[name].min_bytes(batch, n, cfg, cfg.elem_bytes, cache_bytes)
 
 
+def state_bytes(state: tuple[torch.Tensor, ...]) -> int:
+    return sum(t.nbytes for t in state)
+
+
+def analytic_decode_flops(name: str, batch: int, t: int, cfg: LayerConfig) -> int:
+    return LAYERS[name].decode_flops(batch, t, cfg)
+
+
+def analytic_decode_state_bytes(name: str, batch: int, t: int, cfg: LayerConfig) -> int:
+    return LAYERS[name].decode_state_bytes(batch, t, cfg, cfg.elem_bytes)
+
+
 __all__ = [
     "LAYERS",
     "ROLES",
@@ -128,6 +148,7 @@ __all__ = [
     "LayerConfig",
     "PathRule",
     "Table1Row",
+    "DecodeRow",
     "recurrent",
     "scans",
     "stepwise",
@@ -138,4 +159,7 @@ __all__ = [
     "BACKWARD_PER_FORWARD",
     "analytic_activation_bytes",
     "analytic_min_bytes",
+    "state_bytes",
+    "analytic_decode_flops",
+    "analytic_decode_state_bytes",
 ]

@@ -11,7 +11,44 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import CONSTANT_PATH, LayerConfig, PathRule, Table1Row, spill_bytes
+from .config import CONSTANT_PATH, DecodeRow, LayerConfig, PathRule, Table1Row, spill_bytes
+
+KV_CACHE_SOURCE = "Vaswani et al. 2017 (decoder, key/value cache)"
+
+
+CPU_FLASH_KEY_BLOCK = 512  # FlashAttentionKernel.cpp: keys in blocks of 512, queries of 32, 64 or 256 by length
+
+
+def cpu_flash_causal_pairs(q_len: int, kv_len: int) -> int:
+    """(query, key) pairs the CPU flash kernel computes with is_causal: whole key blocks to a query block's last."""
+    q_block = 256 if q_len >= 768 else 64 if q_len >= 192 else 32
+    key_block = min(CPU_FLASH_KEY_BLOCK, kv_len)
+    pairs = 0
+    for start in range(0, q_len, q_block):
+        queries = min(q_block, q_len - start)
+        pairs += queries * min(-(-min(start + queries, kv_len) // key_block) * key_block, kv_len)
+    return pairs
+
+
+def left_keys(cfg: LayerConfig) -> int:
+    return cfg.window - 1 if cfg.causal else cfg.window // 2
+
+
+def _projections_flops(batch: int, n: int, d: int) -> int:
+    return 4 * 2 * batch * n * d * d
+
+
+def _softmax_mix(q, k, v, masked: torch.Tensor | None = None) -> torch.Tensor:
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if masked is not None:
+        scores = scores.masked_fill(masked, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def _softmax_useful_flops(batch: int, n: int, cfg: LayerConfig) -> int | None:
+    if not cfg.causal:
+        return None
+    return _projections_flops(batch, n, cfg.d) + 2 * (2 * batch * (n * (n + 1) // 2) * cfg.d)
 
 
 def _local_layers(n: int, k: int, window: int) -> int | None:
@@ -23,6 +60,14 @@ class SelfAttention(nn.Module):
     uses: tuple[str, ...] = ("heads",)
     # From n = 8d on, the table's 4·n²·d is at least 80 % of the counted FLOPs (8·n·d² + 4·n²·d).
     table1 = Table1Row(lambda n, d, k, r: n**2 * d, "O(n²·d)", "O(1)", "O(1)", fit_n_over_d=8)
+    decode = DecodeRow(
+        lambda t, d, k, r, dil: t * d,
+        "O(t·d)",
+        lambda t, d, k, r, dil: t * d,
+        "O(t·d)",
+        fit_t_over_d=8,
+        source=KV_CACHE_SOURCE,
+    )
     path = CONSTANT_PATH
 
     @staticmethod
@@ -54,11 +99,39 @@ class SelfAttention(nn.Module):
     def _mix(self, q, k, v):  # pragma: no cover - each subclass defines it
         raise NotImplementedError
 
+    _attend = staticmethod(F.scaled_dot_product_attention)
+
+    def _first_kept(self, t: int) -> int:
+        return 0
+
+    def prefill(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x = x[:, self._first_kept(x.shape[1]) :]
+        return (self._split(self.k_proj(x)), self._split(self.v_proj(x)))
+
+    def step(self, x_t: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple]:
+        q, k, v = (self._split(p(x_t)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        keys, values = torch.cat((state[0], k), 2), torch.cat((state[1], v), 2)
+        mixed = self._attend(q, keys, values)
+        first = self._first_kept(keys.shape[2])
+        y = self.out_proj(mixed.transpose(1, 2).reshape(x_t.shape))
+        return y, (keys[:, :, first:], values[:, :, first:])
+
+    @classmethod
+    def _keys_seen(cls, t: int, cfg: LayerConfig) -> int:
+        return t + 1
+
+    @classmethod
+    def decode_flops(cls, batch: int, t: int, cfg: LayerConfig) -> int:
+        return _projections_flops(batch, 1, cfg.d) + 2 * (2 * batch * cls._keys_seen(t, cfg) * cfg.d)
+
+    @classmethod
+    def decode_state_bytes(cls, batch: int, t: int, cfg: LayerConfig, elem_bytes: int) -> int:
+        return 2 * batch * (cls._keys_seen(t, cfg) - 1) * cfg.d * elem_bytes
+
     @staticmethod
     def flops(batch: int, n: int, cfg: LayerConfig) -> int:
-        projections = 4 * 2 * batch * n * cfg.d * cfg.d
         scores_and_mix = 2 * (2 * batch * n * n * cfg.d)  # QKᵀ and PV: n² d MACs each over all heads
-        return projections + scores_and_mix
+        return _projections_flops(batch, n, cfg.d) + scores_and_mix
 
     @classmethod
     def min_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int, cache_bytes: int | None = None) -> int:
@@ -73,8 +146,17 @@ class Attention(SelfAttention):
     """Scores and mixing by torch.nn.functional.scaled_dot_product_attention (a fused kernel: flash or
     memory-efficient attention where the device has one, so the n×n matrix is never stored whole)."""
 
+    useful_flops = staticmethod(_softmax_useful_flops)
+
     def _mix(self, q, k, v):
-        return F.scaled_dot_product_attention(q, k, v)  # (B, h, n, d_head)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.cfg.causal)  # (B, h, n, d_head)
+
+    @classmethod
+    def flops_on(cls, device: str, batch: int, n: int, cfg: LayerConfig) -> int:
+        """As the kernel runs: the CPU's causal one skips key blocks (a GPU's counted as torch's formula, all pairs)."""
+        if not cfg.causal or str(device).split(":")[0] != "cpu":
+            return cls.flops(batch, n, cfg)
+        return _projections_flops(batch, n, cfg.d) + 2 * (2 * batch * cpu_flash_causal_pairs(n, n) * cfg.d)
 
     @classmethod
     def _mix_min_bytes(cls, batch, n, cfg, elem_bytes, cache_bytes):
@@ -98,9 +180,13 @@ class Attention(SelfAttention):
 class AttentionMath(SelfAttention):
     """The same computation written out: softmax(Q Kᵀ / sqrt(d_head)) V, materialising the n×n scores."""
 
+    useful_flops = staticmethod(_softmax_useful_flops)
+    _attend = staticmethod(_softmax_mix)
+
     def _mix(self, q, k, v):
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, h, n, n)
-        return torch.softmax(scores, dim=-1) @ v  # (B, h, n, d_head)
+        n = q.shape[2]
+        masked = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1) if self.cfg.causal else None
+        return _softmax_mix(q, k, v, masked)  # (B, h, n, d_head)
 
     @classmethod
     def _mix_min_bytes(cls, batch, n, cfg, elem_bytes, cache_bytes):
@@ -130,9 +216,10 @@ class Blocks:
         return self.padded_n * self.keys
 
 
-def window_pairs(n: int, window: int) -> int:
+def window_pairs(n: int, window: int, left: int | None = None) -> int:
     """(query, key) pairs inside the window and the sequence: n·r less the keys lost past either end."""
-    left, right = window // 2, window - 1 - window // 2
+    left = window // 2 if left is None else left
+    right = window - 1 - left
     return n * window - left * (left + 1) // 2 - right * (right + 1) // 2
 
 
@@ -152,6 +239,14 @@ class AttentionLocal(SelfAttention):
 
     uses = ("heads", "window")
     table1 = Table1Row(lambda n, d, k, r: r * n * d, "O(r·n·d)", "O(1)", "O(n/r)", sizes=("window",))
+    decode = DecodeRow(
+        lambda t, d, k, r, dil: r * d,
+        "O(r·d)",
+        lambda t, d, k, r, dil: r * d,
+        "O(r·d)",
+        ("window",),
+        source=f"{KV_CACHE_SOURCE} restricted to r",
+    )
     path = PathRule(_local_layers, "⌈(n−1)/(r//2)⌉")
     # Queries per block, w: larger blocks make larger products, smaller ones compute fewer masked pairs.
     BLOCK = 32
@@ -163,23 +258,23 @@ class AttentionLocal(SelfAttention):
         SelfAttention.check(cfg)
         if cfg.window is None or cfg.window < 1:
             raise ValueError(f"window={cfg.window}: restricted attention needs a window r with 1 <= r <= n")
-        if n is not None and cfg.window > n:
-            raise ValueError(f"window={cfg.window}: must be at most n={n}")
+        if n is not None and cfg.window > n and not cfg.causal:
+            raise ValueError(f"window={cfg.window}: must be at most n={n} (the causal form takes any)")
 
     def __init__(self, cfg: LayerConfig):
         super().__init__(cfg)
         self.window = cfg.window
-        self.left = cfg.window // 2  # keys before the query; window - 1 - left after it
+        self.left = left_keys(cfg)  # keys before the query; window - 1 - left after it
         self._masked_cache: dict[tuple[int, Blocks, torch.device], torch.Tensor] = {}
 
     @classmethod
-    def blocks(cls, n: int, window: int) -> Blocks:
+    def blocks(cls, n: int, window: int, left: int | None = None) -> Blocks:
         """Blocks of BLOCK queries, spans of BLOCK + r − 1 keys; one dense block where that is no cheaper."""
         w = min(cls.BLOCK, n)
         count = -(-n // w)
         if count * w * (w + window - 1) >= n * n:
             return Blocks(queries=n, count=1, keys=n, offset=0)
-        return Blocks(queries=w, count=count, keys=w + window - 1, offset=window // 2)
+        return Blocks(queries=w, count=count, keys=w + window - 1, offset=window // 2 if left is None else left)
 
     @classmethod
     def chunk(cls, g: Blocks, elem_bytes: int, device_type: str = "cpu") -> tuple[int, int]:
@@ -191,7 +286,7 @@ class AttentionLocal(SelfAttention):
 
     def block_mask(self, n: int, device=None) -> torch.Tensor:
         """(count, w, s): True where query β·w + t may see key β·w − offset + u; padding queries see all."""
-        g = self.blocks(n, self.window)
+        g = self.blocks(n, self.window, self.left)
         starts = torch.arange(g.count, device=device) * g.queries  # (count,)
         t = torch.arange(g.queries, device=device)
         u = torch.arange(g.keys, device=device)
@@ -233,7 +328,7 @@ class AttentionLocal(SelfAttention):
 
     def _mix(self, q, k, v):
         b, h, n, d_head = q.shape
-        g = self.blocks(n, self.window)
+        g = self.blocks(n, self.window, self.left)
         padded = F.pad(q, (0, 0, 0, g.padded_n - n)) if g.padded_n > n else q  # (B, h, n_padded, d_head)
         queries = padded.reshape(b * h * g.count, g.queries, d_head)  # (B·h·count, w, d_head): one copy
         k_rows, k_own = self._padded_rows(k, g)
@@ -266,23 +361,29 @@ class AttentionLocal(SelfAttention):
         offset = torch.arange(n, device=device)[None, :] - torch.arange(n, device=device)[:, None]  # j - i
         return (offset >= -self.left) & (offset <= self.window - 1 - self.left)  # (n, n)
 
+    def _first_kept(self, t: int) -> int:
+        return max(0, t - (self.window - 1))
+
+    @classmethod
+    def _keys_seen(cls, t: int, cfg: LayerConfig) -> int:
+        return min(t + 1, cfg.window)
+
     @classmethod
     def flops(cls, batch: int, n: int, cfg: LayerConfig) -> int:
         """The projections and every computed pair of every block, masked ones included."""
-        projections = 4 * 2 * batch * n * cfg.d * cfg.d
         scores_and_mix = 2 * (2 * batch * cls.blocks(n, cfg.window).pairs * cfg.d)
-        return projections + scores_and_mix
+        return _projections_flops(batch, n, cfg.d) + scores_and_mix
 
     @staticmethod
     def useful_flops(batch: int, n: int, cfg: LayerConfig) -> int:
         """The projections and the pairs inside the window and the sequence alone."""
-        projections = 4 * 2 * batch * n * cfg.d * cfg.d
-        return projections + 2 * (2 * batch * window_pairs(n, cfg.window) * cfg.d)
+        pairs = window_pairs(n, cfg.window, left_keys(cfg))
+        return _projections_flops(batch, n, cfg.d) + 2 * (2 * batch * pairs * cfg.d)
 
     @classmethod
     def _mix_min_bytes(cls, batch, n, cfg, elem_bytes, cache_bytes):
         # Each of the CPU's chunks' scores and softmax (a GPU's one chunk of all is larger: a looser bound there).
-        g = cls.blocks(n, cfg.window)
+        g = cls.blocks(n, cfg.window, left_keys(cfg))
         heads_per, blocks_per = cls.chunk(g, elem_bytes)
         total = 0
         for heads, head_chunks in _parts(batch * cfg.heads, heads_per):
@@ -294,13 +395,13 @@ class AttentionLocal(SelfAttention):
     @classmethod
     def useful_fraction(cls, n: int, cfg: LayerConfig) -> float:
         """The share of the computed pairs inside the window, about r / (w + r − 1)."""
-        return window_pairs(n, cfg.window) / cls.blocks(n, cfg.window).pairs
+        return window_pairs(n, cfg.window, left_keys(cfg)) / cls.blocks(n, cfg.window).pairs
 
     @classmethod
     def activation_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
         # At the peak: Q, K, V (3·n·d), the padded queries, K and V copies, the chunks' outputs and their
         # concatenation (5·n_padded·d), and one chunk's scores and softmax (on the CPU; a GPU forms all at once).
-        g = cls.blocks(n, cfg.window)
+        g = cls.blocks(n, cfg.window, left_keys(cfg))
         heads, blocks = cls.chunk(g, elem_bytes)
         chunk_pairs = min(heads, batch * cfg.heads) * blocks * g.queries * g.keys
         return (3 * batch * n * cfg.d + 5 * batch * g.padded_n * cfg.d + 2 * chunk_pairs) * elem_bytes

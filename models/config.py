@@ -25,6 +25,7 @@ class LayerConfig:
     window: int | None = None  # r, the positions a restricted-attention query sees
     dilation: int = 1  # dilation of one `conv_dilated` layer
     dtype: str = "float32"
+    causal: bool = False  # output i from inputs 0..i only
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -35,9 +36,11 @@ class LayerConfig:
         return self.torch_dtype.itemsize
 
     @classmethod
-    def of(cls, d: int, dtype: str = "float32", **sizes) -> LayerConfig:
+    def of(cls, d: int, dtype: str = "float32", causal=False, **sizes) -> LayerConfig:
         """The config of a stored point or spec: sizes that are None or NaN keep their defaults."""
-        return cls(d=int(d), dtype=dtype, **{k: int(v) for k, v in sizes.items() if v is not None and v == v})
+        causal = causal is True or str(causal).lower() in ("true", "1", "1.0")
+        sizes = {k: int(v) for k, v in sizes.items() if v is not None and v == v}
+        return cls(d=int(d), dtype=dtype, causal=causal, **sizes)
 
 
 @dataclass(frozen=True)
@@ -131,12 +134,34 @@ class Table1Row:
         return growth_local_exponent(self.sequential_text, n_low, n_high)
 
     def cost(self, n, d, k=None, window=None) -> np.ndarray:
-        return np.asarray(
-            self.compute(
-                np.asarray(n, float),
-                np.asarray(d, float),
-                None if k is None else np.asarray(k, float),
-                None if window is None else np.asarray(window, float),
-            ),
-            float,
-        )
+        return _evaluate(self.compute, n, d, k, window)
+
+
+def _evaluate(formula: Callable[..., np.ndarray], *sizes) -> np.ndarray:
+    arrays = [None if s is None else np.asarray(s, float) for s in sizes]
+    shape = np.broadcast_shapes(*(a.shape for a in arrays if a is not None))
+    return np.array(np.broadcast_to(np.asarray(formula(*arrays), float), shape))
+
+
+@dataclass(frozen=True)
+class DecodeRow:
+    """A layer's decode step at t: `compute` and `state` of (t, d, k, r, dilation), constants dropped; as Table1Row."""
+
+    compute: Callable[..., np.ndarray]
+    compute_text: str
+    state: Callable[..., np.ndarray]
+    state_text: str
+    sizes: tuple[str, ...] = ()
+    fit_t_over_d: int | None = None
+    source: str = ""
+    note: str = ""
+
+    def cost(self, t, d, k=None, window=None, dilation=None) -> np.ndarray:
+        return _evaluate(self.compute, t, d, k, window, dilation)
+
+    def state_size(self, t, d, k=None, window=None, dilation=None) -> np.ndarray:
+        return _evaluate(self.state, t, d, k, window, dilation)
+
+
+def recurrent_step(source: str) -> DecodeRow:
+    return DecodeRow(lambda t, d, k, r, dil: d**2, "O(d²)", lambda t, d, k, r, dil: d, "O(d)", source=source)

@@ -9,7 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import LayerConfig, PathRule, Table1Row, spill_bytes
+from .config import DecodeRow, LayerConfig, PathRule, Table1Row, spill_bytes
+
+WAVENET = "causal convolution (van den Oord et al. 2016, WaveNet)"
 
 
 def _same_padding(k: int, dilation: int) -> int:
@@ -25,18 +27,39 @@ def _from_image(h: torch.Tensor) -> torch.Tensor:  # a view where the convolutio
     return h.squeeze(2).transpose(1, 2)
 
 
-def _conv(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
-    """A centered Conv1d's weights, padding, dilation and groups applied to (B, n, d) x, channels-last."""
+def _conv(x: torch.Tensor, conv: nn.Conv1d, left: int | None = None) -> torch.Tensor:
+    """A Conv1d's weights, dilation and groups on (B, n, d) x, channels-last: centered, or after `left` zeros."""
     weight = conv.weight.unsqueeze(2)  # (d_out, d_in / groups, 1, k)
-    padding, dilation = (0, conv.padding[0]), (1, conv.dilation[0])
+    padding, dilation = (0, conv.padding[0] if left is None else 0), (1, conv.dilation[0])
+    x = x if left is None else F.pad(x, (0, 0, left, 0))
     return _from_image(
         F.conv2d(_as_image(x), weight, conv.bias, padding=padding, dilation=dilation, groups=conv.groups)
     )
 
 
-def _taps_inside(n: int, k: int, dilation: int) -> int:
+def _taps_inside(n: int, k: int, dilation: int, causal: bool = False) -> int:
     """The (output, tap) pairs of a centered kernel that read inside the sequence: n − |offset| per tap."""
-    return sum(max(0, n - abs((j - (k - 1) // 2) * dilation)) for j in range(k))
+    center = k - 1 if causal else (k - 1) // 2
+    return sum(max(0, n - abs((j - center) * dilation)) for j in range(k))
+
+
+class _Convolution(nn.Module):
+    past: int
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._convolve(x, self.past if self.cfg.causal else None)
+
+    def prefill(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        kept = x[:, max(0, x.shape[1] - self.past) :]
+        return (F.pad(kept, (0, 0, self.past - kept.shape[1], 0)),)
+
+    def step(self, x_t: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple]:
+        window = torch.cat((state[0], x_t), 1)
+        return self._convolve(window, 0), (window[:, 1:],)
+
+    @classmethod
+    def decode_state_bytes(cls, batch: int, t: int, cfg: LayerConfig, elem_bytes: int) -> int:
+        return cls.past_inputs(cfg) * batch * cfg.d * elem_bytes
 
 
 def _check_odd_k(cfg: LayerConfig, n: int | None = None) -> None:
@@ -67,11 +90,14 @@ DILATED_PATH = PathRule(
 )
 
 
-class Conv(nn.Module):
+class Conv(_Convolution):
     """Conv1d d -> d with an odd kernel k, centered: output i sees inputs i-(k-1)/2 .. i+(k-1)/2."""
 
     uses = ("k",)
     table1 = Table1Row(lambda n, d, k, r: k * n * d**2, "O(k·n·d²)", "O(1)", "O(n/k)", sizes=("k",))
+    decode = DecodeRow(
+        lambda t, d, k, r, dil: k * d**2, "O(k·d²)", lambda t, d, k, r, dil: k * d, "O(k·d)", ("k",), source=WAVENET
+    )
     path = CONTIGUOUS_PATH
     check = staticmethod(_check_odd_k)
 
@@ -80,23 +106,35 @@ class Conv(nn.Module):
         self.check(cfg)
         self.cfg = cfg
         self.dilation = dilation
+        self.past = (cfg.k - 1) * dilation
         self.conv = nn.Conv1d(cfg.d, cfg.d, cfg.k, padding=_same_padding(cfg.k, dilation), dilation=dilation)
         # The weight channels-last too, (d_out, k, d_in) in memory, or every call would copy it so.
         weight = self.conv.weight.detach()
         self.conv.weight = nn.Parameter(weight.permute(0, 2, 1).contiguous().permute(0, 2, 1))  # (d, d, k)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _conv(x, self.conv)  # (B, n, d)
+    def _convolve(self, x: torch.Tensor, left: int | None) -> torch.Tensor:
+        return _conv(x, self.conv, left)  # (B, n, d)
 
     @staticmethod
     def flops(batch: int, n: int, cfg: LayerConfig) -> int:
         return 2 * batch * n * cfg.d * cfg.d * cfg.k
 
     @classmethod
+    def _dilation(cls, cfg: LayerConfig) -> int:
+        return cfg.dilation if "dilation" in cls.uses and cfg.dilation else 1
+
+    @classmethod
     def useful_flops(cls, batch: int, n: int, cfg: LayerConfig) -> int:
         """The taps inside the sequence alone (`flops` counts the zero padding's too; oneDNN skips them)."""
-        dilation = cfg.dilation if "dilation" in cls.uses and cfg.dilation else 1
-        return 2 * batch * cfg.d * cfg.d * _taps_inside(n, cfg.k, dilation)
+        return 2 * batch * cfg.d * cfg.d * _taps_inside(n, cfg.k, cls._dilation(cfg), cfg.causal)
+
+    @classmethod
+    def past_inputs(cls, cfg: LayerConfig) -> int:
+        return (cfg.k - 1) * cls._dilation(cfg)
+
+    @staticmethod
+    def decode_flops(batch: int, t: int, cfg: LayerConfig) -> int:
+        return 2 * batch * cfg.d * cfg.d * cfg.k
 
     @classmethod
     def min_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int, cache_bytes: int | None = None) -> int:
@@ -113,17 +151,33 @@ class ConvDilated(Conv):
 
     uses = ("k", "dilation")
     table1 = Table1Row(lambda n, d, k, r: k * n * d**2, "O(k·n·d²)", "O(1)", "O(log_k n)", sizes=("k",))
+    decode = DecodeRow(
+        lambda t, d, k, r, dil: k * d**2,
+        "O(k·d²)",
+        lambda t, d, k, r, dil: k * dil * d,
+        "O(k·δ·d)",
+        ("k", "dilation"),
+        source=WAVENET,
+    )
     path = DILATED_PATH
 
     def __init__(self, cfg: LayerConfig):
         super().__init__(cfg, dilation=cfg.dilation)
 
 
-class ConvSeparable(nn.Module):
+class ConvSeparable(_Convolution):
     """Depthwise Conv1d (k taps, groups=d), then pointwise d -> d; centered. FLOPs: 2·b·n·d·(k + d)."""
 
     uses = ("k",)
     table1 = Table1Row(lambda n, d, k, r: k * n * d + n * d**2, "O(k·n·d + n·d²)", "O(1)", "O(n/k)", sizes=("k",))
+    decode = DecodeRow(
+        lambda t, d, k, r, dil: k * d + d**2,
+        "O(k·d + d²)",
+        lambda t, d, k, r, dil: k * d,
+        "O(k·d)",
+        ("k",),
+        source=WAVENET,
+    )
     path = CONTIGUOUS_PATH
     check = staticmethod(_check_odd_k)
 
@@ -131,11 +185,12 @@ class ConvSeparable(nn.Module):
         super().__init__()
         self.check(cfg)
         self.cfg = cfg
+        self.past = cfg.k - 1
         self.depthwise = nn.Conv1d(cfg.d, cfg.d, cfg.k, padding=_same_padding(cfg.k, 1), groups=cfg.d)
         self.pointwise = nn.Conv1d(cfg.d, cfg.d, 1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = _conv(x, self.depthwise)  # (B, n, d)
+    def _convolve(self, x: torch.Tensor, left: int | None) -> torch.Tensor:
+        h = _conv(x, self.depthwise, left)  # (B, n, d)
         return F.linear(h, self.pointwise.weight.squeeze(-1), self.pointwise.bias)  # (B, n, d)
 
     @staticmethod
@@ -144,7 +199,15 @@ class ConvSeparable(nn.Module):
 
     @staticmethod
     def useful_flops(batch: int, n: int, cfg: LayerConfig) -> int:
-        return 2 * batch * cfg.d * (_taps_inside(n, cfg.k, 1) + n * cfg.d)
+        return 2 * batch * cfg.d * (_taps_inside(n, cfg.k, 1, cfg.causal) + n * cfg.d)
+
+    @staticmethod
+    def past_inputs(cfg: LayerConfig) -> int:
+        return cfg.k - 1
+
+    @staticmethod
+    def decode_flops(batch: int, t: int, cfg: LayerConfig) -> int:
+        return 2 * batch * cfg.d * (cfg.k + cfg.d)
 
     @classmethod
     def min_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int, cache_bytes: int | None = None) -> int:

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from .attention import SelfAttention
-from .config import LayerConfig, Table1Row, spill_bytes
+from .config import DecodeRow, LayerConfig, Table1Row, spill_bytes
 
 
 def feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -18,7 +18,7 @@ def feature_map(x: torch.Tensor) -> torch.Tensor:
 class AttentionLinear(SelfAttention):
     """Kernelized linear attention: weights φ(q)·φ(k) with φ(x) = elu(x) + 1 in place of softmax(q·k),
     computed as φ(Q)(φ(K)ᵀV) normalised by φ(Q)(φ(K)ᵀ1), so the n×n weights are never formed and the work is
-    O(n·d²). Katharopoulos et al. 2020, non-causal."""
+    O(n·d²). Katharopoulos et al. 2020; causal by prefix sums (§3.2)."""
 
     table1 = Table1Row(
         lambda n, d, k, r: n * d**2,
@@ -34,12 +34,44 @@ class AttentionLinear(SelfAttention):
         ),
     )
 
+    decode = DecodeRow(
+        lambda t, d, k, r, dil: d**2,
+        "O(d²)",
+        lambda t, d, k, r, dil: d**2,
+        "O(d²)",
+        source="Katharopoulos et al. 2020 (Transformers are RNNs)",
+    )
+
     def _mix(self, q, k, v):
         q, k = feature_map(q), feature_map(k)  # (B, h, n, e), positive
+        if self.cfg.causal:
+            kv = (k.unsqueeze(-1) @ v.unsqueeze(-2)).cumsum(2)
+            queries = q.unsqueeze(-2)
+            return ((queries @ kv) / (queries @ k.cumsum(2).unsqueeze(-1))).squeeze(-2)
         kv = k.transpose(-2, -1) @ v  # (B, h, e, e): Σ_j φ(k_j) v_jᵀ
         k_sum = k.sum(dim=-2).unsqueeze(-1)  # (B, h, e, 1): φ(K)ᵀ 1
         # matmul, not einsum or a broadcast product: a product over e = 1 stays a counted matrix product.
         return (q @ kv) / (q @ k_sum)  # (B, h, n, e) / (B, h, n, 1)
+
+    def prefill(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        k, v = feature_map(self._split(self.k_proj(x))), self._split(self.v_proj(x))
+        return (k.transpose(-2, -1) @ v, k.sum(dim=-2).unsqueeze(-1))
+
+    def step(self, x_t: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple]:
+        q, k, v = (self._split(p(x_t)) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k = feature_map(q), feature_map(k).transpose(-2, -1)
+        kv, k_sum = state[0] + k @ v, state[1] + k
+        mixed = (q @ kv) / (q @ k_sum)
+        return self.out_proj(mixed.transpose(1, 2).reshape(x_t.shape)), (kv, k_sum)
+
+    @staticmethod
+    def decode_flops(batch: int, t: int, cfg: LayerConfig) -> int:
+        d, e = cfg.d, cfg.d // cfg.heads
+        return 4 * 2 * batch * d * d + 2 * (2 * batch * d * e) + 2 * batch * d
+
+    @staticmethod
+    def decode_state_bytes(batch: int, t: int, cfg: LayerConfig, elem_bytes: int) -> int:
+        return batch * (cfg.d * (cfg.d // cfg.heads) + cfg.d) * elem_bytes
 
     @classmethod
     def _mix_min_bytes(cls, batch, n, cfg, elem_bytes, cache_bytes):

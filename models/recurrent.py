@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any, spill_bytes
+from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any, recurrent_step, spill_bytes
 
 
 def onednn_takes(dtype: str, trains: bool = False) -> bool:
@@ -28,6 +28,8 @@ class _Recurrent(nn.Module):
     cpu_fused: bool = False
     uses: tuple[str, ...] = ()
     table1 = Table1Row(lambda n, d, k, r: n * d**2, "O(n·d²)", "O(n)", "O(n)")
+    decode = recurrent_step("Vaswani et al. 2017, Table 1 (a recurrence's step)")
+    hidden_states = 1
     path = CONSTANT_PATH  # causal: x_0 reaches every later output within one layer
     check = staticmethod(accept_any)
 
@@ -51,17 +53,37 @@ class _Recurrent(nn.Module):
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """The same weights as an explicit loop over time steps."""
-        w_ih, w_hh = self.fused.weight_ih_l0, self.fused.weight_hh_l0  # (g·d, d) each
-        b_ih, b_hh = self.fused.bias_ih_l0, self.fused.bias_hh_l0  # (g·d,)
-        batch, n, d = x.shape
         state = self._initial_state(x)
         outputs = []
-        for t in range(n):
-            gi = x[:, t] @ w_ih.T + b_ih  # (B, g·d)
-            gh = state[0] @ w_hh.T + b_hh  # (B, g·d)
-            state = self._cell(gi, gh, state)
+        for t in range(x.shape[1]):
+            state = self._advance(x[:, t], state)
             outputs.append(state[0])
         return torch.stack(outputs, dim=1)  # (B, n, d)
+
+    def _advance(self, x_t: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        w_ih, w_hh = self.fused.weight_ih_l0, self.fused.weight_hh_l0  # (g·d, d) each
+        b_ih, b_hh = self.fused.bias_ih_l0, self.fused.bias_hh_l0  # (g·d,)
+        gi = x_t @ w_ih.T + b_ih  # (B, g·d)
+        gh = state[0] @ w_hh.T + b_hh  # (B, g·d)
+        return self._cell(gi, gh, state)
+
+    def prefill(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if x.shape[1] == 0:
+            return self._initial_state(x)
+        _, last = self.fused(x)
+        return tuple(s[0] for s in (last if isinstance(last, tuple) else (last,)))
+
+    def step(self, x_t: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple]:
+        state = self._advance(x_t[:, 0], state)
+        return state[0].unsqueeze(1), state
+
+    @classmethod
+    def decode_flops(cls, batch: int, t: int, cfg: LayerConfig) -> int:
+        return 2 * batch * cls.gates * 2 * cfg.d * cfg.d
+
+    @classmethod
+    def decode_state_bytes(cls, batch: int, t: int, cfg: LayerConfig, elem_bytes: int) -> int:
+        return cls.hidden_states * batch * cfg.d * elem_bytes
 
     def _initial_state(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return (x.new_zeros(x.shape[0], self.cfg.d),)
@@ -136,10 +158,10 @@ class LSTM(_Recurrent):
     gates = 4
     fused_cls = nn.LSTM
     cpu_fused = True
+    hidden_states = 2
 
     def _initial_state(self, x):
-        zeros = x.new_zeros(x.shape[0], self.cfg.d)
-        return (zeros, zeros)
+        return (x.new_zeros(x.shape[0], self.cfg.d), x.new_zeros(x.shape[0], self.cfg.d))
 
     def _cell(self, gi, gh, state):
         _, c = state

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any, spill_bytes
+from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any, recurrent_step, spill_bytes
 
 DECAY_RANGE = (0.5, 0.99)  # the initial per-channel decays a: memories of 2 to 100 steps
 
@@ -41,9 +41,8 @@ def parallel_scan(u: torch.Tensor, decay: torch.Tensor, levels: int | None = Non
 
 
 class Scan(nn.Module):
-    """Diagonal linear recurrence h_t = a ⊙ h_{t−1} + B x_t, y_t = C h_t (a per-channel decay in (0, 1)),
-    computed by a parallel scan in ⌈log₂ n⌉ levels; `reference()` is the same layer as a loop over the n time
-    steps."""
+    """Diagonal linear recurrence h_t = a ⊙ h_{t−1} + B x_t, y_t = C h_t (a per-channel decay in (0, 1)), computed by a
+    parallel scan in ⌈log₂ n⌉ levels; `reference()` is the same layer as a loop over the n time steps."""
 
     uses: tuple[str, ...] = ()
     table1 = Table1Row(
@@ -59,6 +58,7 @@ class Scan(nn.Module):
             "Its step-by-step reference still takes n steps."
         ),
     )
+    decode = recurrent_step("Smith et al. 2023; Orvieto et al. 2023 (a diagonal linear recurrence's step)")
     path = CONSTANT_PATH  # causal: x_0 reaches every later output within one layer
     check = staticmethod(accept_any)
     scan_levels = staticmethod(scan_levels)
@@ -89,6 +89,23 @@ class Scan(nn.Module):
             h = a * h + (x[:, t] @ self.in_proj.weight.T + self.in_proj.bias)  # (B, d)
             outputs.append(h @ self.out_proj.weight.T + self.out_proj.bias)  # y_t = C h_t
         return torch.stack(outputs, dim=1)  # (B, n, d)
+
+    def prefill(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if x.shape[1] == 0:
+            return (x.new_zeros(x.shape[0], self.cfg.d),)
+        return (parallel_scan(self.in_proj(x), self.decay)[:, -1].clone(),)
+
+    def step(self, x_t: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple]:
+        h = self.decay * state[0] + self.in_proj(x_t[:, 0])
+        return self.out_proj(h).unsqueeze(1), (h,)
+
+    @staticmethod
+    def decode_flops(batch: int, t: int, cfg: LayerConfig) -> int:
+        return 2 * 2 * batch * cfg.d * cfg.d
+
+    @staticmethod
+    def decode_state_bytes(batch: int, t: int, cfg: LayerConfig, elem_bytes: int) -> int:
+        return batch * cfg.d * elem_bytes
 
     @staticmethod
     def flops(batch: int, n: int, cfg: LayerConfig) -> int:

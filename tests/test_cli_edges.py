@@ -94,6 +94,7 @@ SAMPLE_VALUES = {
     "device": ["--device", "cpu"],
     "dtype": ["--dtype", "float32"],
     "mode": ["--mode", "train"],
+    "causal": ["--causal"],
     "threads": ["--threads", "1"],
     "rounds": ["--rounds", "3"],
     "target_time": ["--target-time", "0.1"],

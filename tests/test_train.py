@@ -176,8 +176,11 @@ def test_modes_in_grids_and_presets():
     assert [(s.mode, s.n) for s in specs] == [("inference", 8), ("inference", 16), ("train", 8), ("train", 16)]
     quick = get_preset("quick")
     modes = {s.mode for s in quick.specs(["cpu"])}
-    assert modes == {"inference", "train"}
+    assert modes == {"inference", "train", "decode", "recompute"}
     assert {s.mode for s in quick.specs(["cpu"], mode="train")} == {"train"}
+    decoding = quick.specs(["cpu"], mode="recompute")  # the decode grids alone: their n is a position
+    assert {s.mode for s in decoding} == {"recompute"} and {s.layer for s in decoding} == set(models.LAYERS)
+    assert {s.n for s in decoding} == {s.n for s in quick.specs(["cpu"]) if s.decodes}
     assert source_key("cuda", "bfloat16", "train") == "cuda-bfloat16-train"
     assert source_key("cpu", "float32", "inference") == "cpu"
 

@@ -11,11 +11,12 @@ import pandas as pd
 from .. import allocator, clock, fits, machine, storage, timing
 from ..errors import BadInput
 from ..formats import stored_peaks
-from ..spec import IDENTITY, WHERE, source_keys
+from ..spec import DECODE_MODES, IDENTITY, WHERE, mode_of, source_keys
 from ..timing import CONFIDENCE, CPU, NOISY_IQR_RATIO
 from .claims import claims_section
 from .context import SIZES_SHOWN, ReportContext, format_value
 from .crossover import crossover_section
+from .decode import decode_headline, decode_section
 from .headline import headline, verdict_table
 from .load import REFERENCE, combine, keep_apart, load_runs, select_run_dirs
 from .numbers import numbers_document
@@ -262,7 +263,10 @@ def build_report(
 
 
 def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, notes, on_figure) -> dict:
+    decoding = pd.Series([m in DECODE_MODES for m in mode_of(points)], index=points.index, dtype=bool)
+    decode, points = points[decoding].copy(), points[~decoding].copy()
     ctx = ReportContext(
+        decode=decode,
         points=points,
         runs=runs,
         out_dir=out_dir,
@@ -283,12 +287,18 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
     said = "".join(f"_{note}_\n\n" for note in notes)
     headline_md, figure_md, verdicts_md, parts = "_No points stored._\n", "", "", []
     fit_rows = pd.DataFrame(columns=fits.FIT_COLUMNS)
+    decode_fits = fit_rows
+    if len(decode):
+        for on, column in fits.PEAK_COLUMNS.items():
+            decode[column] = point_peaks(decode, runs, on)
+        decode_fits = fits.fit_table(decode)
+        ctx.decode_texts = cite_fits(ctx, decode_fits)
     if len(points):
         for on, column in fits.PEAK_COLUMNS.items():  # for "not asymptotic yet": rates as % of peak
             points[column] = point_peaks(points, runs, on)
         fit_rows = fits.fit_table(points)
         texts = cite_fits(ctx, fit_rows)
-        headline_md, verdicts_md = headline(ctx, texts, fit_rows) + "\n" + said, verdict_table(ctx, texts)
+        headline_md, verdicts_md = headline(ctx, texts, fit_rows), verdict_table(ctx, texts)
         figure_md = table1_section(ctx, fit_rows)
         table = summary_rows(ctx, fit_rows, texts)
         marks = ", ".join(f"{fits.VERDICT_MARK[v]} {v}" for v in fits.VERDICTS)
@@ -352,6 +362,10 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
             )
         )
         parts.append(training_section(ctx, texts))
+    if len(points) or len(decode):
+        headline_md = (headline_md + "\n" if len(points) else "") + decode_headline(ctx) + "\n" + said
+    parts.append(decode_section(ctx))
+    if len(points):
         table.to_csv(out_dir / "table.csv", index=False)
         (out_dir / "table.tex").write_text(summary_latex(table))
     parts.append(paths_section(ctx))
@@ -364,6 +378,12 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
     first_screen = "\n".join([headline_md, figure_md, verdicts_md, intro])
     (out_dir / "report.md").write_text(to_markdown(TITLE, first_screen, sections))
     (out_dir / "report.html").write_text(to_html(TITLE, headline_md, verdicts_md, intro, sections, figure_md))
-    storage.write_table(out_dir / "fits.csv", fit_rows)
+    every_fit = [f for f in (fit_rows, decode_fits) if len(f)]
+    storage.write_table(out_dir / "fits.csv", pd.concat(every_fit, ignore_index=True) if every_fit else fit_rows)
     storage.write_json(out_dir / "numbers.json", numbers_document(ctx.numbers, runs))
-    return {"runs": len(runs), "points": len(points), "figures": len(ctx.figures), "numbers": len(ctx.numbers)}
+    return {
+        "runs": len(runs),
+        "points": len(points) + len(decode),
+        "figures": len(ctx.figures),
+        "numbers": len(ctx.numbers),
+    }

@@ -72,6 +72,8 @@ class ReportContext:
     machines: dict[str, str] = field(default_factory=dict)  # source -> its machine
     notes: list[str] = field(default_factory=list)
     on_figure: Callable[[], object] | None = None  # told of each figure drawn (progress)
+    decode: pd.DataFrame | None = None
+    decode_texts: dict = field(default_factory=dict)
 
     def sources(self) -> list[str]:
         present = set(self.points["source"]) if "source" in self.points else set()

@@ -109,7 +109,7 @@ def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, tuple]:
                 note = (
                     f"{metric} ∝ {variable}^e over {variable} = {int(row.x_min)}..{int(row.x_max)} ({row.fixed}, "
                     f"batch {int(row.batch)}{f'; {on} clock' if on else ''}); predicted {row.predicted:.2f} "
-                    f"({fits.table1_text(layer) if metric != 'memory' else 'activation estimate'}); "
+                    f"({fits.predicted_text(layer, row.mode, metric)}); "
                     f"verdict {row.verdict} (tolerance ±{row.tolerance:g}): {row.reason}"
                 )
                 interval = None if math.isnan(row.ci_low) else (round(row.ci_low, 3), round(row.ci_high, 3))

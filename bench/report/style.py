@@ -1,5 +1,4 @@
-"""One look for every figure of the report: a colour and a marker per layer, the same everywhere; log axes
-labelled for reading; legends off the data; dashed slope guides (method: docs/method.md)."""
+"""One look for every figure: a colour and marker per layer, readable log axes, legends off the data, slope guides."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def _layer_names(extra: Iterable[str] = ()) -> list[str]:
 
 
 def _colors(count: int) -> list[tuple]:
-    """PALETTE's colours, then of EXTRA_COLORS and black the one farthest in RGB from those taken, one at a time
-    (Dark2's own order put the eleventh layer's teal beside tab10's green), then husl's."""
+    """PALETTE's colours, then of EXTRA_COLORS and black the one farthest in RGB from those taken, then husl's."""
     colors = [tuple(c) for c in sns.color_palette(PALETTE)]
     candidates = [tuple(c) for c in sns.color_palette(EXTRA_COLORS)] + [(0.0, 0.0, 0.0)]
     while len(colors) < count and candidates:
@@ -89,8 +87,7 @@ def _axis(ax, axis: str):
 
 
 def _thin(positions, widths, preferred=None) -> list[int]:
-    """The indices of the labels to show, given their centres and extents (pixels) along the axis: the ends,
-    then the preferred (a power of two), then the rest, each kept where it touches no label kept before."""
+    """Labels to show (by centre and extent, px): the ends, the preferred, the rest, none touching one kept."""
     count = len(positions)
     if count <= 2:
         return list(range(count))
@@ -187,8 +184,7 @@ def nice_log_ticks(low: float, high: float, max_ticks: int = 8) -> list[float]:
 
 
 def log_axis(ax, axis: str = "y", fmt: Callable[[float], str] = plain) -> list[float]:
-    """A log `axis` labelled at round values within its limits (fixed from now: call it once the data are
-    drawn), as many as it has room for; minor ticks unlabelled, for the grid."""
+    """A log `axis` labelled at round values within its limits, fixed from now (call it once the data are drawn)."""
     which = _axis(ax, axis)
     if which.get_scale() != "log":
         (ax.set_xscale if axis == "x" else ax.set_yscale)("log")

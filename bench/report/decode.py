@@ -1,0 +1,265 @@
+"""The report's "Generating a sequence": each layer's step and state against position t. Method: docs/method.md."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+import models
+
+from .. import clock, fits
+from ..spec import DECODE_MODE, RECOMPUTE_MODE, mode_of
+from ..sweeps import row_config, sweeps
+from . import style
+from .context import ReportContext
+from .headline import verdict_cell
+
+TITLE = "Generating a sequence"
+NO_CACHE = "attention, no cache"
+BOTTLENECK_REF = "004_33061bd9250784bf.txt:12"
+BOTTLENECK_QUOTE = "无论输入序列有多长、多复杂，编码器都必须将其所有信息压缩到一个固定长度的向量中。"
+
+
+def decode_sources(ctx: ReportContext) -> list[str]:
+    points = ctx.decode
+    if points is None or points.empty:
+        return []
+    present = set(points.loc[np.array(mode_of(points)) == DECODE_MODE, "source"])
+    present |= {s.replace(f"-{RECOMPUTE_MODE}", f"-{DECODE_MODE}") for s in points["source"]}
+    return sorted(present, key=lambda s: (ctx.machine_of_source(s) != ctx.primary, s))
+
+
+def _sibling(source: str) -> str:
+    return source.replace(f"-{DECODE_MODE}", f"-{RECOMPUTE_MODE}")
+
+
+def _widest(points: pd.DataFrame, source: str, layer: str) -> pd.DataFrame:
+    """The layer's widest t-sweep in `source` (ok points, sorted, times on their fit's clock), else empty."""
+    mine = points[(points["source"] == source) & (points["layer"] == layer)]
+    best = mine.iloc[0:0]
+    for _, sweep in sweeps(mine, "n"):
+        if sweep["n"].nunique() > best["n"].nunique():
+            best = sweep
+    return clock.on_clock(best.sort_values("n")) if len(best) else best
+
+
+def _rows(ctx: ReportContext, source: str) -> list[tuple[str, str, str, pd.DataFrame]]:
+    points = ctx.decode
+    rows = []
+    for layer in style.layer_order(set(points.loc[points["source"] == source, "layer"])):
+        sweep = _widest(points, source, layer)
+        if len(sweep):
+            rows.append((layer, layer, source, sweep))
+    sweep = _widest(points, _sibling(source), models.ROLES.attention)
+    if len(sweep):
+        rows.append((NO_CACHE, models.ROLES.attention, _sibling(source), sweep))
+    return rows
+
+
+def generate_time_s(ts, times_s, tokens: int) -> float:
+    """Seconds to make positions 0 .. tokens−1, each step's time interpolated log-log (docs/method.md)."""
+    ts, times = np.asarray(ts, float), np.asarray(times_s, float)
+    if tokens > ts[-1] + 1:
+        raise ValueError(f"{tokens} tokens: measured to position {int(ts[-1])} only")
+    positions = np.maximum(np.arange(tokens, dtype=float), ts[0])
+    return float(np.exp(np.interp(np.log(positions), np.log(ts), np.log(times))).sum())
+
+
+def _config(sweep: pd.DataFrame) -> models.LayerConfig:
+    return row_config(next(sweep.itertuples()))
+
+
+def _crossovers(ctx: ReportContext, source: str, rows) -> list[str]:
+    by_name = {name: sweep for name, _, _, sweep in rows}
+    attention = by_name.get(models.ROLES.attention)
+    lines = []
+    if attention is None:
+        return lines
+    for other in (models.ROLES.recurrent, models.ROLES.convolution):
+        theirs = by_name.get(other)
+        if theirs is None or theirs["batch"].iloc[0] != attention["batch"].iloc[0]:
+            continue
+        batch, cfg = int(attention["batch"].iloc[0]), _config(attention)
+        if theirs["d"].iloc[0] != cfg.d:
+            continue
+        run_id = attention["run_id"].iloc[-1]
+        key = f"{source}.crossover_t.{models.ROLES.attention}_vs_{other}"
+        by_flops = fits.closed_form_crossover_n(models.ROLES.attention, other, batch, cfg, DECODE_MODE)
+        flops_text = (
+            "never, up to 2⁴⁰"
+            if by_flops is None
+            else ctx.cite(f"{key}.flops", by_flops, "positions", run_id, show_unit=False)
+        )
+        both = attention.merge(theirs, on="n", suffixes=("_a", "_b"))
+        both = both[both["time_ok_a"].astype(bool) & both["time_ok_b"].astype(bool)]
+        by_time = fits.crossover_n(both["n"], both["time_s_a"], both["time_s_b"]) if len(both) >= 2 else None
+        if by_time is not None:
+            time_text = f"t* = {ctx.cite(f'{key}.time', round(by_time), 'positions', run_id, show_unit=False)}"
+        elif len(both) >= 2 and (both["time_s_a"] >= both["time_s_b"]).all():
+            time_text = f"costlier at every measured position (from t = {int(both['n'].iloc[0])})"
+        elif len(both) >= 2:
+            time_text = f"cheaper at every measured position (to t = {int(both['n'].iloc[-1])})"
+        else:
+            time_text = "no two positions with reliable times of both"
+        lines.append(
+            f"- **{models.ROLES.attention}** (key/value cache) against **{other}**: its step's FLOPs reach the "
+            f"{other}'s from t* = {flops_text} (closed form, d = {cfg.d}, batch {batch}); by time, {time_text}."
+        )
+    return lines
+
+
+def _state_at(ctx: ReportContext, source: str, name: str, sweep: pd.DataFrame) -> str:
+    last = sweep.iloc[-1]
+    if pd.isna(last.get("mem_state_bytes")):
+        return "–"
+    layer = name if name != NO_CACHE else "attention_no_cache"
+    return (
+        ctx.cite(f"{source}.{layer}.state_bytes.t{int(last['n'])}", int(last["mem_state_bytes"]), "B", last["run_id"])
+        + f" (t = {int(last['n'])})"
+    )
+
+
+def _table(ctx: ReportContext, source: str, rows) -> tuple[str, int]:
+    tokens = min(int(sweep["n"].max()) for *_, sweep in rows) + 1
+    lines = [
+        f"| layer | step, predicted | FLOPs ∝ t^e | time ∝ t^e | state, predicted | state kept | state ∝ t^e "
+        f"| time to generate {tokens:,} tokens |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, layer, src, sweep in rows:
+        cls = models.LAYERS[layer]
+        if name == NO_CACHE:
+            step, state = cls.table1.compute_text.replace("n", "t"), "O(t·d) (the tokens)"
+        else:
+            step, state = cls.decode.compute_text, cls.decode.state_text
+        reliable = sweep[sweep["time_ok"].astype(bool)]
+        total = "–"
+        if len(reliable) >= 2 and tokens - 1 <= reliable["n"].iloc[-1]:
+            seconds = generate_time_s(reliable["n"], reliable["time_s"], tokens)
+            key = f"{src}.{layer if name != NO_CACHE else 'attention_no_cache'}.generate_s.t{tokens}"
+            total = ctx.cite(key, seconds, "s", reliable["run_id"].iloc[-1])
+        cells = [verdict_cell(ctx.decode_texts, src, layer, m) for m in ("flops", "time", "memory")]
+        lines.append(
+            f"| {name} | {step} | {cells[0]} | {cells[1]} | {state} | {_state_at(ctx, src, name, sweep)} "
+            f"| {cells[2]} | {total} |"
+        )
+    return "\n".join(lines) + "\n", tokens
+
+
+def _figure(ctx: ReportContext, source: str, rows) -> str:
+    palette = style.layer_palette()
+    markers = style.layer_markers()
+    fig, axes = style.panels(2, sharex=True, sharey=False)
+    left, right = axes
+    for name, layer, _, sweep in rows:
+        look = dict(color=palette[layer], marker=markers[layer], linewidth=1.4, markersize=4)
+        if name == NO_CACHE:
+            look |= dict(linestyle="--", markerfacecolor="none")
+        t = sweep["n"].to_numpy(float)
+        left.plot(t, sweep["time_s"].to_numpy(float), label=name, **look)
+        shaky = ~sweep["time_ok"].astype(bool).to_numpy()
+        left.plot(t[shaky], sweep["time_s"].to_numpy(float)[shaky], "o", color=look["color"], markerfacecolor="white")
+        state = sweep["mem_state_bytes"].to_numpy(float)
+        if np.isfinite(state).all() and (state > 0).all():
+            right.plot(t, state, label=name, **look)
+    every_t = np.concatenate([sweep["n"].to_numpy(float) for *_, sweep in rows])
+    for ax, what in ((left, "time of one step"), (right, "state kept (bytes)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("position t")
+        ax.set_ylabel(what)
+        style.grid(ax)
+    attention = next((sweep for name, *_, sweep in rows if name == models.ROLES.attention), None)
+    if attention is not None:
+        last = attention.iloc[-1]
+        style.slope_guide(left, every_t, (last["n"], last["time_s"]), 1, "t")
+        style.slope_guide(right, every_t, (last["n"], last["mem_state_bytes"]), 1, "t")
+    style.log_axis(left, "y", style.eng("s"))
+    style.log_axis(right, "y", style.eng("B"))
+    style.measured_ticks(left, every_t, "x")
+    style.legend_outside(right)
+    fig.suptitle(ctx.source_label(source), fontsize=10)
+    name = f"decode_{source.replace('.', '_')}"
+    return ctx.figure(
+        fig,
+        name,
+        f"Generating a sequence on {ctx.source_label(source)}: the time of one step (left) and the state kept "
+        "(right) against the position t of the token, log-log; dashed: attention without a key/value cache (each "
+        "token by the causal forward over its prefix); hollow: a time not to be trusted on its clock, left out of the "
+        "fits; grey: ∝ t through the cached attention's last point.",
+    )
+
+
+def _bottleneck(ctx: ReportContext, source: str, rows) -> str:
+    """The notes' fixed-length context of a recurrent encoder, judged from the measured states."""
+    by_name = {name: sweep for name, _, _, sweep in rows}
+    recurrent, attention = by_name.get(models.ROLES.recurrent), by_name.get(models.ROLES.attention)
+    if recurrent is None or attention is None or recurrent["mem_state_bytes"].isna().any():
+        return ""
+    r_low, r_high = recurrent["mem_state_bytes"].iloc[[0, -1]].astype(int)
+    a_low, a_high = attention["mem_state_bytes"].iloc[[0, -1]].astype(int)
+    t_low, t_high = int(recurrent["n"].iloc[0]), int(recurrent["n"].iloc[-1])
+    holds = r_low == r_high and a_high > a_low
+    verdict = ctx.cite(
+        f"{source}.claims.context_bottleneck", "holds" if holds else "fails", "", attention["run_id"].iloc[-1]
+    )
+    run_id = recurrent["run_id"].iloc[-1]
+    low = ctx.cite(f"{source}.{models.ROLES.recurrent}.state_bytes.t{t_low}", int(r_low), "B", run_id)
+    high = ctx.cite(f"{source}.{models.ROLES.recurrent}.state_bytes.t{t_high}", int(r_high), "B", run_id)
+    return (
+        f"**Claim** ({BOTTLENECK_REF}: “{BOTTLENECK_QUOTE}”, a recurrent encoder compresses the whole input into one "
+        f"fixed-length vector): **{verdict}**. The {models.ROLES.recurrent}'s state is {low} at t = {t_low} and "
+        f"{high} at t = {t_high}, whatever the length; the cached {models.ROLES.attention} keeps every position, "
+        f"{int(a_low):,} B at t = {int(attention['n'].iloc[0])} and {int(a_high):,} B at t = "
+        f"{int(attention['n'].iloc[-1])}.\n"
+    )
+
+
+def decode_section(ctx: ReportContext) -> str:
+    sources = decode_sources(ctx)
+    if not sources:
+        return ""
+    parts = [
+        f"## {TITLE}\n",
+        "An autoregressive decoder makes one token at a time from everything before it. A decode point times the "
+        "step that makes the token at position t (the `n` column) from the state of positions 0..t−1: attention's "
+        "key/value cache, a recurrence's hidden state, a convolution's last (k−1)·dilation inputs, linear "
+        "attention's running sums, the restricted attention's window (`run --mode decode`); recompute points make "
+        "that token by the causal forward over all t + 1 positions, attention without a cache (`--mode "
+        "recompute`). FLOPs of one step are counted at the operator level; the state's bytes are those of the "
+        "tensors the step reads (`mem_state_bytes`). Each exponent in t is judged against the layer's decode row "
+        "(models: `decode`), the state's against its formula.\n",
+    ]
+    for source in sources:
+        rows = _rows(ctx, source)
+        if not rows:
+            continue
+        table, _ = _table(ctx, source, rows)
+        parts += [f"### {ctx.source_label(source)}\n", table, _figure(ctx, source, rows)]
+        parts += _crossovers(ctx, source, rows)
+        parts.append("\n" + _bottleneck(ctx, source, rows))
+        bad = ctx.decode[(ctx.decode["source"].isin([source, _sibling(source)])) & (ctx.decode["status"] != "ok")]
+        if len(bad):
+            parts.append(f"\nNot measured: {len(bad)} points ({', '.join(sorted(set(bad['status'])))}).\n")
+    return "\n".join(parts)
+
+
+def decode_headline(ctx: ReportContext) -> str:
+    lines = []
+    for source in decode_sources(ctx):
+        rows = {name: sweep for name, _, _, sweep in _rows(ctx, source)}
+        attention, recurrent = rows.get(models.ROLES.attention), rows.get(models.ROLES.recurrent)
+        if attention is None or recurrent is None:
+            continue
+        texts = ctx.decode_texts
+        a_time = verdict_cell(texts, source, models.ROLES.attention, "time")
+        r_time = verdict_cell(texts, source, models.ROLES.recurrent, "time")
+        lines.append(
+            f"**Generating on {ctx.source_label(source)}**, the time of one token's step against its position t "
+            f"grows as t^e: {a_time} for {models.ROLES.attention} with a key/value cache (predicted "
+            f"{models.LAYERS[models.ROLES.attention].decode.compute_text}), {r_time} for the "
+            f"{models.ROLES.recurrent} ({models.LAYERS[models.ROLES.recurrent].decode.compute_text}); the state "
+            f"they keep: {_state_at(ctx, source, models.ROLES.attention, attention)} against "
+            f"{_state_at(ctx, source, models.ROLES.recurrent, recurrent)} (section {TITLE})."
+        )
+    return "\n\n".join(lines) + ("\n" if lines else "")

@@ -1,0 +1,269 @@
+"""Causal forms and the decode step of every layer: token-by-token decoding equals the causal forward, the state's
+bytes and a step's FLOPs against formulas written out by hand, and the operator-level count of both."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+from torch.testing import assert_close
+
+import models
+from bench.flops import count_flops
+from models import LayerConfig
+
+NAMES = list(models.LAYERS)
+BATCH, D, HEADS, K, WINDOW, DILATION = 2, 24, 3, 3, 5, 3
+PREFIX = 10  # positions read by prefill before stepping
+
+# Decoding against the causal forward, measured over 8 seeds at n = 300: float32 agrees to 3e-6 (the scan, whose
+# parallel scan adds in another order), bfloat16 to 1e-2 on outputs and 1.5e-2 on linear attention's summed state
+# (10 steps each rounded against one product rounded once). The bfloat16 scan is checked apart (see below).
+TOLERANCE = {
+    "float32": dict(atol=1e-5, rtol=1e-5),
+    "bfloat16": dict(atol=3e-2, rtol=2e-2),
+}
+CASES = [(dtype, name) for dtype in TOLERANCE for name in NAMES if (dtype, name) != ("bfloat16", "scan")]
+
+
+def _cfg(dtype: str = "float32", causal: bool = True) -> LayerConfig:
+    return LayerConfig(d=D, k=K, heads=HEADS, window=WINDOW, dilation=DILATION, dtype=dtype, causal=causal)
+
+
+def _tokens(n: int, dtype: str = "float32", seed: int = 0) -> torch.Tensor:
+    x = torch.randn(BATCH, n, D, generator=torch.Generator().manual_seed(seed))
+    return x.to(LayerConfig(d=D, dtype=dtype).torch_dtype)
+
+
+def _decode(layer, x: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """prefill(x[:, :start]), then one step per position: (the outputs of positions start.., the last state)."""
+    state = layer.prefill(x[:, :start])
+    outputs = []
+    for t in range(start, x.shape[1]):
+        y, state = layer.step(x[:, t : t + 1], state)
+        outputs.append(y)
+    return torch.cat(outputs, dim=1), state
+
+
+@pytest.mark.parametrize("n", [37, 300])
+@pytest.mark.parametrize("dtype,name", CASES)
+def test_decoding_token_by_token_equals_the_causal_forward(dtype, name, n):
+    cfg = _cfg(dtype)
+    layer, x = models.build(name, cfg), _tokens(n, dtype)
+    with torch.inference_mode():
+        forward = layer(x)
+        decoded, _ = _decode(layer, x)
+        from_prefix, _ = _decode(layer, x, PREFIX)
+        _, stepped = _decode(layer, x[:, :PREFIX])
+        prefilled = layer.prefill(x[:, :PREFIX])
+    assert decoded.shape == forward.shape == (BATCH, n, D)
+    assert_close(decoded, forward, **TOLERANCE[dtype])
+    assert_close(from_prefix, forward[:, PREFIX:], **TOLERANCE[dtype])
+    assert len(stepped) == len(prefilled)
+    for reached, read in zip(stepped, prefilled):
+        assert_close(reached, read, **TOLERANCE[dtype])
+    assert models.state_bytes(stepped) == models.analytic_decode_state_bytes(name, BATCH, PREFIX, cfg)
+
+
+def test_the_scans_bfloat16_decode_strays_from_float32_no_more_than_its_bfloat16_forward():
+    """A bfloat16 recurrence with a memory of up to 100 steps (decay 0.99) accumulates rounding: its parallel scan
+    and its step-by-step decode both stray from the float32 result, at n = 300 by up to 10 % of the output's range,
+    each its own way; so both are held to the float32 result, not to each other."""
+    for seed in range(3):
+        low, high = models.build("scan", _cfg("bfloat16"), seed=seed), models.build("scan", _cfg(), seed=seed)
+        x = _tokens(300, "bfloat16", seed)
+        with torch.inference_mode():
+            truth = high(x.float())
+            forward_error = (low(x).float() - truth).abs().max().item()
+            decode_error = (_decode(low, x)[0].float() - truth).abs().max().item()
+        assert decode_error <= 2 * forward_error + 0.05
+        assert decode_error <= 0.1 * truth.abs().max().item()
+
+
+@pytest.mark.parametrize("grad_mode", [torch.no_grad, torch.inference_mode], ids=["no_grad", "inference"])
+@pytest.mark.parametrize("name", NAMES)
+def test_prefill_and_step_run_under_either_grad_mode(name, grad_mode):
+    layer, x = models.build(name, _cfg()), _tokens(12)
+    with grad_mode():
+        decoded, _ = _decode(layer, x, 3)
+        assert_close(decoded, layer(x)[:, 3:], **TOLERANCE["float32"])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_causal_forward_does_not_look_ahead(name):
+    n = 37
+    x = _tokens(n)
+    causal, centered = models.build(name, _cfg()), models.build(name, _cfg(causal=False))
+    for i in (0, 17, n - 2):
+        changed = x.clone()
+        changed[:, i + 1 :] = torch.randn(BATCH, n - i - 1, D, generator=torch.Generator().manual_seed(i))
+        with torch.inference_mode():
+            before, after = causal(x), causal(changed)
+            assert_close(after[:, : i + 1], before[:, : i + 1], atol=1e-6, rtol=1e-6)
+            assert not torch.allclose(after[:, i + 1 :], before[:, i + 1 :])
+            if name not in models.stepwise():  # the non-causal form sees ahead: the flag matters
+                assert not torch.allclose(centered(changed)[:, : i + 1], centered(x)[:, : i + 1])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_step_leaves_its_state_as_it_was(name):
+    layer, x = models.build(name, _cfg()), _tokens(PREFIX + 1)
+    with torch.inference_mode():
+        state = layer.prefill(x[:, :PREFIX])
+        kept = tuple(s.clone() for s in state)
+        first, new = layer.step(x[:, PREFIX:], state)
+        again, _ = layer.step(x[:, PREFIX:], state)  # as a benchmark calls it: the same step every time
+    assert all(torch.equal(s, c) for s, c in zip(state, kept))
+    assert torch.equal(first, again)
+    assert all(n is not s for n, s in zip(new, state))
+
+
+# The state after t positions, bytes per batch element, written out from what each layer must remember.
+HAND_STATE_BYTES: dict[str, Callable[[int, LayerConfig, int], int]] = {
+    "conv": lambda t, c, e: (c.k - 1) * c.d * e,  # the last k − 1 inputs (zeros before position 0)
+    "conv_dilated": lambda t, c, e: (c.k - 1) * c.dilation * c.d * e,  # the span of its k taps
+    "conv_separable": lambda t, c, e: (c.k - 1) * c.d * e,  # the depthwise kernel's inputs
+    "rnn": lambda t, c, e: c.d * e,  # h
+    "gru": lambda t, c, e: c.d * e,  # h
+    "lstm": lambda t, c, e: 2 * c.d * e,  # h and the cell c
+    "attention": lambda t, c, e: 2 * t * c.d * e,  # every key and value
+    "attention_math": lambda t, c, e: 2 * t * c.d * e,
+    "attention_local": lambda t, c, e: 2 * min(t, c.window - 1) * c.d * e,  # those the next r − 1 queries see
+    "attention_linear": lambda t, c, e: (c.heads * (c.d // c.heads) ** 2 + c.d) * e,  # Σ φ(k)vᵀ and Σ φ(k), a head
+    "scan": lambda t, c, e: c.d * e,  # h
+}
+
+# One step's FLOPs at position t (the state holds t positions), whole batch: 2 per multiply-accumulate.
+HAND_DECODE_FLOPS: dict[str, Callable[[int, int, LayerConfig], int]] = {
+    "conv": lambda b, t, c: 2 * b * c.k * c.d * c.d,  # one output: k taps of a d×d matrix
+    "conv_dilated": lambda b, t, c: 2 * b * c.k * c.d * c.d,
+    "conv_separable": lambda b, t, c: 2 * b * c.k * c.d + 2 * b * c.d * c.d,  # k taps a channel, then d×d
+    "rnn": lambda b, t, c: 2 * b * (c.d * c.d + c.d * c.d),  # W_ih x_t and W_hh h_{t−1}
+    "gru": lambda b, t, c: 3 * 2 * b * (c.d * c.d + c.d * c.d),
+    "lstm": lambda b, t, c: 4 * 2 * b * (c.d * c.d + c.d * c.d),
+    "attention": lambda b, t, c: 4 * 2 * b * c.d * c.d + 2 * (2 * b * (t + 1) * c.d),  # q·K and p·V over t + 1
+    "attention_math": lambda b, t, c: 4 * 2 * b * c.d * c.d + 2 * (2 * b * (t + 1) * c.d),
+    "attention_local": lambda b, t, c: 4 * 2 * b * c.d * c.d + 2 * (2 * b * min(t + 1, c.window) * c.d),
+    # φ(k)vᵀ added to the state, φ(q)·S and φ(q)·z, per head of size e = d / h
+    "attention_linear": lambda b, t, c: 4 * 2 * b * c.d * c.d + 2 * 2 * b * c.d * (c.d // c.heads) + 2 * b * c.d,
+    "scan": lambda b, t, c: 2 * 2 * b * c.d * c.d,  # B x_t and C h_t; the decay is element-wise
+}
+
+
+def test_every_layer_has_its_hand_formulas():
+    assert set(HAND_STATE_BYTES) == set(HAND_DECODE_FLOPS) == set(NAMES)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("t", [0, 1, 4, 37, 300])
+@pytest.mark.parametrize("name", NAMES)
+def test_the_states_bytes_equal_the_hand_formula(name, t, dtype):
+    cfg = _cfg(dtype)
+    layer = models.build(name, cfg)
+    with torch.inference_mode():
+        state = layer.prefill(_tokens(t, dtype))
+    by_hand = BATCH * HAND_STATE_BYTES[name](t, cfg, cfg.elem_bytes)
+    assert isinstance(state, tuple) and all(isinstance(s, torch.Tensor) for s in state)
+    assert models.state_bytes(state) == by_hand
+    assert models.analytic_decode_state_bytes(name, BATCH, t, cfg) == by_hand
+    assert models.LAYERS[name].decode_state_bytes(BATCH, t, cfg, cfg.elem_bytes) == by_hand
+
+
+@pytest.mark.parametrize("t", [0, 5, 37])
+@pytest.mark.parametrize("name", NAMES)
+def test_a_steps_counted_flops_equal_the_hand_formula(name, t):
+    cfg = _cfg()
+    layer, x = models.build(name, cfg), _tokens(t + 1)
+    with torch.inference_mode():
+        state = layer.prefill(x[:, :t])
+
+    def one_step():
+        with torch.inference_mode():
+            layer.step(x[:, t:], state)
+
+    counted = count_flops(one_step)
+    assert counted.uncounted_ops == ()
+    assert counted.total == HAND_DECODE_FLOPS[name](BATCH, t, cfg)
+    assert models.analytic_decode_flops(name, BATCH, t, cfg) == counted.total
+
+
+def test_a_decode_step_in_plain_numbers():
+    cfg = _cfg()  # b = 2, d = 24, h = 3 (e = 8), r = 5, t = 5
+    assert models.analytic_decode_flops("attention", 2, 5, cfg) == 8 * 2 * 576 + 4 * 2 * 6 * 24 == 10_368
+    assert models.analytic_decode_flops("attention_local", 2, 5, cfg) == 9216 + 4 * 2 * 5 * 24 == 10_176
+    assert models.analytic_decode_flops("attention_linear", 2, 5, cfg) == 9216 + 4 * 2 * 24 * 8 + 4 * 24 == 10_848
+    assert models.analytic_decode_state_bytes("attention", 2, 5, cfg) == 2 * 2 * 5 * 24 * 4 == 1920
+
+
+@pytest.mark.parametrize("n", [37, 300])
+@pytest.mark.parametrize("name", NAMES)
+def test_the_causal_forwards_counted_flops_equal_flops(name, n):
+    cfg = _cfg()
+    layer, x = models.build(name, cfg), _tokens(n)
+
+    def forward():
+        with torch.inference_mode():
+            layer(x)
+
+    counted = count_flops(forward)
+    assert counted.uncounted_ops == ()
+    assert counted.total == models.analytic_flops(name, BATCH, n, cfg) == models.analytic_flops(name, BATCH, n, _cfg())
+
+
+@pytest.mark.parametrize("n", [37, 300])
+def test_useful_flops_of_the_causal_forms_by_hand(n):
+    cfg, b, d, k, r, dil = _cfg(), BATCH, D, K, WINDOW, DILATION
+    projections = 4 * 2 * b * n * d * d
+    taps = sum(1 for i in range(n) for j in range(k) if i - j >= 0)  # output i's tap j reads i − j·dilation
+    dilated_taps = sum(1 for i in range(n) for j in range(k) if i - j * dil >= 0)
+    window = sum(1 for i in range(n) for j in range(i - r + 1, i + 1) if j >= 0)  # keys i − r + 1 .. i
+    assert window == n * r - r * (r - 1) // 2
+    useful = {
+        "conv": 2 * b * d * d * taps,
+        "conv_dilated": 2 * b * d * d * dilated_taps,
+        "conv_separable": 2 * b * d * (taps + n * d),
+        "attention": projections + 2 * 2 * b * (n * (n + 1) // 2) * d,  # the pairs j <= i
+        "attention_math": projections + 2 * 2 * b * (n * (n + 1) // 2) * d,
+        "attention_local": projections + 2 * 2 * b * window * d,
+    }
+    for name, by_hand in useful.items():
+        assert models.analytic_useful_flops(name, b, n, cfg) == by_hand, name
+    for name in ("attention", "attention_math"):  # non-causal: nothing skipped, no useful FLOPs of their own
+        assert models.analytic_useful_flops(name, b, n, _cfg(causal=False)) is None
+
+
+@pytest.mark.parametrize(
+    "name, compute, state, sizes, cost, state_size",
+    [  # at t = 100, d = 8, k = 5, r = 16, dilation 3
+        ("conv", "O(k·d²)", "O(k·d)", ("k",), 5 * 64, 5 * 8),
+        ("conv_dilated", "O(k·d²)", "O(k·δ·d)", ("k", "dilation"), 5 * 64, 5 * 3 * 8),
+        ("conv_separable", "O(k·d + d²)", "O(k·d)", ("k",), 5 * 8 + 64, 5 * 8),
+        ("rnn", "O(d²)", "O(d)", (), 64, 8),
+        ("gru", "O(d²)", "O(d)", (), 64, 8),
+        ("lstm", "O(d²)", "O(d)", (), 64, 8),
+        ("attention", "O(t·d)", "O(t·d)", (), 800, 800),
+        ("attention_math", "O(t·d)", "O(t·d)", (), 800, 800),
+        ("attention_local", "O(r·d)", "O(r·d)", ("window",), 128, 128),
+        ("attention_linear", "O(d²)", "O(d²)", (), 64, 64),
+        ("scan", "O(d²)", "O(d)", (), 64, 8),
+    ],
+)
+def test_each_layer_carries_its_decode_row(name, compute, state, sizes, cost, state_size):
+    row = models.LAYERS[name].decode
+    assert isinstance(row, models.DecodeRow) and row.source
+    assert (row.compute_text, row.state_text, row.sizes) == (compute, state, sizes)
+    assert set(row.sizes) <= set(models.LAYERS[name].uses)
+    assert row.cost(100, 8, 5, 16, 3) == pytest.approx(cost)
+    assert row.state_size(100, 8, 5, 16, 3) == pytest.approx(state_size)
+    assert row.cost(np.array([100, 200]), 8, 5, 16, 3).shape == (2,)
+    assert row.fit_t_over_d == (8 if name in ("attention", "attention_math") else None)
+
+
+def test_a_stored_causal_flag_reads_back_as_a_bool():
+    for stored, causal in [(True, True), (np.True_, True), ("True", True), (1.0, True), (False, False)]:
+        assert LayerConfig.of(8, causal=stored, k=5.0).causal is causal
+    for missing in (None, float("nan")):
+        assert LayerConfig.of(8, causal=missing).causal is False
+    assert LayerConfig.of(8, k=5.0) == LayerConfig(d=8, k=5) and LayerConfig(d=8).causal is False
