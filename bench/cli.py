@@ -345,6 +345,10 @@ def _print_paths_as_given() -> None:
             stream.reconfigure(errors="surrogateescape")
 
 
+def console() -> None:
+    sys.exit(main())
+
+
 def main(argv: list[str] | None = None) -> int:
     _print_paths_as_given()
     argv = sys.argv[1:] if argv is None else argv

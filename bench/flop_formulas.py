@@ -41,8 +41,7 @@ def cpu_flash_attention_flop(
 
 
 def recurrent_flop(input_shape: Shape, weights: Iterable[Shape]) -> int:
-    """Every token meets every weight matrix once: 2·tokens·Σ numel(W), 1-D biases skipped. Tokens: every input
-    position but the feature axis, (T, B, in), (B, T, in) or packed (ΣT, in)."""
+    """2·tokens·Σ numel(W), 1-D biases skipped; tokens: all input positions, (T, B, in), (B, T, in), (ΣT, in)."""
     tokens = prod(input_shape[:-1])
     return 2 * tokens * sum(prod(w) for w in weights if len(w) == 2)
 
@@ -190,9 +189,8 @@ NO_MATRIX_WORK_OP_NAMES: tuple[str, ...] = _qualified(
 NO_MATRIX_WORK_OPS: frozenset[OpOverloadPacket] = _resolve(NO_MATRIX_WORK_OP_NAMES)
 
 
-# Pointwise operations per hidden unit of PyTorch's unfused cells (RNN.cpp), by gate count: RNN gates sum, tanh;
-# GRU 2 adds, 2 sigmoids, the reset product, the candidate's add and tanh, (h - n)·z + n; LSTM gates sum,
-# 3 sigmoids, tanh, c = f·c + i·g, h = o·tanh(c).
+# Pointwise operations per hidden unit of PyTorch's unfused cells (RNN.cpp), by gate count: RNN sum, tanh; GRU 2 adds,
+# 2 sigmoids, reset product, add, tanh, (h - n)·z + n; LSTM sum, 3 sigmoids, tanh, c = f·c + i·g, h = o·tanh(c).
 CELL_POINTWISE_OPS_PER_UNIT: dict[int, int] = {1: 2, 3: 10, 4: 13}
 SOFTMAX_OPS = _resolve(_qualified("_softmax softmax _log_softmax log_softmax _safe_softmax"))
 COPY_OPS = _resolve(("aten.clone",))  # tagged pointwise, but a copy is no arithmetic

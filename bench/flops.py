@@ -70,8 +70,7 @@ def count_flops(fn: Callable[[], object]) -> FlopCount:
     """Run `fn()` once and count it. `fn` sets its own grad mode; the counts do not depend on it."""
     recorder = _OpRecorder()
     counter = _new_counter(recorder)
-    # The recorder is entered first so that it sits beneath FlopCounterMode: it sees each operator that
-    # FlopCounterMode executes after decomposing composites, i.e. exactly the operators it counts or not.
+    # The recorder first, beneath FlopCounterMode: it sees exactly the operators the counter counts or not.
     with recorder, counter, _LstmAsATenRunsIt():
         fn()
     by_op = {str(op): int(flops) for op, flops in counter.get_flop_counts().get("Global", {}).items()}

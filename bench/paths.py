@@ -121,8 +121,7 @@ def layers_to_cross(
         x, now = probe(layer, x, reached)
         if now[target]:
             return depth
-        # A stack of one fixed structure (or of kernel size 1) that adds no position never will; growing
-        # dilations may still add positions later.
+        # A stack of one fixed structure that adds no position never will; growing dilations may later.
         same_structure = rule.dilation is None or k == 1
         if same_structure and torch.equal(now, reached):  # the same map every layer: a fixed point
             raise NeverCrosses(

@@ -89,6 +89,10 @@ class ProgressLines:
 def progress_bar(total: int | None, desc: str, line_unit: str, *, show: bool, file: TextIO | None = None):
     """`total` items (None: unknown) on stderr: tqdm on a terminal, else ProgressLines; none if not `show`."""
     file = sys.stderr if file is None else file  # looked up now: a test's capture replaces sys.stderr
+    if show and "ipykernel" in sys.modules:
+        from tqdm.auto import tqdm as notebook_tqdm
+
+        return notebook_tqdm(total=total, desc=desc, unit="pt")
     if show and not file.isatty():
         return ProgressLines(total, desc, line_unit, file, PROGRESS_EVERY_S).start()
     return tqdm(total=total, desc=desc, unit="pt", disable=not show, file=file, dynamic_ncols=True)

@@ -333,8 +333,7 @@ class AttentionLocal(SelfAttention):
         queries = padded.reshape(b * h * g.count, g.queries, d_head)  # (B·h·count, w, d_head): one copy
         k_rows, k_own = self._padded_rows(k, g)
         v_rows, v_own = self._padded_rows(v, g)
-        # A masked weight times a NaN value is NaN: a non-finite value row is zeroed and its key made NaN
-        # (`poison`), so only the queries whose window holds it come out NaN (method: docs/method.md).
+        # 0 × NaN is NaN: a non-finite value row is zeroed, its key made NaN (`poison`; docs/method.md).
         v_seen = v_own.detach()
         poison = v_seen.amax(-1, keepdim=True) * 0 + v_seen.amin(-1, keepdim=True) * 0  # (B, h, n, 1)
         k_own.add_(poison)
@@ -399,8 +398,7 @@ class AttentionLocal(SelfAttention):
 
     @classmethod
     def activation_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
-        # At the peak: Q, K, V (3·n·d), the padded queries, K and V copies, the chunks' outputs and their
-        # concatenation (5·n_padded·d), and one chunk's scores and softmax (on the CPU; a GPU forms all at once).
+        # Q, K, V; padded queries, K, V, chunks' outputs, their concatenation; one CPU chunk's scores and softmax.
         g = cls.blocks(n, cfg.window, left_keys(cfg))
         heads, blocks = cls.chunk(g, elem_bytes)
         chunk_pairs = min(heads, batch * cfg.heads) * blocks * g.queries * g.keys

@@ -32,8 +32,7 @@ def parallel_scan(u: torch.Tensor, decay: torch.Tensor, levels: int | None = Non
         evens.append((even, decay_s))
         h = torch.addcmul(odd, decay_s, even)  # the pair's total: right + a^s ⊙ left
         decay_s = decay_s * decay_s
-    # Down-sweep: h holds the prefixes ending at the right segments; a left segment's is the prefix before
-    # its pair, decayed across it, plus its own total.
+    # Down-sweep: a left segment's prefix is its pair's prefix before it, decayed across it, plus its own total.
     for even, decay_s in reversed(evens):
         before = F.pad(h[:, :-1], (0, 0, 1, 0))  # (R, m/2, d): the prefix ending before each pair, 0 first
         h = torch.stack((torch.addcmul(even, decay_s, before), h), dim=2).flatten(1, 2)  # (R, m, d)
@@ -121,8 +120,7 @@ class Scan(nn.Module):
 
     @staticmethod
     def activation_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
-        # B x and its copy padded to a power of two P, the up-sweep's totals (< P), the down-sweep's last
-        # pair (2P) and the output.
+        # B x, its copy padded to a power of two P, the up-sweep's totals (< P), the last pair (2P), the output.
         padded = 1 << scan_levels(n)
         return batch * cfg.d * (2 * n + 4 * padded) * elem_bytes
 

@@ -1,5 +1,8 @@
 """The report: built from stored runs only (bench.report.build), one module per section."""
 
+import sys
+
 import matplotlib
 
-matplotlib.use("Agg")  # reports are written headless, before any module of the package imports pyplot
+if "ipykernel" not in sys.modules:  # headless, before pyplot is imported; a notebook keeps its inline backend
+    matplotlib.use("Agg")

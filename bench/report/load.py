@@ -138,8 +138,7 @@ def load_runs(paths: list[Path], skip_bad: bool = False, exclude: tuple[Path, ..
 
 
 def select_run_dirs(results: list[Path] | None, compare_reference: bool = False) -> tuple[list[Path], list[str]]:
-    """(run folders to report, notes for the reader). `results` None: this machine's runs in results/
-    (outside results/reference/), or the reference runs where this machine has none yet."""
+    """(run folders, notes): `results`, else this machine's runs outside results/reference/, else the reference's."""
     notes = []
     reference = find_run_dirs([REFERENCE_DIR]) if REFERENCE_DIR.exists() else []
     if results is not None:

@@ -1,0 +1,157 @@
+"""The Python API (a notebook's): `python -m bench`'s engine, options and one-line errors (ValueError)."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+import models
+
+from . import fits, folder
+from .cli import build_parser
+from .clock import on_clock
+from .commands import cmd_report, cmd_run
+from .spec import DEFAULT_MODE, mode_of, source_keys
+
+Sizes = int | Iterable[int] | None
+
+
+def _listed(values) -> str:
+    return ",".join(str(v) for v in ([values] if isinstance(values, (int, str)) else values))
+
+
+def measure(
+    layers: str | Iterable[str] | None = None,
+    n: Sizes = None,
+    d: Sizes = None,
+    *,
+    preset: str | None = None,
+    out: str | Path | None = None,
+    progress: bool = True,
+    **options,
+) -> pd.DataFrame:
+    """`run` of a grid (its options as keywords: k=[3, 5], mode="train"...) or a preset: points.csv as a DataFrame."""
+    argv = ["run", "--yes"] + ([] if progress else ["--no-progress"])
+    given = {"layers": layers, "n": n, "d": d, "preset": preset, **options}
+    for name, value in given.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + name.replace("_", "-")
+        argv += [flag] if value is True else [flag, _listed(value) if name in ("layers", "n", "d", "k") else str(value)]
+    with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
+        run_dir = Path(out) if out is not None else Path(scratch) / "run"
+        args = build_parser().parse_args([*argv, "--out", str(run_dir)])
+        cmd_run(args, ["bench.measure", *argv])
+        points = read_points(run_dir)
+    points.attrs["run_dir"] = str(run_dir) if out is not None else None
+    return points
+
+
+def read_points(run_dir: str | Path) -> pd.DataFrame:
+    """A run folder's points.csv, with `run_id` and each row's `source` (`cpu`, `cuda-train`, ...)."""
+    run_dir = Path(run_dir)
+    points = folder.read_points(run_dir)
+    return points.assign(run_id=folder.read_meta(run_dir).get("run_id", run_dir.name), source=source_keys(points))
+
+
+def _with_source(points: pd.DataFrame) -> pd.DataFrame:
+    return points if "source" in points else points.assign(source=source_keys(points))
+
+
+def fit(points: pd.DataFrame) -> pd.DataFrame:
+    """Every sweep's exponents with intervals and verdicts: the report's fits.csv."""
+    return fits.fit_table(_with_source(points))
+
+
+def table1(points: pd.DataFrame) -> pd.DataFrame:
+    """Table 1 beside the measured exponents in n (widest sweep): verdict, exponent [95 % interval] (predicted)."""
+    rows = fit(points)
+    rows = rows[rows["variable"] == "n"].assign(span=lambda r: r["sweep_x_max"] / r["sweep_x_min"])
+    out = []
+    for (source, layer), group in rows.groupby(["source", "layer"], sort=False):
+        row = {"source": source, "layer": layer}
+        mode = mode_of(group.iloc[:1])[0]
+        row["predicted"] = (
+            models.LAYERS[layer].table1.compute_text
+            if mode == DEFAULT_MODE
+            else fits.predicted_text(layer, mode, "time")
+        )
+        for metric, part in group.groupby("metric"):
+            best = part.sort_values(["span", "points"], ascending=False).iloc[0]
+            measured = (
+                "–"
+                if pd.isna(best["exponent"])
+                else f"{best['exponent']:.2f} [{best['ci_low']:.2f}, {best['ci_high']:.2f}]"
+            )
+            row[metric] = f"{fits.VERDICT_MARK[best['verdict']]} {measured} ({best['predicted']:.2f})"
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def plot_table1(points: pd.DataFrame, source: str | None = None):
+    """The report's first figure of one source (default: the first) as a matplotlib Figure."""
+    from .report.sweep_plot import on_sweep_clocks, predicted_from_formula, primary_sweeps
+    from .report.table1_figure import PANELS, table1_figure, table1_layers
+
+    ok = _with_source(points)
+    ok = ok[(ok["status"] == "ok") & ok["time_median_s"].notna()]
+    data = primary_sweeps(ok, "n")
+    if data.empty:
+        raise ValueError("plot_table1: no n-sweep of ok points (at least two lengths n of one layer) to draw")
+    source = source or data["source"].iloc[0]
+    if source not in set(data["source"]):
+        raise ValueError(
+            f"plot_table1: source {source!r} not measured; measured: {', '.join(sorted(set(data['source'])))}"
+        )
+    mine = on_sweep_clocks(data[data["source"] == source])
+    mine = mine[mine["layer"].isin(table1_layers(mine["layer"].unique()))]
+    exponents = {metric: predicted_from_formula(metric, "n") for metric in PANELS}
+    return table1_figure(mine, exponents, source)
+
+
+def crossover(points: pd.DataFrame, attention: str = models.ROLES.attention) -> pd.DataFrame:
+    """n* where `attention` becomes costlier than each other layer at its sizes, by time and by the FLOP formulas."""
+    ok = _with_source(points)
+    ok = ok[(ok["status"] == "ok") & (ok["mode"] == DEFAULT_MODE)]
+    rows = []
+    keys = ["source", "d", "batch"]
+    for (source, d, batch), group in ok.groupby(keys):
+        mine = on_clock(group[group["layer"] == attention].sort_values("n"))
+        for other in sorted(set(group["layer"]) - {attention}):
+            theirs = on_clock(group[group["layer"] == other].sort_values("n"))
+            both = mine.merge(theirs, on="n", suffixes=("_a", "_b"))
+            both = both[both["time_ok_a"].astype(bool) & both["time_ok_b"].astype(bool)]
+            by_time = fits.crossover_n(both["n"], both["time_s_a"], both["time_s_b"]) if len(both) >= 2 else None
+            cfg = models.LayerConfig.of(d, k=3, heads=int(mine["heads"].iloc[0]) if len(mine) else 1)
+            rows.append(
+                {
+                    "source": source,
+                    "d": int(d),
+                    "batch": int(batch),
+                    "other": other,
+                    "n_star_time": by_time,
+                    "n_star_flops": fits.closed_form_crossover_n(attention, other, int(batch), cfg),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def write_report(runs: str | Path | Iterable[str | Path], out: str | Path, progress: bool = False) -> Path:
+    """`python -m bench report` of run folders into `out`."""
+    folders = [runs] if isinstance(runs, (str, Path)) else list(runs)
+    argv = ["report", "--results", *map(str, folders), "--out", str(out)] + ([] if progress else ["--no-progress"])
+    cmd_report(build_parser().parse_args(argv), ["bench.report", *argv])
+    return Path(out)
+
+
+def cite(key: str, reports: str | Path | None = None) -> str:
+    """One number of a report's numbers.json with its provenance, as `python -m bench cite KEY` says it."""
+    from .report.numbers import cite_sentence, default_reports
+
+    return cite_sentence(key, default_reports() if reports is None else [Path(reports)])
+
+
+__all__ = ["measure", "read_points", "fit", "table1", "plot_table1", "crossover", "write_report", "cite"]

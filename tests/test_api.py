@@ -1,0 +1,96 @@
+"""The Python API (bench/api.py): a notebook's call measures what the command line measures, with the same errors;
+fits, Table 1 beside the measurement, a figure, the crossover, a report and a cited number."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+import pytest
+
+import bench
+from bench.cli import main
+
+matplotlib.use("Agg")
+
+QUICK = dict(rounds=3, target_time=0.005, passes=1, progress=False)
+GRID = (["conv", "lstm", "attention"], [16, 32, 64, 128], 8)
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    return bench.measure(*GRID, heads=2, batch=2, device="cpu", out=tmp_path_factory.mktemp("api") / "run", **QUICK)
+
+
+@pytest.mark.slow
+def test_one_call_measures_what_the_command_line_measures(measured, tmp_path):
+    argv = ["run", "--layers", "conv,lstm,attention", "--n", "16,32,64,128", "--d", "8", "--heads", "2"]
+    argv += ["--batch", "2", "--device", "cpu", "--rounds", "3", "--target-time", "0.005", "--passes", "1"]
+    assert main([*argv, "--yes", "--no-progress", "--out", str(tmp_path / "cli")]) == 0
+    cli = pd.read_csv(tmp_path / "cli" / "points.csv")
+    keys = ["layer", "n"]
+    both = measured.merge(cli, on=keys, suffixes=("_api", "_cli"))
+    assert len(both) == len(cli) == len(measured) == 12
+    assert (both["flops_counted_api"] == both["flops_counted_cli"]).all()
+    assert (both["point_id_api"] == both["point_id_cli"]).all()
+    assert set(measured["source"]) == {"cpu"} and (Path(measured.attrs["run_dir"]) / "meta.json").exists()
+
+
+@pytest.mark.slow
+def test_fits_table1_figure_crossover_report_and_cite(measured, tmp_path):
+    from bench.fits import FIT_COLUMNS
+
+    assert list(bench.fit(measured).columns) == list(FIT_COLUMNS)
+    table = bench.table1(measured).set_index("layer")
+    assert table.loc["attention", "predicted"] == "O(n²·d)" and table.loc["lstm", "predicted"] == "O(n·d²)"
+    assert table.loc["conv", "flops"].startswith("✓ 1.00 [1.00, 1.00]")  # exact counts: a zero-width interval
+    figure = bench.plot_table1(measured)
+    assert len(figure.axes) == 2
+    crossover = bench.crossover(measured)
+    assert set(crossover["other"]) == {"conv", "lstm"}
+    # attention's 8·b·n·d² + 4·b·n²·d reaches the lstm's 16·b·n·d² at n = 2d (d = 8: 16), the conv's 6·b·n·d² at once
+    assert crossover.set_index("other").loc["lstm", "n_star_flops"] == 16
+    report = bench.write_report(measured.attrs["run_dir"], tmp_path / "report")
+    numbers = json.loads((report / "numbers.json").read_text())["numbers"]
+    key = next(k for k in numbers if k.endswith(".cpu.conv.flops.exponent_n"))
+    assert key in bench.cite(key, reports=report)
+
+
+def _cli_error(argv: list[str]) -> str:
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        assert main(argv) == 2
+    return stderr.getvalue().strip().removeprefix("error: ")
+
+
+@pytest.mark.parametrize(
+    "call,argv",
+    [
+        (dict(layers="nope", n=8, d=8), ["run", "--layers", "nope", "--n", "8", "--d", "8"]),
+        (dict(layers="conv", n=8, d=8, k=4), ["run", "--layers", "conv", "--n", "8", "--d", "8", "--k", "4"]),
+        (
+            dict(layers="conv", n=8, d=8, mode="fit"),
+            ["run", "--layers", "conv", "--n", "8", "--d", "8", "--mode", "fit"],
+        ),
+        (dict(preset="nope"), ["run", "--preset", "nope"]),
+    ],
+)
+def test_bad_input_is_the_command_lines_one_line_as_a_value_error(call, argv, tmp_path):
+    expected = _cli_error([*argv, "--yes", "--no-progress", "--out", str(tmp_path / "cli")])
+    with pytest.raises(ValueError) as caught:
+        bench.measure(**call, progress=False, out=tmp_path / "api")
+    assert str(caught.value) == expected and "\n" not in expected
+
+
+def test_importing_bench_leaves_the_api_and_pandas_for_later():
+    code = "import sys, bench; print('pandas' in sys.modules, 'bench.api' in sys.modules, callable(bench.measure))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False", "True"]
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        bench.nope  # noqa: B018

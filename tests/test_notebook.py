@@ -1,0 +1,44 @@
+"""examples/table1.ipynb, stored without outputs, runs top to bottom in a fresh kernel (nbclient) on the CPU in
+under 5 minutes, showing the Table 1 comparison and at least two figures."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "examples" / "table1.ipynb"
+BUDGET_S = 300
+
+
+def test_the_notebook_is_stored_without_outputs_and_with_a_parameter_cell():
+    nbformat = pytest.importorskip("nbformat", reason="pip install -e '.[test]' (nbclient brings nbformat)")
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(notebook)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert all(not cell.outputs and cell.execution_count is None for cell in code)
+    assert any("parameters" in cell.metadata.get("tags", []) for cell in code)
+
+
+@pytest.mark.slow
+def test_the_notebook_runs_top_to_bottom_in_a_fresh_kernel(tmp_path):
+    nbformat = pytest.importorskip("nbformat", reason="pip install -e '.[test]'")
+    nbclient = pytest.importorskip("nbclient", reason="pip install -e '.[test]'")
+    pytest.importorskip("ipykernel", reason="pip install -e '.[test]'")
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(
+        notebook, timeout=BUDGET_S, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    started = time.monotonic()
+    client.execute()
+    took_s = time.monotonic() - started
+    outputs = [out for cell in notebook.cells if cell.cell_type == "code" for out in cell.outputs]
+    assert not [out for out in outputs if out.output_type == "error"]
+    images = [out for out in outputs if "image/png" in out.get("data", {})]
+    tables = [out for out in outputs if "text/html" in out.get("data", {}) and "O(n²·d)" in out["data"]["text/html"]]
+    assert len(images) >= 2, f"{len(images)} figures"
+    assert tables, "no Table 1 beside the measurement"
+    assert any(".cpu.attention.flops.exponent_n" in out.get("text", "") for out in outputs), "no cited number"
+    assert took_s < BUDGET_S, f"{took_s:.0f} s"
+    assert (tmp_path / "runs" / "table1" / "points.csv").exists()
