@@ -258,7 +258,7 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
         exponent = loglog_slope(reliable[variable], flops)
         predicted = predicted_exponent("flops", layer, reliable, variable)
         reason = (
-            f"Table 1's term does not set the counted FLOPs here (their exponent {exponent:.2f} "
+            f"{'the decode row' if mode_of_sweep(reliable) == DECODE_MODE else 'Table 1'}'s term does not set the counted FLOPs here (their exponent {exponent:.2f} "
             f"against {predicted:.2f} over {variable} = {int(reliable[variable].iloc[0])}–"
             f"{int(reliable[variable].iloc[-1])}), so time cannot test it"
         )

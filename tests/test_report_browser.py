@@ -151,7 +151,7 @@ def headline_problems(page, height: int = NARROW[1]) -> list[str]:
         """() => {
             const verdicts = document.getElementById('verdicts');
             return [...document.querySelectorAll('#first-screen p')]
-                .filter(p => !p.closest('#verdicts, #toc, #first-figure'))
+                .filter(p => !p.closest('#verdicts, #toc, #first-figure, #notes'))
                 .filter(p => !verdicts || (p.compareDocumentPosition(verdicts) & Node.DOCUMENT_POSITION_FOLLOWING))
                 .map(p => {
                     const r = p.getBoundingClientRect();

@@ -363,7 +363,7 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
         )
         parts.append(training_section(ctx, texts))
     if len(points) or len(decode):
-        headline_md = (headline_md + "\n" if len(points) else "") + decode_headline(ctx) + "\n" + said
+        headline_md = (headline_md + "\n" if len(points) else "") + decode_headline(ctx)
     parts.append(decode_section(ctx))
     if len(points):
         table.to_csv(out_dir / "table.csv", index=False)
@@ -375,9 +375,9 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
     parts.append(provenance_section(ctx))
 
     sections = split_sections("\n".join(parts))
-    first_screen = "\n".join([headline_md, figure_md, verdicts_md, intro])
+    first_screen = "\n".join([headline_md, said, figure_md, verdicts_md, intro])
     (out_dir / "report.md").write_text(to_markdown(TITLE, first_screen, sections))
-    (out_dir / "report.html").write_text(to_html(TITLE, headline_md, verdicts_md, intro, sections, figure_md))
+    (out_dir / "report.html").write_text(to_html(TITLE, headline_md, verdicts_md, intro, sections, figure_md, said))
     every_fit = [f for f in (fit_rows, decode_fits) if len(f)]
     storage.write_table(out_dir / "fits.csv", pd.concat(every_fit, ignore_index=True) if every_fit else fit_rows)
     storage.write_json(out_dir / "numbers.json", numbers_document(ctx.numbers, runs))

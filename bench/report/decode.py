@@ -244,22 +244,40 @@ def decode_section(ctx: ReportContext) -> str:
     return "\n".join(parts)
 
 
+def _flops_crossing(ctx: ReportContext, source: str, attention: pd.DataFrame) -> str:
+    other, batch, cfg = models.ROLES.recurrent, int(attention["batch"].iloc[0]), _config(attention)
+    at = fits.closed_form_crossover_n(models.ROLES.attention, other, batch, cfg, DECODE_MODE)
+    if at is None:
+        return ""
+    key = f"{source}.crossover_t.{models.ROLES.attention}_vs_{other}.flops"
+    cited = ctx.cite(key, at, "positions", attention["run_id"].iloc[-1], show_unit=False)
+    return f"; by FLOPs the cached step costs more than the {other}'s from t* = {cited} (d = {cfg.d})"
+
+
+def _time_phrase(ctx: ReportContext, source: str, layer: str, sweep: pd.DataFrame) -> str:
+    cell = verdict_cell(ctx.decode_texts, source, layer, "time")
+    if not cell.endswith("–"):
+        return cell
+    shaky = int((~sweep["time_ok"].astype(bool)).sum())
+    return f"no verdict ({shaky} of {len(sweep)} times not to be trusted)"
+
+
 def decode_headline(ctx: ReportContext) -> str:
     lines = []
     for source in decode_sources(ctx):
         rows = {name: sweep for name, _, _, sweep in _rows(ctx, source)}
-        attention, recurrent = rows.get(models.ROLES.attention), rows.get(models.ROLES.recurrent)
+        attention_name, recurrent_name = models.ROLES.attention, models.ROLES.recurrent
+        attention, recurrent = rows.get(attention_name), rows.get(recurrent_name)
         if attention is None or recurrent is None:
             continue
-        texts = ctx.decode_texts
-        a_time = verdict_cell(texts, source, models.ROLES.attention, "time")
-        r_time = verdict_cell(texts, source, models.ROLES.recurrent, "time")
+        a_time, r_time = (_time_phrase(ctx, source, layer, rows[layer]) for layer in (attention_name, recurrent_name))
         lines.append(
             f"**Generating on {ctx.source_label(source)}**, the time of one token's step against its position t "
             f"grows as t^e: {a_time} for {models.ROLES.attention} with a key/value cache (predicted "
             f"{models.LAYERS[models.ROLES.attention].decode.compute_text}), {r_time} for the "
             f"{models.ROLES.recurrent} ({models.LAYERS[models.ROLES.recurrent].decode.compute_text}); the state "
             f"they keep: {_state_at(ctx, source, models.ROLES.attention, attention)} against "
-            f"{_state_at(ctx, source, models.ROLES.recurrent, recurrent)} (section {TITLE})."
+            f"{_state_at(ctx, source, models.ROLES.recurrent, recurrent)}{_flops_crossing(ctx, source, attention)} "
+            f"(section {TITLE})."
         )
     return "\n\n".join(lines) + ("\n" if lines else "")

@@ -93,8 +93,10 @@ def _strip(sections: list[Section]) -> str:
     return f"<nav id='strip'>\n{''.join(links)}\n</nav>\n" if links else ""
 
 
-def to_html(title: str, headline: str, verdicts: str, intro: str, sections: list[Section], figure: str = "") -> str:
-    """The page; `figure` (markdown of the first figure) beside the headline, on the first screen, open."""
+def to_html(
+    title: str, headline: str, verdicts: str, intro: str, sections: list[Section], figure: str = "", notes: str = ""
+) -> str:
+    """The page; `figure` (the first figure's markdown) beside the headline, `notes` (runs read) under them."""
     toc = markdown.markdown(_toc(sections), extensions=MD_EXTENSIONS)
     details = "\n".join(
         f'<details id="{s.anchor}"><summary><h2>{html.escape(s.title)}</h2></summary>\n{_html(s.body)}\n</details>'
@@ -108,7 +110,8 @@ def to_html(title: str, headline: str, verdicts: str, intro: str, sections: list
         f"<div id='headline'>\n{_html(headline)}\n</div>\n"
         + (f"<div id='first-figure'>\n{_html(figure)}\n</div>\n" if figure.strip() else "")
         + "</div>\n"
-        f"<div id='verdicts'>\n{markdown.markdown(verdicts, extensions=MD_EXTENSIONS)}\n</div>\n"
+        + (f"<div id='notes'>\n{_html(notes)}\n</div>\n" if notes.strip() else "")
+        + f"<div id='verdicts'>\n{markdown.markdown(verdicts, extensions=MD_EXTENSIONS)}\n</div>\n"
         f"<nav id='toc'><strong>Contents</strong> (each section opens on a click)\n{toc}</nav>\n{_strip(sections)}"
         f"{_html(intro)}\n"
         f"</section>\n{details}\n</body></html>\n"
