@@ -3,6 +3,15 @@ cli.py -> commands.py (preflight.py) -> run.py (ray_phase.py on a cluster) -> po
 flops.py, memory.py) -> folder.py (the run folder's one writer) -> report/ (fits.py, sweeps.py) -> reports/local/.
 The public interface: bench/interface.md; the method: docs/method.md."""
 
+import sys
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (ipykernel imported is not: a test may import it)."""
+    shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
+    return shell is not None and "IPKernelApp" in shell.config
+
+
 API = ("measure", "read_points", "fit", "table1", "plot_table1", "crossover", "write_report", "cite")
 
 

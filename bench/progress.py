@@ -11,6 +11,8 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from . import in_notebook
+
 PROGRESS_EVERY_S = 10.0  # seconds between a log's progress lines, even while one point takes longer
 LINE_FORMAT = "{desc}: {n_fmt}/{total_fmt} {unit}, {elapsed} elapsed, about {remaining} left{postfix}"
 OPEN_LINE_FORMAT = "{desc}: {n_fmt} {unit} so far, {elapsed} elapsed{postfix}"  # a total not known ahead
@@ -89,7 +91,7 @@ class ProgressLines:
 def progress_bar(total: int | None, desc: str, line_unit: str, *, show: bool, file: TextIO | None = None):
     """`total` items (None: unknown) on stderr: tqdm on a terminal, else ProgressLines; none if not `show`."""
     file = sys.stderr if file is None else file  # looked up now: a test's capture replaces sys.stderr
-    if show and "ipykernel" in sys.modules:
+    if show and in_notebook():
         from tqdm.auto import tqdm as notebook_tqdm
 
         return notebook_tqdm(total=total, desc=desc, unit="pt")

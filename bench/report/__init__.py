@@ -1,8 +1,8 @@
-"""The report: built from stored runs only (bench.report.build), one module per section."""
-
-import sys
+"""The report: built from stored runs only (bench.report.build), a module per section, headless outside a notebook."""
 
 import matplotlib
 
-if "ipykernel" not in sys.modules:  # headless, before pyplot is imported; a notebook keeps its inline backend
+from .. import in_notebook
+
+if not in_notebook():
     matplotlib.use("Agg")
