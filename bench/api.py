@@ -12,7 +12,6 @@ import models
 
 from . import fits, folder
 from .cli import build_parser
-from .clock import on_clock
 from .commands import cmd_report, cmd_run
 from .spec import DEFAULT_MODE, mode_of, source_keys
 
@@ -119,12 +118,10 @@ def crossover(points: pd.DataFrame, attention: str = models.ROLES.attention) -> 
     rows = []
     keys = ["source", "d", "batch"]
     for (source, d, batch), group in ok.groupby(keys):
-        mine = on_clock(group[group["layer"] == attention].sort_values("n"))
+        mine = group[group["layer"] == attention].set_index("n").sort_index()
         for other in sorted(set(group["layer"]) - {attention}):
-            theirs = on_clock(group[group["layer"] == other].sort_values("n"))
-            both = mine.merge(theirs, on="n", suffixes=("_a", "_b"))
-            both = both[both["time_ok_a"].astype(bool) & both["time_ok_b"].astype(bool)]
-            by_time = fits.crossover_n(both["n"], both["time_s_a"], both["time_s_b"]) if len(both) >= 2 else None
+            theirs = group[group["layer"] == other].set_index("n").sort_index()
+            by_time = fits.time_crossing(mine, theirs)[0]
             cfg = models.LayerConfig.of(d, k=3, heads=int(mine["heads"].iloc[0]) if len(mine) else 1)
             rows.append(
                 {

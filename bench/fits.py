@@ -341,6 +341,22 @@ def crossover_n(ns, time_a, time_b) -> float | None:
     return None
 
 
+def time_crossing(a: pd.DataFrame, b: pd.DataFrame, min_points: int = 2):
+    """(n* by time, the lengths both time reliably, the clock, a and b on it) of two layers' points indexed by n."""
+    common = sorted(set(a.index) & set(b.index))
+    on = clocks.group_clock(pd.concat([a.loc[common], b.loc[common]]))
+    a_t, b_t = clocks.on_clock(a.loc[common], on), clocks.on_clock(b.loc[common], on)
+    timed = [n for n in common if a_t.loc[n, "time_ok"] and b_t.loc[n, "time_ok"]]
+    enough = len(timed) >= min_points
+    return (
+        (crossover_n(timed, a_t.loc[timed, "time_s"], b_t.loc[timed, "time_s"]) if enough else None),
+        timed,
+        on,
+        a_t,
+        b_t,
+    )
+
+
 CLOSED_FORM_MAX_N = 2**40  # the search for a closed-form crossover stops here: "no crossover"
 
 

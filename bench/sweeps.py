@@ -13,7 +13,17 @@ import models
 
 from . import clock as clocks
 from . import timing
-from .spec import DECODE_MODE, DECODE_MODES, DEFAULT_MODE, LAYER_SIZES, SIZES, SWEPT_STACK_LAYER, WHERE, mode_of
+from .spec import (
+    DECODE_MODE,
+    DECODE_MODES,
+    DEFAULT_MODE,
+    LAYER_SIZES,
+    RECOMPUTE_MODE,
+    SIZES,
+    SWEPT_STACK_LAYER,
+    WHERE,
+    mode_of,
+)
 
 VARIABLES = ("n", "d", "k")
 MIN_FIT_POINTS = 3
@@ -125,7 +135,7 @@ def predicted_exponent(metric: str, layer: str, sweep: pd.DataFrame, variable: s
     else:
         row = predicted_row(layer, mode)
         _require_sizes(layer, sweep, row.sizes)
-        n = sweep["n"] + 1 if mode in DECODE_MODES and mode != DECODE_MODE else sweep["n"]
+        n = sweep["n"] + 1 if mode == RECOMPUTE_MODE else sweep["n"]
         y = row.cost(n, sweep["d"], sweep.get("k"), sweep.get("window"))
     return loglog_slope(x, y)
 
@@ -257,8 +267,9 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
     if regime is None:
         exponent = loglog_slope(reliable[variable], flops)
         predicted = predicted_exponent("flops", layer, reliable, variable)
+        row = "the decode row" if mode_of_sweep(reliable) == DECODE_MODE else "Table 1"
         reason = (
-            f"{'the decode row' if mode_of_sweep(reliable) == DECODE_MODE else 'Table 1'}'s term does not set the counted FLOPs here (their exponent {exponent:.2f} "
+            f"{row}'s term does not set the counted FLOPs here (their exponent {exponent:.2f} "
             f"against {predicted:.2f} over {variable} = {int(reliable[variable].iloc[0])}–"
             f"{int(reliable[variable].iloc[-1])}), so time cannot test it"
         )

@@ -9,7 +9,7 @@ from matplotlib.lines import Line2D
 
 import models
 
-from .. import clock, fits
+from .. import fits
 from . import style
 from .context import ReportContext
 
@@ -109,14 +109,7 @@ def crossover_section(ctx: ReportContext) -> str:
             if len(common) < 3:
                 continue
             run_id = att["run_id"].iloc[-1]
-            on = clock.group_clock(pd.concat([att.loc[common], oth.loc[common]]))
-            att_t, oth_t = clock.on_clock(att.loc[common], on), clock.on_clock(oth.loc[common], on)
-            timed = [n for n in common if att_t.loc[n, "time_ok"] and oth_t.loc[n, "time_ok"]]
-            measured = (
-                fits.crossover_n(timed, att_t.loc[timed, "time_s"], oth_t.loc[timed, "time_s"])
-                if len(timed) >= 3
-                else None
-            )
+            measured, timed, on, att_t, oth_t = fits.time_crossing(att, oth, min_points=3)
             counted = fits.crossover_n(common, att.loc[common, "flops_counted"], oth.loc[common, "flops_counted"])
             cfg = models.LayerConfig(d=int(d), k=CROSSOVER_K, heads=int(heads))
             predicted = fits.closed_form_crossover_n(attention, other, int(batch), cfg)

@@ -90,15 +90,13 @@ def _crossovers(ctx: ReportContext, source: str, rows) -> list[str]:
             if by_flops is None
             else ctx.cite(f"{key}.flops", by_flops, "positions", run_id, show_unit=False)
         )
-        both = attention.merge(theirs, on="n", suffixes=("_a", "_b"))
-        both = both[both["time_ok_a"].astype(bool) & both["time_ok_b"].astype(bool)]
-        by_time = fits.crossover_n(both["n"], both["time_s_a"], both["time_s_b"]) if len(both) >= 2 else None
+        by_time, timed, _, a_t, b_t = fits.time_crossing(attention.set_index("n"), theirs.set_index("n"))
         if by_time is not None:
             time_text = f"t* = {ctx.cite(f'{key}.time', round(by_time), 'positions', run_id, show_unit=False)}"
-        elif len(both) >= 2 and (both["time_s_a"] >= both["time_s_b"]).all():
-            time_text = f"costlier at every measured position (from t = {int(both['n'].iloc[0])})"
-        elif len(both) >= 2:
-            time_text = f"cheaper at every measured position (to t = {int(both['n'].iloc[-1])})"
+        elif len(timed) >= 2 and (a_t.loc[timed, "time_s"] >= b_t.loc[timed, "time_s"]).all():
+            time_text = f"costlier at every measured position (from t = {timed[0]})"
+        elif len(timed) >= 2:
+            time_text = f"cheaper at every measured position (to t = {timed[-1]})"
         else:
             time_text = "no two positions with reliable times of both"
         lines.append(
@@ -191,7 +189,6 @@ def _figure(ctx: ReportContext, source: str, rows) -> str:
 
 
 def _bottleneck(ctx: ReportContext, source: str, rows) -> str:
-    """The notes' fixed-length context of a recurrent encoder, judged from the measured states."""
     by_name = {name: sweep for name, _, _, sweep in rows}
     recurrent, attention = by_name.get(models.ROLES.recurrent), by_name.get(models.ROLES.attention)
     if recurrent is None or attention is None or recurrent["mem_state_bytes"].isna().any():
