@@ -27,13 +27,13 @@ class UnsupportedReference(RuntimeError):
 def reached_by_poison(layer: nn.Module, x: torch.Tensor, reached: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(clean output, output positions depending on a `reached` input), by NaN; x: (1, n, d), reached: (n,)."""
     with torch.no_grad():
-        clean = layer(x)  # (1, n, d)
+        clean = layer(x)
         poisoned = x.clone()
         poisoned[:, reached] = float("nan")
-        out = layer(poisoned)  # (1, n, d)
+        out = layer(poisoned)
     if not torch.isfinite(clean).all():  # then a NaN need not come from the poison
         raise FloatingPointError(f"{type(layer).__name__}: the clean pass is not finite; the NaN probe needs it")
-    return clean, torch.isnan(out).any(dim=-1)[0]  # (n,)
+    return clean, torch.isnan(out).any(dim=-1)[0]
 
 
 def reached_by_tangent(layer: nn.Module, x: torch.Tensor, reached: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -46,7 +46,7 @@ def reached_by_tangent(layer: nn.Module, x: torch.Tensor, reached: torch.Tensor)
         # The fused CPU attention kernel has no forward-mode formula; the math backend is the same function.
         with torch.no_grad(), fwAD.dual_level(), sdpa_kernel(SDPBackend.MATH):
             primal, out_tangent = fwAD.unpack_dual(layer(fwAD.make_dual(x, tangent)))
-    return primal, (out_tangent != 0).any(dim=-1)[0]  # (n,)
+    return primal, (out_tangent != 0).any(dim=-1)[0]
 
 
 _aten = torch.ops.aten

@@ -105,7 +105,7 @@ def layers_to_cross(
     length = n + 2 * margin
     source, target = margin + SOURCE, margin + n - 1
     cap = length if max_layers is None else max_layers
-    x = probe_input(length, d, seed)  # (1, length, d)
+    x = probe_input(length, d, seed)
     reached = torch.zeros(length, dtype=torch.bool)
     reached[source] = True
     rule = models.LAYERS[name].path

@@ -48,7 +48,7 @@ class _Recurrent(nn.Module):
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out, _ = self.fused(x)  # (B, n, d)
+        out, _ = self.fused(x)
         return out
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
@@ -58,13 +58,13 @@ class _Recurrent(nn.Module):
         for t in range(x.shape[1]):
             state = self._advance(x[:, t], state)
             outputs.append(state[0])
-        return torch.stack(outputs, dim=1)  # (B, n, d)
+        return torch.stack(outputs, dim=1)
 
     def _advance(self, x_t: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         w_ih, w_hh = self.fused.weight_ih_l0, self.fused.weight_hh_l0  # (g·d, d) each
         b_ih, b_hh = self.fused.bias_ih_l0, self.fused.bias_hh_l0  # (g·d,)
         gi = x_t @ w_ih.T + b_ih  # (B, g·d)
-        gh = state[0] @ w_hh.T + b_hh  # (B, g·d)
+        gh = state[0] @ w_hh.T + b_hh
         return self._cell(gi, gh, state)
 
     def prefill(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -20,11 +20,13 @@ from models import LayerConfig
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 EXPECTED = {  # claim id -> verdict (the catalogue's `expected` for the statements each measures)
+    "softmax_positive": "partly",  # exact zeros in float32 from unscaled scores at large d_k
     "softmax_distribution": "holds",
+    "unscaled_gradient_update": "fails",  # the gradient on W_Q, W_K is larger unscaled, not near zero
     "attention_shapes": "holds",
     "attention_convex_combination": "holds",
     "attention_linearity": "fails",  # the notes: "essentially linear"
-    "attention_linear_in_values": "holds",  # the true part: V ↦ AV for fixed weights
+    "self_focus": "fails",  # at initialisation: no self-focus in the paper's layer; heads do not fix Q = K = X
     "multihead_dims": "holds",
     "multihead_params": "holds",
     "multihead_fused_projection": "holds",
@@ -34,11 +36,13 @@ EXPECTED = {  # claim id -> verdict (the catalogue's `expected` for the statemen
     "rnn_cnn_order_sensitive": "holds",
 }
 FUNCTIONS = {
+    "softmax_positive": SDP._claim_softmax_positive,
     "softmax_distribution": SDP._claim_softmax_distribution,
+    "unscaled_gradient_update": SDP._claim_unscaled_gradient_update,
     "attention_shapes": SDP._claim_attention_shapes,
     "attention_convex_combination": SDP._claim_attention_convex_combination,
     "attention_linearity": SDP._claim_attention_linearity,
-    "attention_linear_in_values": SDP._claim_attention_linear_in_values,
+    "self_focus": MH._claim_self_focus,
     "multihead_dims": MH._claim_multihead_dims,
     "multihead_params": MH._claim_multihead_params,
     "multihead_fused_projection": MH._claim_multihead_fused_projection,
@@ -68,7 +72,18 @@ def test_new_claims_measured_numbers(claim_results):
     assert r["causal_mask_scope"].details["numbers"]["future_dependencies"]["value"] == 0
     assert r["permutation_invariance"].details["numbers"]["equivariance_error"]["value"] <= MP.EQUIVARIANT_ATOL
     assert r["attention_linearity"].details["numbers"]["homogeneity_error"]["value"] >= SDP.NONLINEAR_MIN
-    assert r["softmax_distribution"].details["numbers"]["underflow_gap_float32"]["value"] > 17
+    assert r["softmax_positive"].details["numbers"]["underflow_gap_float32"]["value"] > 17
+    assert 0.1 < r["softmax_positive"].measured < 0.5  # unscaled d_k = 1024 scores: many weights exactly 0.0
+    numbers = {k: v["value"] for k, v in r["attention_linearity"].details["numbers"].items()}
+    assert numbers["homogeneity_error_V"] < SDP.LINEAR_ATOL < SDP.NONLINEAR_MIN < numbers["homogeneity_error_Q"]
+    update = r["unscaled_gradient_update"]
+    assert update.measured > 1  # ‖∂L/∂W_Q‖ unscaled / scaled: larger, not near zero
+    assert (
+        update.details["numbers"]["top_share_unscaled"]["value"]
+        > update.details["numbers"]["top_share_scaled"]["value"]
+    )
+    focus = r["self_focus"].details
+    assert focus["same_over_uniform"][0] == pytest.approx(focus["n"], rel=1e-3)  # Q = K = X: all weight on itself
 
 
 @pytest.mark.slow

@@ -182,3 +182,11 @@ def test_claims_are_deterministic():
     assert E._claim_embed_qk_variance(3).measured == E._claim_embed_qk_variance(3).measured
     assert E._claim_embed_qk_variance(3).measured != E._claim_embed_qk_variance(4).measured
     assert math.isfinite(F._claim_ffn_nonlinear(3).measured)
+
+
+def test_residual_gradient_path(claim_results):
+    r = claim_results["residual_gradient_path"]
+    assert r.verdict == "partly"  # plain blocks: the residual keeps the gradient; post-LN: LayerNorm already does
+    grads = r.details["grad_norm"]
+    assert grads["plain, no residual"][-1] < 1e-10 < grads["plain, residual"][-1]  # 96 plain blocks: vanished
+    assert r.measured > F.VANISHED_RATIO  # post-LN without the residual keeps a gradient of the same order

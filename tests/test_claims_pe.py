@@ -98,9 +98,12 @@ EXPECTED = {
     "pe_bounded": "holds",
     "pe_rotation_matrix": "holds",
     "pe_relative_from_difference": "partly",
-    "pe_max_wavelength": "partly",
+    "pe_wavelength_growth": "holds",
+    "pe_wavelengths": "partly",  # the largest wavelength present is 3.5 % short of 10000·2π
+    "pe_max_wavelength": "partly",  # the same fact, the same bound
     "pe_frequency_decreasing": "holds",
-    "pe_binary_analogy": "partly",
+    "pe_binary_periods": "holds",
+    "pe_binary_analogy_exact": "fails",
     "extrapolation": "holds",
 }
 MEASURES = {
@@ -110,9 +113,12 @@ MEASURES = {
     "pe_bounded": P._claim_pe_bounded,
     "pe_rotation_matrix": P._claim_pe_rotation_matrix,
     "pe_relative_from_difference": P._claim_pe_relative_from_difference,
+    "pe_wavelength_growth": P._claim_pe_wavelength_growth,
+    "pe_wavelengths": P._claim_pe_wavelengths,
     "pe_max_wavelength": P._claim_pe_max_wavelength,
     "pe_frequency_decreasing": P._claim_pe_frequency_decreasing,
-    "pe_binary_analogy": P._claim_pe_binary_analogy,
+    "pe_binary_periods": P._claim_pe_binary_periods,
+    "pe_binary_analogy_exact": P._claim_pe_binary_analogy_exact,
     "extrapolation": P._claim_extrapolation,
 }
 
@@ -132,8 +138,13 @@ def test_claim_measurements(claim_results):
     assert claim_results["pe_index_range_full"].measured == 0.5
     assert claim_results["pe_bounded"].measured <= 1.0
     assert claim_results["pe_max_wavelength"].measured == pytest.approx(10000 ** (-2 / 512), rel=1e-4)
-    assert claim_results["pe_binary_analogy"].measured == pytest.approx(10000 ** (2 / 512), rel=1e-4)
-    assert claim_results["pe_binary_analogy"].details["note_pattern_bits"] == [0, 2, 3]
+    assert claim_results["pe_binary_analogy_exact"].measured == pytest.approx(10000 ** (2 / 512), rel=1e-4)
+    assert claim_results["pe_binary_analogy_exact"].details["note_pattern_bits"] == [0, 2, 3]
+    assert claim_results["pe_binary_periods"].measured == "1, 2, 4, 8"
+    # one fact, two claims: the largest wavelength present, from the table and from the formula, agree
+    top = claim_results["pe_wavelengths"].measured / 10000
+    assert top == pytest.approx(claim_results["pe_max_wavelength"].measured, rel=1e-4)
+    assert claim_results["pe_wavelength_growth"].measured == pytest.approx(10000 ** (2 / 512), rel=1e-4)
     relative = claim_results["pe_relative_from_difference"]
     assert relative.measured > P.READOUT_RMSE_MAX  # beyond the fitted positions the readout is lost
     assert relative.details["numbers"]["rmse_same_range"]["value"] < P.READOUT_RMSE_MAX

@@ -9,6 +9,7 @@ import math
 import pytest
 
 from bench.claims import record
+from bench.claims import verdict as V
 from bench.claims.verdict import (
     Check,
     Graded,
@@ -233,7 +234,12 @@ def test_claim_makes_the_outcome_a_claim_result_naming_its_id_once(registry):
         "",
         "",
     )
-    assert (r.measured, r.verdict, r.unit, r.details) == (0.25, "partly", "1", {"seed": 1})
+    assert (r.measured, r.verdict, r.unit, r.details["seed"]) == (0.25, "partly", "1", 1)
+    assert r.details["statements"] == []  # the catalogue statements it measures: none
+    assert r.details["checks"] == [  # each check as a sentence, for the report
+        {"sentence": "value is 0.25, expected at most 0.4: met", "met": True, "tier": "graded"},
+        {"sentence": "value is 0.25, expected at least 0.4: not met", "met": False, "tier": "graded"},
+    ]
     assert r.expected == "value: ≤ 0.4; value: ≥ 0.4 (holds if all are met, partly if some)"
     assert measure(2).verdict == "partly" and math.isclose(measure(2).measured, 0.5)
     assert registry.MEASURES == [measure] and registry.STATEMENTS["toy_bound"].notes is None
@@ -252,3 +258,15 @@ def test_claim_takes_note_lines_from_the_catalogue(registry):
     r = measure(0)
     assert r.seed_ref.split("; ")[0] == entry["seed_ref"][0] and r.quote == entry["quote"]
     assert (r.verdict, r.unit) == ("holds", "positions")
+
+
+def test_check_sentences_say_measured_expected_and_met():
+    assert V.at_most("error", 0.5, 1.0).sentence == "error is 0.5, expected at most 1: met"
+    assert V.at_least("ratio", 1.23456, 2).sentence == "ratio is 1.235, expected at least 2: not met"
+    assert V.within("λ / 2π", 0.9647, 1, rel_tol=0.01).sentence == "λ / 2π is 0.9647, expected within 1 % of 1: not met"
+    assert V.within("x", 3.0, 3, abs_tol=0.5).sentence == "x is 3, expected 3 ± 0.5: met"
+    assert V.equals("bits", [1, 2], [1, 2]).sentence == "bits is [1, 2], expected exactly [1, 2]: met"
+    assert V.is_true("sits last", False).sentence == "sits last: no (expected yes)"
+    assert V.between("p", 0.5, 0, 1).sentence == "p is 0.5, expected between 0 and 1: met"
+    long = V.equals("table", list(range(40)), list(range(40)), bound_text="the formula")
+    assert long.sentence == "table: expected exactly the formula: met"  # a long value is not written out

@@ -69,7 +69,7 @@ class ConvChannelsFirst(Conv):
         self.conv.weight = torch.nn.Parameter(self.conv.weight.detach().contiguous())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(x.transpose(1, 2)).transpose(1, 2)  # (B, n, d)
+        return self.conv(x.transpose(1, 2)).transpose(1, 2)
 
 
 class ConvDilatedChannelsFirst(ConvChannelsFirst):
@@ -81,7 +81,7 @@ class ConvSeparableChannelsFirst(ConvSeparable):
     """conv_separable before issue 19: depthwise and pointwise Conv1d, channels-first."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.pointwise(self.depthwise(x.transpose(1, 2))).transpose(1, 2)  # (B, n, d)
+        return self.pointwise(self.depthwise(x.transpose(1, 2))).transpose(1, 2)
 
 
 # Layers this script times besides the registered ones: name -> (class, the registered layer whose sizes it takes).

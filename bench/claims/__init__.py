@@ -1,5 +1,4 @@
-"""The textbook claims about attention and positional encodings, checked by measurement: one module per
-family, `record` for what they share, `verdict` for how bounds become a verdict; pure. Method: docs/method.md."""
+"""The textbook claims, checked by measurement: a module per family, `record` and `verdict` shared. docs/method.md."""
 
 from __future__ import annotations
 

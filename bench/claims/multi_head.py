@@ -1,5 +1,5 @@
 """Multi-head attention: its cost against single-head attention of full width, the head and concatenation
-widths, its parameter count, and the one-matrix projection split into heads."""
+widths, its parameter count, the one-matrix projection split into heads, and whether a position attends to itself."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from .record import (
     parameter_count,
     rounded,
 )
-from .verdict import Outcome, all_met, at_most, equals
+from .verdict import Outcome, all_met, at_least, at_most, equals, some_met
 
 MULTIHEAD_HEADS = (1, 2, 4, 8, 16)
 MULTIHEAD_SIZE = {"batch": 1, "n": 256, "d": 256}  # the timed size (the figure's)
@@ -223,7 +223,7 @@ def _claim_multihead_fused_projection(seed: int) -> Outcome:
     errors = {}
     with torch.inference_mode():
         for name, proj in (("q", layer.q_proj), ("k", layer.k_proj), ("v", layer.v_proj)):
-            split = layer._split(proj(x))  # (b, h, n, d_head)
+            split = layer._split(proj(x))
             separate = torch.stack(
                 [
                     x @ proj.weight[i * d_head : (i + 1) * d_head].T + proj.bias[i * d_head : (i + 1) * d_head]
@@ -239,4 +239,63 @@ def _claim_multihead_fused_projection(seed: int) -> Outcome:
         rule=all_met(at_most(f"max |{split} projections| over Q, K, V", worst, FUSED_SPLIT_ATOL)),
         note="float32 rounding",
         details={"d": BASE_D, "heads": BASE_HEADS, "batch": b, "n": n, "error": errors, "numbers": {}},
+    )
+
+
+SELF_FOCUS_SIZE = {"batch": 8, "n": 64, "d": 512}
+SELF_FOCUS_HEADS = (1, 8)
+SELF_FOCUS_MIN = 2.0  # × the uniform 1/n: "too much"
+HEADS_FIX_RATIO = 0.5
+
+
+def self_weight(q: torch.Tensor, k: torch.Tensor, heads: int) -> float:
+    """The mean weight softmax(QKᵀ/√d_head) puts on the diagonal, q and k (B, n, d) split into `heads`."""
+    b, n, d = q.shape
+    q, k = (t.view(b, n, heads, d // heads).transpose(1, 2) for t in (q, k))
+    weights = torch.softmax(q @ k.transpose(-2, -1) / (d // heads) ** 0.5, dim=-1)
+    return float(weights.diagonal(dim1=-2, dim2=-1).mean())
+
+
+@claim(
+    "self_focus",
+    "When encoding a position, self-attention puts too much weight on that position itself, and multiple heads "
+    "were introduced to fix this.",
+    "study notes; cf. " + f"{PAPER}, §3.2.2",
+    notes=("self_focus",),
+)
+def _claim_self_focus(seed: int) -> Outcome:
+    """At initialisation, over 1/n: the paper's layer (own W_Q, W_K) and Q = K = X, one head and eight."""
+    s = SELF_FOCUS_SIZE
+    x = torch.randn(s["batch"], s["n"], s["d"], generator=generator_for(seed, 33))
+    uniform = 1 / s["n"]
+    layer_w, same_w = {}, {}
+    for h in SELF_FOCUS_HEADS:
+        layer = models.build(models.ROLES.attention_explicit, LayerConfig(d=s["d"], heads=h), seed=seed)
+        with torch.inference_mode():
+            layer_w[h] = self_weight(layer.q_proj(x), layer.k_proj(x), h) / uniform
+        same_w[h] = self_weight(x, x, h) / uniform
+    one, many = SELF_FOCUS_HEADS
+    return Outcome(
+        measured=rounded(layer_w[one], 4),
+        measured_is=f"a position's weight on itself / (1/n), the paper's layer at initialisation, h = {one}",
+        rule=some_met(
+            at_least(f"the paper's layer, h = {one}: weight on itself / (1/n)", layer_w[one], SELF_FOCUS_MIN),
+            at_most(
+                f"Q = K = X, where it does attend to itself: weight on itself, h = {many} / h = {one}",
+                same_w[many] / same_w[one],
+                HEADS_FIX_RATIO,
+            ),
+        ),
+        note=f"n = {s['n']}, d = {s['d']}; what a trained layer learns needs training",
+        details={
+            **s,
+            "heads": list(SELF_FOCUS_HEADS),
+            "layer_over_uniform": [rounded(layer_w[h], 4) for h in SELF_FOCUS_HEADS],
+            "same_over_uniform": [rounded(same_w[h], 4) for h in SELF_FOCUS_HEADS],
+            "numbers": numbers_of(
+                layer_many=(layer_w[many], "1", f"the paper's layer, h = {many}: weight on itself / (1/n)"),
+                same_one=(same_w[one] * uniform, "1", f"Q = K = X, h = {one}: mean weight on itself"),
+                same_many=(same_w[many] * uniform, "1", f"Q = K = X, h = {many}: mean weight on itself"),
+            ),
+        },
     )

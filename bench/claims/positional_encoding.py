@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import cache
 
 import torch
 from torch import nn
@@ -83,7 +84,7 @@ _DISTANCE_CHUNK = 2048
 def min_pairwise_distance(points: torch.Tensor, chunk: int = _DISTANCE_CHUNK) -> tuple[float, int, int]:
     """(smallest distance between two rows, i, j): float32 in row chunks, the closest pair's in float64."""
     x = points.float()
-    sq = (x * x).sum(-1)  # (n,)
+    sq = (x * x).sum(-1)
     best, where = math.inf, (0, 1)
     n = len(x)
     for start in range(0, n - 1, chunk):
@@ -191,6 +192,53 @@ def geometric_fit(wavelengths: torch.Tensor) -> tuple[float, float, float]:
     return float(coef[0].exp()), float(coef[1].exp()), float(residual)
 
 
+def top_wavelength_check(largest: float, d: int) -> Check:
+    """The one bound on "up to about 10000·2π", shared by pe_wavelengths and pe_max_wavelength."""
+    return within(
+        f"largest wavelength present (i = d/2 − 1, d = {d}) / (10000·2π)",
+        largest / (PE_BASE * 2 * math.pi),
+        1,
+        rel_tol=WAVELENGTH_REL_TOL,
+    )
+
+
+@cache
+def measured_wavelengths() -> tuple[torch.Tensor, float, float, float]:
+    """(λ_i, fitted λ_0, ratio, largest log residual) from the float32 table (d = D_MODEL) over the positions."""
+    lam = wavelengths_from_phase(sinusoidal_encoding(WAVELENGTH_POSITIONS, D_MODEL, torch.float32))
+    return (lam, *geometric_fit(lam))
+
+
+def _growth_checks(lam0: float, residual: float) -> tuple[Check, Check]:
+    return (
+        at_most("largest |log λ_i − fitted line in i| (geometric)", residual, GEOMETRIC_TOL),
+        within("fitted λ(0) / 2π", lam0 / (2 * math.pi), 1, rel_tol=WAVELENGTH_REL_TOL),
+    )
+
+
+@claim(
+    "pe_wavelength_growth",
+    "The wavelength of the sinusoidal encoding grows exponentially with the pair index i, from 2π at i = 0.",
+    f"{PAPER}, §3.5",
+    notes=("pe_wavelength_growth",),
+)
+def _claim_pe_wavelength_growth(seed: int) -> Outcome:
+    lam, lam0, ratio, residual = measured_wavelengths()
+    return Outcome(
+        measured=rounded(ratio, 5),
+        measured_is="the ratio of consecutive wavelengths, fitted",
+        rule=all_met(*_growth_checks(lam0, residual)),
+        note=f"exactly 10000^(2/d) = {PE_BASE ** (2 / D_MODEL):.5f}",
+        details={
+            "i": list(range(len(lam))),
+            "wavelength": [rounded(v) for v in lam],
+            "d": D_MODEL,
+            "positions": WAVELENGTH_POSITIONS,
+            "numbers": numbers_of(first_over_2pi=(lam0 / (2 * math.pi), "1", "fitted λ_0 / 2π")),
+        },
+    )
+
+
 @claim(
     "pe_wavelengths",
     "The wavelengths of the sinusoidal encoding form a geometric progression from 2π to 10000·2π.",
@@ -198,32 +246,21 @@ def geometric_fit(wavelengths: torch.Tensor) -> tuple[float, float, float]:
     notes=("pe_wavelengths",),
 )
 def _claim_pe_wavelengths(seed: int) -> Outcome:
-    lam = wavelengths_from_phase(sinusoidal_encoding(WAVELENGTH_POSITIONS, D_MODEL, torch.float32))
-    lam0, ratio, residual = geometric_fit(lam)
-    end = lam0 * ratio ** (D_MODEL // 2)  # the progression continued to i = d/2, where 10000^(2i/d) = 10000
-    span = end / lam0
+    lam, lam0, ratio, residual = measured_wavelengths()
+    largest = float(lam.max())
     return Outcome(
-        measured=rounded(span, 5),
-        measured_is=f"fitted λ(d/2) / λ(0), {PE_BASE:g} if the ends below are",
-        rule=all_met(
-            within("fitted λ(0) / 2π", lam0 / (2 * math.pi), 1, rel_tol=WAVELENGTH_REL_TOL),
-            within("fitted λ(d/2) / (10000·2π)", end / (PE_BASE * 2 * math.pi), 1, rel_tol=WAVELENGTH_REL_TOL),
-            at_most("largest |log λ_i − fitted line in i|", residual, GEOMETRIC_TOL),
-        ),
+        measured=rounded(largest / (2 * math.pi), 5),
+        measured_is="the largest wavelength present / 2π, from the table",
+        rule=Rule(holds=(top_wavelength_check(largest, D_MODEL),), needs=_growth_checks(lam0, residual)),
+        note="the progression's next term, i = d/2, would be 10000·2π; the last present is 10000^(1 − 2/d)·2π",
         details={
-            "i": list(range(len(lam))),
-            "wavelength": [rounded(v) for v in lam],
             "d": D_MODEL,
-            "positions": WAVELENGTH_POSITIONS,
             "numbers": numbers_of(
-                first_over_2pi=(lam0 / (2 * math.pi), "1", "fitted λ_0 / 2π"),
-                ratio=(ratio, "1", "ratio of consecutive wavelengths"),
-                largest_present_over_2pi=(
-                    float(lam[-1]) / (2 * math.pi),
+                fitted_end_over_2pi=(
+                    lam0 * ratio ** (D_MODEL // 2) / (2 * math.pi),
                     "1",
-                    "largest wavelength present / 2π (i = d/2 − 1: 10000^(1 − 2/d))",
+                    "the fitted line at i = d/2, / 2π",
                 ),
-                log_residual=(residual, "1", "largest |log λ − fitted line|"),
             ),
         },
     )
@@ -619,7 +656,7 @@ def _claim_pe_max_wavelength(seed: int) -> Outcome:
     return Outcome(
         measured=rounded(ratio, 5),
         rule=some_met(
-            within(f"largest wavelength / (10000·2π) at d = {D_MODEL}", ratio, 1, rel_tol=WAVELENGTH_REL_TOL),
+            top_wavelength_check(ratio * PE_BASE * 2 * math.pi, D_MODEL),
             is_true("it sits at i = d/2 − 1", places[D_MODEL]),
         ),
         note=f"exactly 10000^(−2/d) = {PE_BASE ** (-2 / D_MODEL):.5f}",
@@ -724,46 +761,71 @@ def pattern_bits(patterns: tuple[str, ...], bits: int) -> list[int | None]:
     return [next((b for b, s in enumerate(strings) if s.startswith(p)), None) for p in patterns]
 
 
+def flip_intervals(bits: int) -> list[int]:
+    """How many numbers apart bit b changes when counting 0 .. 2^(bits+1) − 1, for each b (-1: not one interval)."""
+    intervals = []
+    for b in range(bits):
+        flips = [n for n in range(1, 2 ** (bits + 1)) if (n >> b) & 1 != ((n - 1) >> b) & 1]
+        gaps = {j - i for i, j in zip(flips, flips[1:])}
+        intervals.append(gaps.pop() if len(gaps) == 1 else -1)
+    return intervals
+
+
 @claim(
-    "pe_binary_analogy",
-    "Like binary counting (the lowest bit flips every number, the next every two, the next every four), "
-    "the sinusoidal encoding's dimensions alternate ever more slowly; the notes call the correspondence exact.",
+    "pe_binary_periods",
+    "Counting in binary, the lowest bit changes at every number, the next every two numbers, the next every "
+    "four: higher bits alternate at lower frequency.",
     f"{D2L_SELF_ATTENTION} (absolute positional information)",
-    notes=("pe_binary_periods", "pe_binary_analogy_exact"),
+    notes=("pe_binary_periods",),
 )
-def _claim_pe_binary_analogy(seed: int) -> Outcome:
-    periods = bit_periods(BINARY_BITS)
+def _claim_pe_binary_periods(seed: int) -> Outcome:
+    intervals = flip_intervals(BINARY_BITS)
+    return Outcome(
+        measured=", ".join(map(str, intervals)),
+        rule=all_met(
+            equals(
+                f"numbers between changes of bits 0 .. {BINARY_BITS - 1}", intervals, [2**b for b in range(BINARY_BITS)]
+            ),
+            is_true("each higher bit alternates less often", all(a < b for a, b in zip(intervals, intervals[1:]))),
+        ),
+        details={"bit_strings": bit_strings(BINARY_BITS), "bit_periods": bit_periods(BINARY_BITS)},
+    )
+
+
+@claim(
+    "pe_binary_analogy_exact",
+    "The sinusoidal encoding corresponds exactly to binary counting: each higher pattern alternates as the next "
+    "bit does (01010101, 00001111, 0000000011111111).",
+    f"{D2L_SELF_ATTENTION} (absolute positional information)",
+    notes=("pe_binary_analogy_exact",),
+)
+def _claim_pe_binary_analogy_exact(seed: int) -> Outcome:
     found = pattern_bits(NOTE_PATTERNS, BINARY_BITS)
     lam = pe_wavelengths_exact(D_MODEL)
     ratios = lam[1:] / lam[:-1]
     ratio = float(ratios.mean())
-    increasing = bool((ratios > 1).all())
     return Outcome(
         measured=rounded(ratio, 5),
-        rule=Rule(
-            holds=(
-                within(
-                    f"mean ratio of consecutive PE periods (d = {D_MODEL})", ratio, BINARY_RATIO, rel_tol=RATIO_REL_TOL
-                ),
-                equals("bits of the note's patterns", found, list(range(len(NOTE_PATTERNS)))),
-            ),
-            needs=(
-                equals(f"periods of bits 0 .. {BINARY_BITS - 1}", periods, [2 ** (b + 1) for b in range(BINARY_BITS)]),
-                is_true("PE periods increasing along the pairs", increasing),
+        rule=all_met(
+            within(
+                f"mean ratio of consecutive PE periods (d = {D_MODEL}), binary's per bit",
+                ratio,
+                BINARY_RATIO,
+                rel_tol=RATIO_REL_TOL,
             ),
         ),
+        note="the qualitative reading, slower and slower alternation, is pe_binary_periods and pe_frequency_decreasing",
         details={
-            "bit_periods": periods,
             "note_patterns": list(NOTE_PATTERNS),
             "note_pattern_bits": found,
             "numbers": numbers_of(
-                binary_periods=(", ".join(map(str, periods)), "numbers", f"period of bits 0 .. {BINARY_BITS - 1}"),
                 pattern_bits=(
                     ", ".join("none" if b is None else str(b) for b in found),
                     "1",
-                    "which bit each listed pattern is (bit 1, 00110011, is skipped)",
+                    "which bit each listed pattern is (bit 1, 00110011, is not listed)",
                 ),
                 pairs_per_doubling=(math.log(2) / math.log(ratio), "pairs", "PE pairs per doubling of the period"),
+                increasing=("yes" if bool((ratios > 1).all()) else "no", "1", "PE periods increasing along the pairs"),
             ),
         },
     )

@@ -20,7 +20,7 @@ from bench.point import autograd_mode
 from bench.threads import pinned_threads
 from bench.timing import CPU, Clocks, TimingPolicy, interleaved
 
-from .verdict import Outcome
+from .verdict import Graded, Outcome, Rule
 
 VERDICTS = ("holds", "fails", "partly")
 COLUMNS = (  # bench/interface.md
@@ -111,13 +111,30 @@ def claim(claim_id: str, text: str, source: str, notes: tuple[str, ...] | None):
                 seed_ref,
                 quote,
                 outcome.unit,
-                outcome.details,
+                {
+                    **outcome.details,
+                    "checks": checks_of(outcome.rule),
+                    "statements": list(STATEMENTS[claim_id].notes or ()),
+                },
             )
 
         MEASURES.append(result)
         return result
 
     return declare
+
+
+def checks_of(rule: Rule | Graded) -> list[dict]:
+    """details["checks"]: each check's sentence, whether it was met, and its tier in the rule."""
+    tiers = {"holds": rule.holds, "partly": rule.partly, "needs": rule.needs} if isinstance(rule, Rule) else {}
+    return [
+        {
+            "sentence": c.sentence,
+            "met": bool(c.met),
+            "tier": next((t for t, cs in tiers.items() if any(c is x for x in cs)), "graded"),
+        }
+        for c in rule.checks
+    ]
 
 
 @cache

@@ -10,10 +10,14 @@ _ORDERED = {"≤": operator.le, "≥": operator.ge, "<": operator.lt, ">": opera
 RELATIONS = (*_ORDERED, "=", "within", "±", "between", "true")
 
 
-def _shown(value) -> str:
+def _shown(value, digits: int = 6) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
-    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+    return f"{value:,}" if isinstance(value, int) else f"{value:.{digits}g}"
+
+
+SHOWN_MAX_CHARS = 60
+_WORDS = {"≤": "at most", "≥": "at least", "<": "below", ">": "above", "=": "exactly"}
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,23 @@ class Check:
         if self.relation == "±":
             return f"{self.label}: {bound} ± {self.tolerance:g}"
         return f"{self.label}: {self.relation} {bound}"
+
+    @property
+    def sentence(self) -> str:
+        met = "met" if self.met else "not met"
+        if self.relation == "true":
+            return f"{self.label}: {'yes' if self.value else 'no'} ({'as expected' if self.value else 'expected yes'})"
+        if self.relation == "between":
+            low, high = self.bound
+            wanted = f"between {self.bound_text or f'{_shown(low)} and {_shown(high)}'}"
+        elif self.relation in ("within", "±"):
+            wanted = self.text[len(self.label) + 2 :]
+        else:
+            wanted = f"{_WORDS[self.relation]} {self.bound_text or _shown(self.bound)}"
+        shown = _shown(self.value, 4)
+        if len(shown) > SHOWN_MAX_CHARS:  # a table of values: only whether it is the expected one
+            return f"{self.label}: expected {wanted}: {met}"
+        return f"{self.label} is {shown}, expected {wanted}: {met}"
 
 
 def at_most(label: str, value, bound, bound_text: str | None = None) -> Check:

@@ -1,22 +1,19 @@
-"""The claims section: each textbook claim of the newest claims run, what was measured, its verdict, and its
-figure drawn from the series claims.csv keeps in its `details` column (JSON; a row without it gets no figure)."""
+"""The claims section: each note's statements in its words and a gloss, with verdict, checks, correction; then each claim."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
-
-import matplotlib.pyplot as plt
-
-import models
 
 from ..errors import RunFailed
-from . import style
+from .claims_figures import FIGURES
 from .context import ReportContext
 from .load import newest_run
 
 VERDICT_MARK = {"holds": "holds", "fails": "**fails**", "partly": "*partly*"}
+VERDICT_WORDS = {"holds": "Holds", "partly": "Holds in part", "fails": "Does not hold"}
+VERDICT_COUNTED = {"holds": "hold", "partly": "hold in part", "fails": "do not hold"}
+ORDER = ("holds", "partly", "fails")
 
 
 def claims_section(ctx: ReportContext) -> str:
@@ -24,60 +21,174 @@ def claims_section(ctx: ReportContext) -> str:
     if ctx.claims is None or ctx.claims.empty:
         lines.append("No claims are stored: run `python -m bench claims` to measure them.")
         return "\n".join(lines) + "\n"
+    from ..claims import catalog  # noqa: PLC0415 - the notes' statements: data beside the claims
+
     run_id = _latest_run(ctx)
-    rows = ctx.claims[ctx.claims["run_id"] == run_id]
-    counts = rows["verdict"].value_counts()
-    lines.append(
-        f"Run `{run_id}` on {ctx.machine_of(run_id)} checked {len(rows)} claims: "
-        + ", ".join(f"{counts.get(v, 0)} {v}" for v in ("holds", "partly", "fails"))
-        + ". "
-        "Each claim's verdict follows a rule fixed in `bench/claims/` (one module per family) before the run "
-        "(`expected` states it); a failing claim is reported as failing."
-    )
-    lines += ["", "| claim | verdict | measured | expected |", "| --- | --- | --- | --- |"]
-    for _, row in rows.iterrows():
-        lines.append(
-            f"| `{row['claim_id']}` | {row['verdict']} | {_cite_measured(ctx, row, run_id)} | "
-            f"{_cell(row['expected'])} |"
-        )
-    lines.append("")
-    lines += _by_note(ctx, rows, run_id)
-    for _, row in rows.iterrows():
+    rows = [row for _, row in ctx.claims[ctx.claims["run_id"] == run_id].iterrows()]
+    statements = catalog()["statement"]
+    by_statement = _claims_by_statement(rows)
+    verdicts = {e["id"]: _statement_verdict(by_statement.get(e["id"], [])) for e in statements if e["checkable"]}
+    own = [row for row in rows if not _statements_of(row)]
+    lines += _headline(ctx, run_id, statements, verdicts, own)
+    lines += _note_table(statements, verdicts)
+    for note in catalog()["meta"]["notes"]:
+        lines += _note(ctx, note, statements, by_statement, verdicts, run_id)
+    lines += _own(ctx, own, run_id)
+    lines += ["### Each claim in detail", ""]
+    for row in rows:
         lines += _paragraph(ctx, row, run_id)
     return "\n".join(lines) + "\n"
 
 
-def _by_note(ctx: ReportContext, rows, run_id: str) -> list[str]:
-    """Per study note (catalog.toml): its claims by verdict, what no claim measures yet, what needs a trained model."""
-    from ..claims import catalog  # noqa: PLC0415 - the notes' statements: data beside the claims
+def _statements_of(row) -> list[str]:
+    """The catalogue statements a stored claim measures: its own record, else what this version's claim names."""
+    said = parse_details(row).get("statements")
+    if said is None:
+        from ..claims import STATEMENTS  # noqa: PLC0415 - a run stored before claims named their statements
 
-    statements = catalog()["statement"]
-    said = [(row, str(row.get("seed_ref") or "")) for _, row in rows.iterrows()]
-    measured_refs = {ref.strip() for _, refs in said for ref in refs.split(";") if ref.strip()}
+        known = STATEMENTS.get(str(row["claim_id"]))
+        said = list(known.notes or ()) if known else []
+    return said
+
+
+def _claims_by_statement(rows) -> dict[str, list]:
+    found: dict[str, list] = {}
+    for row in rows:
+        for statement_id in _statements_of(row):
+            found.setdefault(statement_id, []).append(row)
+    return found
+
+
+def _statement_verdict(rows) -> str | None:
+    verdicts = {str(row["verdict"]) for row in rows}
+    return None if not verdicts else verdicts.pop() if len(verdicts) == 1 else "partly"
+
+
+def _counts(verdicts) -> str:
+    found = list(verdicts)
+    parts = [f"{found.count(v)} {VERDICT_COUNTED[v]}" for v in ORDER]
+    missing = found.count(None)
+    return ", ".join(parts) + (f", {missing} not measured in this run" if missing else "")
+
+
+def _headline(ctx, run_id: str, statements, verdicts, own) -> list[str]:
+    untrained = [e for e in statements if not e["checkable"]]
+    own_counts = [str(row["verdict"]) for row in own]
+    text = (
+        f"The five study notes make {len(verdicts)} statements this harness can check without training a model. "
+        f"Run `{run_id}` on {ctx.machine_of(run_id)} measured them: {_counts(verdicts.values())}. "
+        f"{len(untrained)} more need a trained model or data; they are listed under their notes with the reason."
+    )
+    if own:
+        text += (
+            f" Apart from the notes, the harness checks {len(own)} claims of its own (no note makes them): "
+            + ", ".join(f"{own_counts.count(v)} {VERDICT_COUNTED[v]}" for v in ORDER)
+            + "."
+        )
+    return [
+        text,
+        "",
+        "Each statement below is quoted as the note writes it, with a literal English gloss, then what was "
+        "checked, each measured value against the value expected (the bounds are fixed in `bench/claims/` before "
+        "the run), and where the note is wrong, the correction.",
+        "",
+    ]
+
+
+def _note_table(statements, verdicts) -> list[str]:
+    from ..claims import catalog  # noqa: PLC0415
+
     lines = [
-        "### By study note",
-        "",
-        "What each note says, measured: the claims whose note lines it holds, by verdict; its checkable "
-        "statements that no claim measures yet; and what needs a trained model or data, so cannot be measured "
-        "here (from `bench/claims/catalog.toml`, which lists every statement with its line and words).",
-        "",
-        "| note | holds | partly | fails | not measured yet | not measurable here |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| note | " + " | ".join(VERDICT_WORDS[v].lower() for v in ORDER) + " | needs training |",
+        "| --- |" * 1 + " --- |" * 4,
     ]
     for note in catalog()["meta"]["notes"]:
-        name = note["file"]
-        mine = [row for row, refs in said if name in refs]
-        by_verdict = {
-            verdict: ", ".join(f"`{row['claim_id']}`" for row in mine if row["verdict"] == verdict) or "–"
-            for verdict in ("holds", "partly", "fails")
-        }
-        entries = [e for e in statements if any(ref.startswith(name) for ref in e["seed_ref"])]
-        open_ = [e["id"] for e in entries if e["checkable"] and not measured_refs & set(e["seed_ref"])]
-        never = [e["id"] for e in entries if not e["checkable"]]
+        mine = [e for e in statements if any(ref.startswith(note["file"]) for ref in e["seed_ref"])]
+        found = [verdicts.get(e["id"]) for e in mine if e["checkable"]]
+        counts = [str(found.count(v)) for v in ORDER]
         lines.append(
-            f"| {name}: {_cell(note['description'].split(':')[0])} | {by_verdict['holds']} | "
-            f"{by_verdict['partly']} | {by_verdict['fails']} | {', '.join(open_) or '–'} | "
-            f"{', '.join(never) or '–'} |"
+            f"| [{_title(note)}](#{_anchor(note)}) | "
+            + " | ".join(counts)
+            + f" | {sum(not e['checkable'] for e in mine)} |"
+        )
+    return [*lines, ""]
+
+
+def _title(note: dict) -> str:
+    return f"{note['file'][:3]}: " + _cell(note["description"].split(":")[0].split("(")[0].strip())
+
+
+def _anchor(note: dict) -> str:
+    return f"note-{note['file'][:3]}"
+
+
+def _quotes(entry: dict, name: str) -> str:
+    said = zip(entry["seed_ref"], entry.get("quotes", [entry["quote"]]), entry.get("glosses", [entry.get("gloss", "")]))
+    return "; ".join(
+        f"line {ref.split(':')[1]}: “{_cell(quote)}” — *{_cell(gloss)}*"
+        for ref, quote, gloss in said
+        if ref.startswith(name)
+    )
+
+
+def _note(ctx, note: dict, statements, by_statement, verdicts, run_id: str) -> list[str]:
+    name = note["file"]
+    mine = [e for e in statements if any(ref.startswith(name) for ref in e["seed_ref"])]
+    lines = [
+        f'<a id="{_anchor(note)}"></a>',
+        "",
+        f"### Note {_title(note)}",
+        "",
+        f"`{name}`: {_cell(note['description'])}",
+        "",
+    ]
+    for entry in (e for e in mine if e["checkable"]):
+        verdict = verdicts.get(entry["id"])
+        lines.append(f"- **{VERDICT_WORDS.get(verdict, 'Not measured in this run')}.** {_quotes(entry, name)}")
+        lines.append(f"    - Checked: {_cell(entry['statement'])}")
+        for row in by_statement.get(entry["id"], []):
+            lines.append(
+                f"    - Measured (`{row['claim_id']}`, {VERDICT_WORDS[str(row['verdict'])].lower()}): {_measured(ctx, row, run_id)}"
+            )
+        if entry.get("note"):
+            label = "Note" if verdict == "holds" else "Correction"
+            lines.append(f"    - {label}: {_cell(entry['note'])}")
+    untrained = [e for e in mine if not e["checkable"]]
+    if untrained:
+        lines += ["", "Needs a trained model or data, so not measured here:", ""]
+        for entry in untrained:
+            lines.append(f"- {_quotes(entry, name)}")
+            lines.append(f"    - Claimed: {_cell(entry['statement'])}")
+            lines.append(f"    - Why not here: {_cell(entry['how'])}")
+            if entry.get("note"):
+                lines.append(f"    - Note: {_cell(entry['note'])}")
+    return [*lines, ""]
+
+
+def _measured(ctx, row, run_id: str) -> str:
+    return _check_sentences(row) or f"{_cite_measured(ctx, row, run_id)}; expected: {_cell(row['expected'])}."
+
+
+def _check_sentences(row) -> str:
+    checks = parse_details(row).get("checks") or []
+    return "; ".join(_cell(check["sentence"]) for check in checks) + "." if checks else ""
+
+
+def _own(ctx, own, run_id: str) -> list[str]:
+    if not own:
+        return []
+    lines = [
+        "### The harness's own claims",
+        "",
+        "Claims no note makes, which the harness checks on every layer it measures.",
+        "",
+        "| claim | verdict | measured | against the expected |",
+        "| --- | --- | --- | --- |",
+    ]
+    for row in own:
+        lines.append(
+            f"| `{row['claim_id']}` | {VERDICT_WORDS[str(row['verdict'])].lower()} | {_cite_measured(ctx, row, run_id)} | "
+            f"{_measured(ctx, row, run_id)} |"
         )
     return [*lines, ""]
 
@@ -149,12 +260,13 @@ def _paragraph(ctx: ReportContext, row, run_id: str) -> list[str]:
     details = parse_details(row)
     text = (
         f"**`{claim_id}`** — {VERDICT_MARK.get(row['verdict'], row['verdict'])}. {row['statement']} "
-        f"Measured {_cite_measured(ctx, row, run_id)}; expected: {row['expected']}."
+        f"Measured {_cite_measured(ctx, row, run_id)}. "
+        + (_check_sentences(row) or f"Expected: {_cell(row['expected'])}.")
     )
     if _said(row.get("seed_ref")):
-        text += f" The notes ({_cell(row['seed_ref'])}): “{_cell(row.get('quote', ''))}”"
+        text += f" Said in the notes at {_cell(row['seed_ref'])}."
     elif "seed_ref" in row:
-        text += " (Not said in the study notes.)"
+        text += " Not said in the study notes."
     extras = []
     for name, number in details.get("numbers", {}).items():
         value = number.get("value")
@@ -179,134 +291,3 @@ def _paragraph(ctx: ReportContext, row, run_id: str) -> list[str]:
         else:
             out += [ctx.figure(fig, f"claims_{claim_id}", f"{caption} (run {run_id})"), ""]
     return out
-
-
-def _ticks(ax, values) -> None:
-    style.measured_ticks(ax, values, "x")
-
-
-def _fig_dot_product_variance(d: dict):
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    d_k = d["d_k"]
-    ax.loglog(d_k, d["var_unscaled"], "o", label="var(q·k), measured")
-    ax.loglog(d_k, d_k, "--", color="grey", label="d_k")
-    ax.loglog(d_k, d["var_scaled"], "s", label="var(q·k/√d_k), measured")
-    ax.axhline(1, ls=":", color="grey")
-    ax.set(xlabel="d_k", ylabel="variance", title="Dot-product variance")
-    _ticks(ax, d_k)
-    ax.legend(fontsize=8)
-    return fig, f"Variance of q·k over {d['samples']:,} random pairs per d_k, with and without 1/√d_k"
-
-
-def _finish(fig, axes, ticks) -> None:
-    """Ticks at the measured values, a tight layout, and each panel's legend under it, off the data."""
-    for ax in axes:
-        _ticks(ax, ticks)
-        style.grid(ax)
-    fig.tight_layout()
-    for ax in axes:
-        style.legend_outside(ax, where="below")
-
-
-def _fig_softmax_saturation(d: dict):
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
-    d_k = d["d_k"]
-    for v, marker, color in (("unscaled", "o", "C0"), ("scaled", "s", "C1")):
-        a.semilogx(d_k, d[f"max_weight_{v}"], marker + "-", color=color, label=v)
-        b.loglog(d_k, d[f"grad_norm_mean_{v}"], marker + "-", color=color, label=f"{v}, mean")
-        b.loglog(d_k, d[f"grad_norm_median_{v}"], marker + ":", color=color, mfc="none", label=f"{v}, median")
-    a.set(xlabel="d_k", ylabel="largest attention weight (mean)", ylim=(0, 1.05), title="Saturation")
-    b.set(xlabel="d_k", ylabel="‖∂softmax/∂logits‖_F", title="Gradient through the softmax")
-    _finish(fig, (a, b), d_k)
-    return fig, f"Softmax over {d['keys']} keys, {d['trials']} queries per d_k, scaled against unscaled scores"
-
-
-def _fig_multihead_cost(d: dict):
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
-    h = d["heads"]
-    explicit, fused = models.ROLES.attention_explicit, models.ROLES.attention
-    a.plot(h, [f / 1e6 for f in d["flops_counted"]], "o-", label=explicit)
-    if f"flops_counted_{fused}" in d:
-        a.plot(h, [f / 1e6 for f in d[f"flops_counted_{fused}"]], "s--", mfc="none", label=f"{fused} (SDPA)")
-    a.set(
-        xscale="log",
-        xlabel="heads h",
-        ylabel="counted MFLOP",
-        title="Counted FLOPs",
-        ylim=(0, max(d["flops_counted"]) / 1e6 * 1.2),
-    )
-    b.plot(h, [t * 1e3 for t in d[f"time_median_s_{explicit}"]], "o-", label=explicit)
-    b.plot(h, [t * 1e3 for t in d[f"time_median_s_{fused}"]], "s-", label=f"{fused} (SDPA)")
-    b.set(xscale="log", xlabel="heads h", ylabel="median time (ms)", title="Time", ylim=(0, None))
-    _finish(fig, (a, b), h)
-    return fig, (
-        f"Multi-head attention with d/h per head, b = {d['batch']}, n = {d['n']}, d = {d['d']}, "
-        f"{d.get('time_threads', '?')} thread(s)"
-    )
-
-
-def _fig_dot_vs_additive(d: dict):
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
-    n = d["n"]
-    a.loglog(n, d["time_median_s_dot"], "o-", label="dot-product")
-    a.loglog(n, d["time_median_s_additive"], "s-", label="additive")
-    a.set(xlabel="n", ylabel="median time (s)", title="Time")
-    b.loglog(n, d["time_ratio"], "o-", label="time")
-    b.loglog(n, d["flops_ratio"], "s--", label="counted FLOPs")
-    b.axhline(1, ls=":", color="grey")
-    b.set(xlabel="n", ylabel="additive / dot-product", title="Ratio")
-    _finish(fig, (a, b), n)
-    return fig, f"Additive (Bahdanau) against dot-product attention, one head, d = {d['d']}"
-
-
-def _fig_pe_rotation(d: dict):
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.loglog(d["k"], d["error_float32"], "o-", label="float32 table")
-    ax.loglog(d["k"], d["error_float64"], "s-", label="float64 table")
-    ax.set(xlabel="offset k", ylabel="max |PE(pos+k) − M_k PE(pos)|", title="Offsets are rotations")
-    _ticks(ax, d["k"])
-    ax.tick_params(axis="x", labelsize=7)
-    ax.legend(fontsize=8)
-    return fig, f"Largest error of the rotation M_k over pos < {d['positions']}, d = {d['d']}"
-
-
-def _fig_pe_distinct(d: dict):
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.loglog(d["scan_positions"], d["scan_float32_error"], ".", ms=3, label="float32 rounding error")
-    ax.axhline(d["nearly_equal_threshold"], ls="--", color="grey", label="half the smallest distance")
-    ax.axvline(d["positions"], ls=":", color="grey", label=f"{d['positions']:,} positions")
-    ax.set(xlabel="position", ylabel="‖PE₃₂(pos) − PE(pos)‖", title="When float32 blurs positions")
-    ax.legend(fontsize=8)
-    return fig, f"Rounding error of the float32 encoding against position, d = {d['d']}"
-
-
-def _fig_pe_wavelengths(d: dict):
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.semilogy(d["i"], [w / (2 * math.pi) for w in d["wavelength"]], ".", ms=3, label="estimated from the table")
-    ax.axhline(1, ls=":", color="grey")
-    ax.axhline(10000, ls=":", color="grey")
-    ax.set(xlabel="frequency index i", ylabel="wavelength / 2π", title="Wavelengths")
-    ax.legend(fontsize=8)
-    return fig, f"Wavelength of each sin/cos pair, estimated from {d['positions']:,} positions, d = {d['d']}"
-
-
-def _fig_pe_variance(d: dict):
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.plot(d["dim"], d["variance_per_dim"], ".", ms=3, label="measured, per dimension")
-    ax.axhline(1 / 3, ls="--", color="C3", label="claimed 1/3")
-    ax.axhline(1 / 2, ls=":", color="grey", label="1/2 (mean of sin²)")
-    ax.set(xlabel="dimension", ylabel="variance over positions", title="Variance of the encoding")
-    ax.legend(fontsize=8)
-    return fig, "Variance of each dimension of the sinusoidal encoding over positions"
-
-
-FIGURES: dict[str, Callable[[dict], tuple]] = {
-    "dot_product_variance": _fig_dot_product_variance,
-    "softmax_saturation": _fig_softmax_saturation,
-    "multihead_cost": _fig_multihead_cost,
-    "dot_vs_additive": _fig_dot_vs_additive,
-    "pe_rotation": _fig_pe_rotation,
-    "pe_distinct": _fig_pe_distinct,
-    "pe_wavelengths": _fig_pe_wavelengths,
-    "pe_variance_one_third": _fig_pe_variance,
-}
