@@ -64,9 +64,14 @@ def _statement_verdict(rows) -> str | None:
     return None if not verdicts else verdicts.pop() if len(verdicts) == 1 else "partly"
 
 
+def _counted(found: list, verdict: str) -> str:
+    n = found.count(verdict)
+    return f"{n} {VERDICT_WORDS[verdict].lower() if n == 1 else VERDICT_COUNTED[verdict]}"
+
+
 def _counts(verdicts) -> str:
     found = list(verdicts)
-    parts = [f"{found.count(v)} {VERDICT_COUNTED[v]}" for v in ORDER]
+    parts = [_counted(found, v) for v in ORDER]
     missing = found.count(None)
     return ", ".join(parts) + (f", {missing} not measured in this run" if missing else "")
 
@@ -82,7 +87,7 @@ def _headline(ctx, run_id: str, statements, verdicts, own) -> list[str]:
     if own:
         text += (
             f" Apart from the notes, the harness checks {len(own)} claims of its own (no note makes them): "
-            + ", ".join(f"{own_counts.count(v)} {VERDICT_COUNTED[v]}" for v in ORDER)
+            + ", ".join(_counted(own_counts, v) for v in ORDER)
             + "."
         )
     return [
