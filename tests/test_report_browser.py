@@ -388,13 +388,17 @@ def test_a_page_without_the_structure_names_what_is_missing(browser, tmp_path):
 
 @pytest.mark.slow
 def test_two_machines_side_by_side_still_fit_1024_px(browser, tmp_path):
-    """The committed sweeps, and the same sweeps as if measured on a second machine: the verdict table grows a
-    column and a row per machine, and must still fit."""
+    """One machine's committed sweeps, and the same sweeps as if measured on a second machine: the verdict table
+    grows a column and a row per machine, and must still fit (the real report, every machine, is the slow test's)."""
     import json  # noqa: PLC0415
 
     from bench.cli import main  # noqa: PLC0415
 
-    runs = [run for run in committed_run_dirs() if json.loads((run / "meta.json").read_text())["kind"] == "run"]
+    by_machine: dict[Path, list[Path]] = {}
+    for run in committed_run_dirs():
+        if json.loads((run / "meta.json").read_text())["kind"] == "run":
+            by_machine.setdefault(run.parent, []).append(run)
+    runs = max(by_machine.values(), key=len)
     for run in runs:
         copy = tmp_path / "other" / run.name
         shutil.copytree(run, copy)
