@@ -421,3 +421,23 @@ def test_every_claim_gives_the_verdict_the_catalogue_expects(measured):
     assert len(seen) == len(set(seen))  # one claim per fact
     checkable = {e["id"] for e in C.catalog()["statement"] if e["checkable"]}
     assert set(seen) == checkable  # every checkable statement measured
+
+
+def test_an_older_claims_run_is_placed_by_its_claim_ids_and_note_lines(tmp_path):
+    """A run stored before claims named their statements: a claim this version still has is placed by its id, one
+    since split or renamed by its note lines; a claim without note lines is the harness's own."""
+    binary = next(e for e in C.catalog()["statement"] if e["id"] == "pe_binary_analogy_exact")
+    periods = next(e for e in C.catalog()["statement"] if e["id"] == "pe_binary_periods")
+    rows = [
+        {"claim_id": "pe_binary_analogy", "seed_ref": "; ".join(periods["seed_ref"] + binary["seed_ref"])},
+        {"claim_id": "causal_mask", "seed_ref": ""},
+        {"claim_id": "an_old_harness_claim", "seed_ref": ""},
+    ]
+    frame = pd.DataFrame(
+        [{"statement": "s", "measured": "1", "expected": "e", "verdict": "holds", "source": "src", **r} for r in rows]
+    )
+    text = claims_section(_context_from_csv(frame, tmp_path))
+    own = text[text.index("### The harness's own claims") : text.index("### Each claim in detail")]
+    assert "an_old_harness_claim" in own and "causal_mask" not in own and "pe_binary_analogy" not in own
+    assert "Measured (`pe_binary_analogy`, holds)" in text and "Measured (`causal_mask`, holds)" in text
+    assert "Not measured in this run" in text  # the statements no claim of that run measured

@@ -41,13 +41,18 @@ def claims_section(ctx: ReportContext) -> str:
 
 
 def _statements_of(row) -> list[str]:
-    """The catalogue statements a stored claim measures: its own record, else what this version's claim names."""
+    """The catalogue statements a stored claim measures: its record, else its id's today, else its note lines'."""
     said = parse_details(row).get("statements")
     if said is None:
-        from ..claims import STATEMENTS  # noqa: PLC0415 - a run stored before claims named their statements
+        from ..claims import STATEMENTS, catalog  # noqa: PLC0415 - a run stored before claims named them
 
         known = STATEMENTS.get(str(row["claim_id"]))
-        said = list(known.notes or ()) if known else []
+        refs = {ref.strip() for ref in str(row.get("seed_ref") or "").split(";") if _said(ref)}
+        said = (
+            list(known.notes or ())
+            if known
+            else [e["id"] for e in catalog()["statement"] if refs and set(e["seed_ref"]) <= refs]
+        )
     return said
 
 
