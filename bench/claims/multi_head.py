@@ -248,11 +248,9 @@ SELF_FOCUS_MIN = 2.0  # × the uniform 1/n: "too much"
 HEADS_FIX_RATIO = 0.5
 
 
-def self_weight(q: torch.Tensor, k: torch.Tensor, heads: int) -> float:
-    """The mean weight softmax(QKᵀ/√d_head) puts on the diagonal, q and k (B, n, d) split into `heads`."""
-    b, n, d = q.shape
-    q, k = (t.view(b, n, heads, d // heads).transpose(1, 2) for t in (q, k))
-    weights = torch.softmax(q @ k.transpose(-2, -1) / (d // heads) ** 0.5, dim=-1)
+def self_weight(q: torch.Tensor, k: torch.Tensor) -> float:
+    """The mean weight softmax(QKᵀ/√d_head) puts on the diagonal, q and k split into heads (B, h, n, d_head)."""
+    weights = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)
     return float(weights.diagonal(dim1=-2, dim2=-1).mean())
 
 
@@ -272,8 +270,8 @@ def _claim_self_focus(seed: int) -> Outcome:
     for h in SELF_FOCUS_HEADS:
         layer = models.build(models.ROLES.attention_explicit, LayerConfig(d=s["d"], heads=h), seed=seed)
         with torch.inference_mode():
-            layer_w[h] = self_weight(layer.q_proj(x), layer.k_proj(x), h) / uniform
-        same_w[h] = self_weight(x, x, h) / uniform
+            layer_w[h] = self_weight(layer._split(layer.q_proj(x)), layer._split(layer.k_proj(x))) / uniform
+        same_w[h] = self_weight(layer._split(x), layer._split(x)) / uniform
     one, many = SELF_FOCUS_HEADS
     return Outcome(
         measured=rounded(layer_w[one], 4),

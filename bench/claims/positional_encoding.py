@@ -764,8 +764,8 @@ def pattern_bits(patterns: tuple[str, ...], bits: int) -> list[int | None]:
 def flip_intervals(bits: int) -> list[int]:
     """How many numbers apart bit b changes when counting 0 .. 2^(bits+1) − 1, for each b (-1: not one interval)."""
     intervals = []
-    for b in range(bits):
-        flips = [n for n in range(1, 2 ** (bits + 1)) if (n >> b) & 1 != ((n - 1) >> b) & 1]
+    for s in bit_strings(bits + 1)[:bits]:
+        flips = [j for j in range(1, len(s)) if s[j] != s[j - 1]]
         gaps = {j - i for i, j in zip(flips, flips[1:])}
         intervals.append(gaps.pop() if len(gaps) == 1 else -1)
     return intervals

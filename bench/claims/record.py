@@ -126,15 +126,12 @@ def claim(claim_id: str, text: str, source: str, notes: tuple[str, ...] | None):
 
 def checks_of(rule: Rule | Graded) -> list[dict]:
     """details["checks"]: each check's sentence, whether it was met, and its tier in the rule."""
-    tiers = {"holds": rule.holds, "partly": rule.partly, "needs": rule.needs} if isinstance(rule, Rule) else {}
-    return [
-        {
-            "sentence": c.sentence,
-            "met": bool(c.met),
-            "tier": next((t for t, cs in tiers.items() if any(c is x for x in cs)), "graded"),
-        }
-        for c in rule.checks
-    ]
+    tiers = (
+        (("holds", rule.holds), ("partly", rule.partly), ("needs", rule.needs))
+        if isinstance(rule, Rule)
+        else (("graded", rule.checks),)
+    )
+    return [{"sentence": c.sentence, "met": bool(c.met), "tier": tier} for tier, checks in tiers for c in checks]
 
 
 @cache

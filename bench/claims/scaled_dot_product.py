@@ -4,6 +4,7 @@ dot-product against additive attention, and what attention computes (distributio
 from __future__ import annotations
 
 import math
+from functools import cache
 
 import torch
 import torch.nn.functional as F
@@ -291,6 +292,7 @@ def softmax_underflow_gap(dtype: torch.dtype) -> int | None:
     return None
 
 
+@cache
 def softmax_rows(seed: int) -> dict[str, tuple[float, bool, float]]:
     """Float32 softmax of random q·k at the largest d_k, scaled and not: (max |row sum − 1|, in [0, 1], share of 0)."""
     s = DISTRIBUTION_SIZE
@@ -497,17 +499,13 @@ def _claim_attention_linearity(seed: int) -> Outcome:
         note="only V ↦ AV, with the weights A held fixed, is linear",
         details={
             **LINEARITY_SIZE,
-            "numbers": {
-                **numbers_of(
-                    additivity_error=(errors["X"][0], "1", "‖f(X1+X2) − f(X1) − f(X2)‖ / ‖f(X1) + f(X2)‖"),
-                    homogeneity_error=(errors["X"][1], "1", "‖f(2X) − 2f(X)‖ / ‖2f(X)‖"),
-                ),
-                **numbers_of(
-                    **{
-                        f"homogeneity_error_{name}": (errors[name][1], "1", f"‖f(2{name}) − 2f({name})‖ / ‖2f({name})‖")
-                        for name in "QKV"
-                    }
-                ),
-            },
+            "numbers": numbers_of(
+                additivity_error=(errors["X"][0], "1", "‖f(X1+X2) − f(X1) − f(X2)‖ / ‖f(X1) + f(X2)‖"),
+                homogeneity_error=(errors["X"][1], "1", "‖f(2X) − 2f(X)‖ / ‖2f(X)‖"),
+                **{
+                    f"homogeneity_error_{name}": (errors[name][1], "1", f"‖f(2{name}) − 2f({name})‖ / ‖2f({name})‖")
+                    for name in "QKV"
+                },
+            ),
         },
     )

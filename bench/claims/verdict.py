@@ -17,7 +17,7 @@ def _shown(value, digits: int = 6) -> str:
 
 
 SHOWN_MAX_CHARS = 60
-_WORDS = {"≤": "at most", "≥": "at least", "<": "below", ">": "above", "=": "exactly"}
+_WORDS = {"≤": "at most", "≥": "at least", "<": "below", ">": "above"}
 
 
 @dataclass(frozen=True)
@@ -59,34 +59,29 @@ class Check:
         low, high = bound
         return bool(low < value < high)
 
-    @property
-    def text(self) -> str:
-        if self.relation == "true":
-            return self.label
+    def _wanted(self, in_words: bool) -> str:
         if self.relation == "between":
             low, high = self.bound
-            return f"{self.label}: between {self.bound_text or f'{_shown(low)} and {_shown(high)}'}"
+            return f"between {self.bound_text or f'{_shown(low)} and {_shown(high)}'}"
         bound = self.bound_text or _shown(self.bound)
         if self.relation == "=":
-            return f"{self.label}: exactly {bound}"
+            return f"exactly {bound}"
         if self.relation == "within":
-            return f"{self.label}: within {self.tolerance * 100:g} % of {bound}"
+            return f"within {self.tolerance * 100:g} % of {bound}"
         if self.relation == "±":
-            return f"{self.label}: {bound} ± {self.tolerance:g}"
-        return f"{self.label}: {self.relation} {bound}"
+            return f"{bound} ± {self.tolerance:g}"
+        return f"{_WORDS[self.relation] if in_words else self.relation} {bound}"
+
+    @property
+    def text(self) -> str:
+        return self.label if self.relation == "true" else f"{self.label}: {self._wanted(in_words=False)}"
 
     @property
     def sentence(self) -> str:
         met = "met" if self.met else "not met"
         if self.relation == "true":
             return f"{self.label}: {'yes' if self.value else 'no'} ({'as expected' if self.value else 'expected yes'})"
-        if self.relation == "between":
-            low, high = self.bound
-            wanted = f"between {self.bound_text or f'{_shown(low)} and {_shown(high)}'}"
-        elif self.relation in ("within", "±"):
-            wanted = self.text[len(self.label) + 2 :]
-        else:
-            wanted = f"{_WORDS[self.relation]} {self.bound_text or _shown(self.bound)}"
+        wanted = self._wanted(in_words=True)
         shown = _shown(self.value, 4)
         if len(shown) > SHOWN_MAX_CHARS:  # a table of values: only whether it is the expected one
             return f"{self.label}: expected {wanted}: {met}"

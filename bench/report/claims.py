@@ -25,14 +25,18 @@ def claims_section(ctx: ReportContext) -> str:
 
     run_id = _latest_run(ctx)
     rows = [row for _, row in ctx.claims[ctx.claims["run_id"] == run_id].iterrows()]
-    statements = catalog()["statement"]
-    by_statement = _claims_by_statement(rows)
+    statements, notes = catalog()["statement"], catalog()["meta"]["notes"]
+    measures = [(row, _statements_of(row)) for row in rows]
+    by_statement: dict[str, list] = {}
+    for row, said in measures:
+        for statement_id in said:
+            by_statement.setdefault(statement_id, []).append(row)
     verdicts = {e["id"]: _statement_verdict(by_statement.get(e["id"], [])) for e in statements if e["checkable"]}
-    own = [row for row in rows if not _statements_of(row)]
+    own = [row for row, said in measures if not said]
     lines += _headline(ctx, run_id, statements, verdicts, own)
-    lines += _note_table(statements, verdicts)
-    for note in catalog()["meta"]["notes"]:
-        lines += _note(ctx, note, statements, by_statement, verdicts, run_id)
+    lines += _note_table(notes, statements, verdicts)
+    for note in notes:
+        lines += _note(ctx, note, _in_note(statements, note), by_statement, verdicts, run_id)
     lines += _own(ctx, own, run_id)
     lines += ["### Each claim in detail", ""]
     for row in rows:
@@ -56,12 +60,8 @@ def _statements_of(row) -> list[str]:
     return said
 
 
-def _claims_by_statement(rows) -> dict[str, list]:
-    found: dict[str, list] = {}
-    for row in rows:
-        for statement_id in _statements_of(row):
-            found.setdefault(statement_id, []).append(row)
-    return found
+def _in_note(statements, note: dict) -> list[dict]:
+    return [e for e in statements if any(ref.startswith(note["file"]) for ref in e["seed_ref"])]
 
 
 def _statement_verdict(rows) -> str | None:
@@ -105,15 +105,13 @@ def _headline(ctx, run_id: str, statements, verdicts, own) -> list[str]:
     ]
 
 
-def _note_table(statements, verdicts) -> list[str]:
-    from ..claims import catalog  # noqa: PLC0415
-
+def _note_table(notes, statements, verdicts) -> list[str]:
     lines = [
         "| note | " + " | ".join(VERDICT_WORDS[v].lower() for v in ORDER) + " | needs training |",
-        "| --- |" * 1 + " --- |" * 4,
+        "| --- | --- | --- | --- | --- |",
     ]
-    for note in catalog()["meta"]["notes"]:
-        mine = [e for e in statements if any(ref.startswith(note["file"]) for ref in e["seed_ref"])]
+    for note in notes:
+        mine = _in_note(statements, note)
         found = [verdicts.get(e["id"]) for e in mine if e["checkable"]]
         counts = [str(found.count(v)) for v in ORDER]
         lines.append(
@@ -141,9 +139,8 @@ def _quotes(entry: dict, name: str) -> str:
     )
 
 
-def _note(ctx, note: dict, statements, by_statement, verdicts, run_id: str) -> list[str]:
+def _note(ctx, note: dict, mine, by_statement, verdicts, run_id: str) -> list[str]:
     name = note["file"]
-    mine = [e for e in statements if any(ref.startswith(name) for ref in e["seed_ref"])]
     lines = [
         f'<a id="{_anchor(note)}"></a>',
         "",
