@@ -5,14 +5,23 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .timing import CPU, THREAD, WALL
+from .timing import CPU, DEVICE, THREAD, WALL
 
 # clock -> (median, interval low, interval high, IQR) columns of points.csv
 TIME_COLUMNS = {
     WALL: ("time_median_s", "time_ci_low_s", "time_ci_high_s", "time_iqr_s"),
     CPU: ("time_cpu_median_s", "time_cpu_ci_low_s", "time_cpu_ci_high_s", "time_cpu_iqr_s"),
+    DEVICE: ("time_device_median_s", "time_device_ci_low_s", "time_device_ci_high_s", "time_device_iqr_s"),
 }
-FLAG_COLUMN = {WALL: "time_wall_flag", CPU: "time_cpu_flag"}  # why that clock's median is not to be trusted
+# why that clock's median is not to be trusted
+FLAG_COLUMN = {WALL: "time_wall_flag", CPU: "time_cpu_flag", DEVICE: "time_device_flag"}
+
+
+def has_graph(points: pd.DataFrame) -> pd.Series:
+    """Whether each point has a GPU's own time from a replayed CUDA graph (bench.graphs)."""
+    if TIME_COLUMNS[DEVICE][0] not in points:
+        return pd.Series(False, index=points.index)
+    return points[TIME_COLUMNS[DEVICE][0]].notna()
 
 
 def _no_flag(flags: pd.Series) -> pd.Series:
@@ -25,6 +34,10 @@ def _stored_false(values: pd.Series) -> pd.Series:
 
 def reliable_on(points: pd.DataFrame, clock: str) -> pd.Series:
     """Whether each point's median on `clock` is to be trusted; older runs: `time_reliable`, wall clock only."""
+    if clock == DEVICE:  # the graph's flag where a graph was replayed, else the wall clock's
+        graph = has_graph(points)
+        wall = reliable_on(points, WALL)
+        return wall.where(~graph, _no_flag(points[FLAG_COLUMN[DEVICE]]) if graph.any() else wall)
     if FLAG_COLUMN[clock] in points:
         return _no_flag(points[FLAG_COLUMN[clock]])
     if clock == CPU:
@@ -49,8 +62,11 @@ def has_cpu_clock(points: pd.DataFrame) -> pd.Series:
 
 
 def group_clock(points: pd.DataFrame) -> str:
+    """CPU where any point needs it and all have it; DEVICE where any point was timed as a graph; else WALL."""
     if "time_clock" not in points or points.empty:
         return WALL
+    if (points["time_clock"] == DEVICE).any():
+        return DEVICE
     wants_cpu = (points["time_clock"] == CPU).any()
     return CPU if wants_cpu and has_cpu_clock(points).all() else WALL
 
@@ -61,7 +77,14 @@ def on_clock(points: pd.DataFrame, clock: str | None = None) -> pd.DataFrame:
     median, low, high, iqr = TIME_COLUMNS[clock]
 
     def column(name: str) -> pd.Series:
-        return points[name] if name in points else pd.Series(float("nan"), index=points.index)
+        values = points[name] if name in points else pd.Series(float("nan"), index=points.index)
+        if clock == DEVICE:  # a point without a graph (too large to capture): its synchronised wall time
+            values = values.where(has_graph(points), column_on(WALL, name))
+        return values
+
+    def column_on(other: str, name: str) -> pd.Series:
+        other_name = TIME_COLUMNS[other][TIME_COLUMNS[clock].index(name)]
+        return points[other_name] if other_name in points else pd.Series(float("nan"), index=points.index)
 
     return points.assign(
         time_s=column(median),
@@ -76,5 +99,5 @@ def on_clock(points: pd.DataFrame, clock: str | None = None) -> pd.DataFrame:
 def each_on_own_clock(points: pd.DataFrame) -> pd.DataFrame:
     """The points with their time on their own clock (`time_clock`), for per-point figures."""
     own = points["time_clock"] if "time_clock" in points else pd.Series(WALL, index=points.index)
-    parts = [on_clock(points[own.fillna(WALL) == clock], clock) for clock in (WALL, CPU)]
+    parts = [on_clock(points[own.fillna(WALL) == clock], clock) for clock in (WALL, CPU, DEVICE)]
     return pd.concat([p for p in parts if len(p)]).loc[points.index] if len(points) else on_clock(points, WALL)

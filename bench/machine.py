@@ -57,13 +57,27 @@ def short_model(model: str) -> str:
     return " ".join(text.split()) or model
 
 
+def gpu_model(meta: dict) -> str | None:
+    """The first GPU a meta.json lists, shortened ("NVIDIA H100 80GB HBM3" -> "H100"); None without one."""
+    for entry in meta.get("devices") or ():
+        if isinstance(entry, dict) and str(entry.get("device", "")).startswith("cuda") and entry.get("name"):
+            words = str(entry["name"]).replace("NVIDIA", "").split()
+            return words[0] if words else None
+    return None
+
+
 def machine_identity(meta: dict) -> tuple[str, str]:
-    """(id, label) of a meta.json's machine: "intel-xeon-2c-vm" for keys and folders, "Intel Xeon, 2 cores (vm)"."""
+    """(id, label) of a meta.json's machine: "intel-xeon-2c-vm" for keys and folders, "Intel Xeon, 2 cores (vm)";
+    a machine with a GPU is named by it first ("h100-intel-xeon-16c-vm"): an H100 and an H200 host are two machines."""
     model = short_model(meta.get("cpu_model") or "unknown CPU")
     cores = meta.get("cpu_cores")
     host = meta.get("hostname") or "unknown host"
     label = f"{model}, {cores} cores ({host})" if cores else f"{model} ({host})"
-    return _slug(f"{model}-{cores}c-{host}" if cores else f"{model}-{host}"), label
+    ident = f"{model}-{cores}c-{host}" if cores else f"{model}-{host}"
+    gpu = gpu_model(meta)
+    if gpu:
+        return _slug(f"{gpu}-{ident}"), f"{gpu} on {label}"
+    return _slug(ident), label
 
 
 def node_facts(meta: dict, node) -> dict | None:

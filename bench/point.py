@@ -3,6 +3,7 @@ FLOPs and measure memory after them (both probes slow the call). bench.run sched
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import traceback
 from collections.abc import Callable
@@ -14,6 +15,7 @@ import torch
 import models
 
 from .flops import count_flops
+from .graphs import device_rounds
 from .load import LoadMeter
 from .memory import measure_memory
 from .spec import DECODE_MODE, DEFAULT_MODE, RECOMPUTE_MODE, PointSpec
@@ -80,8 +82,11 @@ def decode_call(spec: PointSpec, layer: torch.nn.Module, seed: int) -> tuple[Cal
     assert spec.mode == DECODE_MODE, spec.mode
     with torch.inference_mode():
         state = layer.prefill(tokens(spec.n))
+        state_bytes = models.state_bytes(state)
+        cache = layer.cache(state, spec.n, spec.n + 1)  # allocated once; every timed step writes slot n in place
+    del state
     token = tokens(1)
-    return (lambda: layer.step(token, state)), models.state_bytes(state)
+    return (lambda: layer.step(token, cache, spec.n)), state_bytes
 
 
 def autograd_mode(trains: bool) -> AbstractContextManager:
@@ -125,7 +130,6 @@ def measure_pass(
             meter = LoadMeter()
             timed = time_rounds(target, policy.rounds_per_pass(rounds), iterations, clocks)
             load = meter.read()
-            record = record_of(timed, iterations, spec.key, clocks)
             probes = None
             if with_probes:
                 counted = count_flops(call)
@@ -141,6 +145,17 @@ def measure_pass(
                     mem_rss_base_bytes=memory.rss_base_bytes,
                     mem_method=memory.method,
                 )
+            graph_error = None
+            if on_gpu:  # last: the probes above measure the eager call as a user runs it
+                try:
+                    device_s, graph_calls = device_rounds(call, iterations, policy.rounds_per_pass(rounds))
+                    timed = dataclasses.replace(timed, device_s=device_s, graph_calls=graph_calls)
+                except Exception as exc:  # noqa: BLE001 - the eager time stands; why no graph is kept with the pass
+                    graph_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                    _free(spec.device, collect=True)
+            record = record_of(timed, iterations, spec.key, clocks)
+            if graph_error:
+                record["extra_info"]["graph_error"] = graph_error
         failed = False
         return PassResult(rounds, iterations, record, round(load.others_busy_cores, 4), probes)
     except Exception as exc:  # recorded with the point, never dropped; the sweep goes on
@@ -183,8 +198,9 @@ def point_row(
     spec: PointSpec, threads: int, timing: Timing, probes: dict, clock: tuple[str, str], others_busy_cores: float
 ) -> dict:
     """The points.csv row of a point whose passes are all done; `clock`: bench.timing.choose_clock's."""
-    wall, cpu = timing.wall, timing.cpu
+    wall, cpu, device = timing.wall, timing.cpu, timing.device
     chosen = timing.on(clock[0])
+    on_gpu = spec.device.startswith("cuda")
     return dict(
         base_row(spec, threads),
         **probes,
@@ -205,10 +221,18 @@ def point_row(
         time_cpu_ci_high_s=cpu.ci_high_s if cpu else None,
         time_cpu_pass_spread=round(cpu.pass_spread, 4) if cpu else None,
         time_cpu_flag=cpu.flag if cpu else "no CPU clock",
+        time_device_median_s=device.median_s if device else None,
+        time_device_iqr_s=device.iqr_s if device else None,
+        time_device_min_s=device.min_s if device else None,
+        time_device_ci_low_s=device.ci_low_s if device else None,
+        time_device_ci_high_s=device.ci_high_s if device else None,
+        time_device_pass_spread=round(device.pass_spread, 4) if device else None,
+        time_device_flag=device.flag if device else ("no CUDA graph of the call" if on_gpu else "not a GPU"),
+        time_graph_calls=timing.graph_calls or None,
         time_clock=clock[0],
         time_clock_why=clock[1],
         time_reliable=chosen.reliable,
-        time_flag=plain_flag(chosen, clock[0], timing.passes),
+        time_flag=plain_flag(chosen, clock[0], timing.passes, on_gpu),
         faults_per_call=None if timing.faults_per_call is None else round(timing.faults_per_call, 2),
         rounds=timing.rounds,
         iterations=timing.iterations,

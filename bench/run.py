@@ -412,6 +412,7 @@ class Run:
             points_unreliable=int((~ok["time_reliable"].astype(bool)).sum()) if len(ok) else 0,
             points_sampled_further=int((ok["passes"] > self.policy.passes).sum()) if len(ok) else 0,
             points_cpu_clock=int((ok["time_clock"] == "cpu").sum()) if len(ok) else 0,
+            points_device_clock=int((ok["time_clock"] == "device").sum()) if len(ok) else 0,
             measure_s=round(elapsed_s, 1),
         )
         return dict(self.meta)

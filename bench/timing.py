@@ -23,8 +23,9 @@ STALL_RATIO = 1.5  # median / fastest round above this: the rounds lost the CPU,
 PASS_SPREAD_RATIO = 1.3  # median / fastest of the passes' medians above this: most passes ran slow
 CI_RELATIVE_WIDTH = 0.25  # (interval high − low) / median above this: the median is too uncertain
 
-WALL, CPU = "wall", "cpu"
+WALL, CPU, DEVICE = "wall", "cpu", "device"
 CLOCK_CHOICES = ("auto", WALL, CPU)  # TimingPolicy.clock, `run --clock`
+# DEVICE: a GPU's own time, a CUDA graph of the call replayed (bench.graphs); the wall clock where none was captured
 THREAD, PROCESS = "thread", "process"  # the CPU clock read: the calling thread's (one thread), or the process's
 
 
@@ -137,6 +138,8 @@ class Rounds:
     cpu_s: tuple[float, ...]  # empty without a CPU clock
     calls: int
     faults: int | None
+    device_s: tuple[float, ...] = ()  # a GPU's graph replays, seconds per call (bench.graphs); empty elsewhere
+    graph_calls: int = 0  # calls in each replayed graph
 
 
 def time_rounds(target: Callable[[], object], rounds: int, iterations: int, clocks: Clocks = WALL_ONLY) -> Rounds:
@@ -176,6 +179,8 @@ def record_of(rounds: Rounds, iterations: int, name: str, clocks: Clocks = WALL_
             "cpu_data": list(rounds.cpu_s),
             "calls": rounds.calls,
             "faults": rounds.faults,
+            "device_data": list(rounds.device_s),
+            "graph_calls": rounds.graph_calls,
         },
         "options": {"timer": "perf_counter", "warmup_rounds": WARMUP_ROUNDS},
         "stats": dict(st.as_dict(), data=list(rounds.wall_s), iterations=iterations),
@@ -187,7 +192,9 @@ def rounds_of(record: dict) -> Rounds:
     extra = record.get("extra_info") or {}
     wall = tuple(float(t) for t in record["stats"]["data"])
     calls = extra.get("calls", len(wall) * int(record["stats"].get("iterations", 1)))
-    return Rounds(wall, tuple(float(t) for t in extra.get("cpu_data") or ()), calls, extra.get("faults"))
+    cpu = tuple(float(t) for t in extra.get("cpu_data") or ())
+    device = tuple(float(t) for t in extra.get("device_data") or ())
+    return Rounds(wall, cpu, calls, extra.get("faults"), device, int(extra.get("graph_calls") or 0))
 
 
 @dataclass(frozen=True)
@@ -248,6 +255,8 @@ class Timing:
     iterations: int
     faults_per_call: float | None  # minor page faults per timed call
     record: dict = field(repr=False, compare=False, default_factory=dict)  # pytest-benchmark's JSON
+    device: ClockStats | None = None  # a GPU's graph replays (bench.graphs); None where none was captured
+    graph_calls: int = 0
 
     @property
     def rounds(self) -> int:
@@ -258,6 +267,8 @@ class Timing:
         return len(self.pass_times_s)
 
     def on(self, clock: str) -> ClockStats:
+        if clock == DEVICE and self.device is not None:
+            return self.device
         return self.cpu if clock == CPU and self.cpu is not None else self.wall
 
 
@@ -270,6 +281,8 @@ def summarize(passes: Sequence[Rounds], iterations: int, name: str = "point", te
     with_cpu = all(len(p.cpu_s) == len(p.wall_s) for p in passes)
     cpu = clock_stats([p.cpu_s for p in passes])[0] if with_cpu else None
     cpu_clock = (template or {}).get("extra_info", {}).get("cpu_clock", "") if with_cpu else ""
+    with_device = all(len(p.device_s) for p in passes)
+    device = clock_stats([p.device_s for p in passes])[0] if with_device else None
     counted = [p for p in passes if p.faults is not None]
     faults = sum(p.faults for p in counted) / sum(p.calls for p in counted) if counted else None
     record = dict(template or {"name": name, "fullname": name})
@@ -279,8 +292,12 @@ def summarize(passes: Sequence[Rounds], iterations: int, name: str = "point", te
         cpu_data=[t for p in passes for t in p.cpu_s],
         calls=sum(p.calls for p in passes),
         faults=sum(p.faults for p in counted) if counted else None,
+        device_data=[t for p in passes for t in p.device_s] if with_device else [],
     )
-    return Timing(wall, cpu, cpu_clock, tuple(p.wall_s for p in passes), iterations, faults, record)
+    graph_calls = passes[0].graph_calls if with_device else 0
+    return Timing(
+        wall, cpu, cpu_clock, tuple(p.wall_s for p in passes), iterations, faults, record, device, graph_calls
+    )
 
 
 def choose_clock(timing: Timing, others_busy_cores: float, policy_clock: str = "auto") -> tuple[str, str]:
@@ -288,6 +305,8 @@ def choose_clock(timing: Timing, others_busy_cores: float, policy_clock: str = "
     own_cpu = timing.cpu is not None and timing.cpu_clock == THREAD
     if policy_clock == WALL:
         return WALL, "asked for (--clock wall)"
+    if timing.device is not None:
+        return DEVICE, f"the device's own time: a CUDA graph of {timing.graph_calls} calls replayed"
     if policy_clock == CPU:
         if own_cpu:
             return CPU, "asked for (--clock cpu)"
@@ -301,11 +320,15 @@ def choose_clock(timing: Timing, others_busy_cores: float, policy_clock: str = "
     return WALL, ""
 
 
-def plain_flag(stats: ClockStats, clock: str, passes: int) -> str:
+def plain_flag(stats: ClockStats, clock: str, passes: int, on_gpu: bool = False) -> str:
     """Why a point's time on `clock` stays unreliable: words a user reads first, then the thresholds."""
     if stats.reliable:
         return ""
-    if "stalled" in stats.flag or "passes disagree" in stats.flag:
+    if on_gpu and clock == WALL and ("stalled" in stats.flag or "passes disagree" in stats.flag):
+        lead = "launch jitter: the host's Python and kernel launches, which the wall clock of a GPU call includes"
+    elif on_gpu and clock == DEVICE:
+        lead = "the device's own time varied (clock or memory speed, or another program on the GPU)"
+    elif "stalled" in stats.flag or "passes disagree" in stats.flag:
         lead = "its rounds kept losing the CPU to other programs"
     elif "too few rounds" in stats.flag:
         lead = "too few rounds to know its median"

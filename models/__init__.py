@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .attention import Attention, AttentionLocal, AttentionMath
+from .attention import Attention, AttentionLocal, AttentionMath, AttentionSplit
 from .config import DTYPES, DecodeRow, LayerConfig, PathRule, Table1Row
 from .conv import Conv, ConvDilated, ConvSeparable
 from .linear_attention import AttentionLinear
@@ -24,6 +24,7 @@ LAYERS: dict[str, type[nn.Module]] = {
     "lstm": LSTM,
     "attention": Attention,
     "attention_math": AttentionMath,
+    "attention_split": AttentionSplit,
     "attention_local": AttentionLocal,
     "attention_linear": AttentionLinear,
     "scan": Scan,
@@ -130,6 +131,7 @@ def analytic_min_bytes(name: str, batch: int, n: int, cfg: LayerConfig, cache_by
 
 
 def state_bytes(state: tuple[torch.Tensor, ...]) -> int:
+    """The bytes of a state as prefill returns it: what t positions leave for the next step to read."""
     return sum(t.nbytes for t in state)
 
 

@@ -108,13 +108,37 @@ class SelfAttention(nn.Module):
         x = x[:, self._first_kept(x.shape[1]) :]
         return (self._split(self.k_proj(x)), self._split(self.v_proj(x)))
 
-    def step(self, x_t: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple]:
+    def _slots(self, capacity: int) -> int:
+        """Positions a static cache holds: every one up to `capacity` (a restricted layer: its window, as a ring)."""
+        return capacity
+
+    def cache(self, state: tuple[torch.Tensor, ...], t: int, capacity: int) -> tuple[torch.Tensor, ...]:
+        """Keys and values allocated once for positions 0..capacity − 1, holding prefill's state of t positions;
+        position p lives in slot p mod slots (static caches as gpt-fast and Hugging Face's StaticCache keep them)."""
+        if capacity <= t:
+            raise ValueError(f"a cache for {capacity} positions has no room for position t = {t}")
+        slots = self._slots(capacity)
+        kept = state[0].shape[2]
+        where = torch.arange(t - kept, t, device=state[0].device) % slots
+        buffers = []
+        for part in state:
+            buffer = part.new_zeros(*part.shape[:2], slots, part.shape[3])  # (B, h, slots, d_head)
+            buffer[:, :, where] = part
+            buffers.append(buffer)
+        return tuple(buffers)
+
+    def step(self, x_t: torch.Tensor, cache: tuple[torch.Tensor, ...], t: int) -> torch.Tensor:
+        """The output at position t: its key and value written in place into their slot, the query attending over
+        the slots that hold positions (a step at the same t writes the same slot: no copy of the cache, ever)."""
         q, k, v = (self._split(p(x_t)) for p in (self.q_proj, self.k_proj, self.v_proj))
-        keys, values = torch.cat((state[0], k), 2), torch.cat((state[1], v), 2)
-        mixed = self._attend(q, keys, values)
-        first = self._first_kept(keys.shape[2])
-        y = self.out_proj(mixed.transpose(1, 2).reshape(x_t.shape))
-        return y, (keys[:, :, first:], values[:, :, first:])
+        keys, values = cache
+        slots = keys.shape[2]
+        slot = t % slots
+        keys[:, :, slot].copy_(k[:, :, 0])
+        values[:, :, slot].copy_(v[:, :, 0])
+        seen = min(t + 1, slots)
+        mixed = self._attend(q, keys[:, :, :seen], values[:, :, :seen])
+        return self.out_proj(mixed.transpose(1, 2).reshape(x_t.shape))
 
     @classmethod
     def _keys_seen(cls, t: int, cfg: LayerConfig) -> int:
@@ -175,6 +199,65 @@ class Attention(SelfAttention):
     def activation_bytes(batch: int, n: int, cfg: LayerConfig, elem_bytes: int) -> int:
         # Q, K, V, the mixed heads and the output; fused kernels tile the scores.
         return 5 * batch * n * cfg.d * elem_bytes
+
+
+MIN_SPLIT_KEYS = 256  # keys a split-KV chunk holds at the least: fewer make the combination the work
+SPLIT_WAVES = 2  # chunks per (batch, head) aim at this many per multiprocessor (a GPU) or core (a CPU)
+
+
+def kv_splits(device: torch.device | str, batch_heads: int, keys: int) -> int:
+    """S, the chunks a split-KV step cuts each head's cache into: enough that batch × heads × S fills the device's
+    multiprocessors (a CPU's cores) SPLIT_WAVES times over, none shorter than MIN_SPLIT_KEYS keys."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        units = torch.cuda.get_device_properties(device).multi_processor_count
+    else:
+        units = torch.get_num_threads()
+    wanted = -(-SPLIT_WAVES * units // max(1, batch_heads))
+    return max(1, min(wanted, keys // MIN_SPLIT_KEYS))
+
+
+def split_kv_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, splits: int) -> torch.Tensor:
+    """softmax(q Kᵀ / √e) V for one query a head, the keys cut into `splits` chunks (Flash-Decoding, Dao et al. 2023):
+    each chunk's scores, their maximum and exp-sum and its partial output are formed apart, all chunks at once; the
+    partials are then combined by their log-sum-exp weights. q (B, h, 1, e); keys, values (B, h, T, e), any T."""
+    b, h, _, e = q.shape
+    total = keys.shape[2]
+    chunk = max(1, total // max(1, splits))
+    whole = (total // chunk) * chunk
+    parts = [
+        (
+            keys[:, :, :whole].unflatten(2, (whole // chunk, chunk)),
+            values[:, :, :whole].unflatten(2, (whole // chunk, chunk)),
+        )
+    ]
+    if whole < total:  # the rest, one shorter chunk: views of the cache, never a padded copy
+        parts.append((keys[:, :, whole:].unsqueeze(2), values[:, :, whole:].unsqueeze(2)))
+    query = q.unsqueeze(2) * e**-0.5  # (B, h, 1, 1, e)
+    maxima, sums, outputs = [], [], []
+    for k_c, v_c in parts:  # (B, h, S, c, e)
+        scores = query @ k_c.transpose(-2, -1)  # (B, h, S, 1, c)
+        top = scores.amax(-1, keepdim=True)  # (B, h, S, 1, 1)
+        weights = torch.exp(scores - top)
+        maxima.append(top)
+        sums.append(weights.sum(-1, keepdim=True))
+        outputs.append(weights @ v_c)  # (B, h, S, 1, e), not yet divided by its sum
+    top, total_sum, out = (torch.cat(t, 2) for t in (maxima, sums, outputs))
+    scale = torch.exp(top - top.amax(2, keepdim=True))  # (B, h, S, 1, 1): each chunk against the largest
+    return (out * scale).sum(2) / (total_sum * scale).sum(2)  # (B, h, 1, e)
+
+
+class AttentionSplit(Attention):
+    """The fused attention's forward; its decode step by split-KV attention (Flash-Decoding, Dao et al. 2023) in
+    PyTorch: one query's cache cut into S chunks (`kv_splits`: from the device's multiprocessors or cores against
+    batch × heads), each chunk's partial softmax with its log-sum-exp, combined. With one query, a fused kernel
+    splits its work over batch × heads blocks alone; this step spreads the cache's reading over the whole device."""
+
+    splits: int | None = None  # S set by hand (bench.benchmarks.decode's sweep); None: `kv_splits` chooses
+
+    def _attend(self, q, keys, values):
+        splits = self.splits or kv_splits(keys.device, keys.shape[0] * keys.shape[1], keys.shape[2])
+        return split_kv_attention(q, keys, values, splits)
 
 
 class AttentionMath(SelfAttention):
@@ -362,6 +445,9 @@ class AttentionLocal(SelfAttention):
 
     def _first_kept(self, t: int) -> int:
         return max(0, t - (self.window - 1))
+
+    def _slots(self, capacity: int) -> int:
+        return min(capacity, self.window)
 
     @classmethod
     def _keys_seen(cls, t: int, cfg: LayerConfig) -> int:

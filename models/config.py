@@ -163,5 +163,10 @@ class DecodeRow:
         return _evaluate(self.state, t, d, k, window, dilation)
 
 
+def fixed_cache(state: tuple[torch.Tensor, ...], t: int, capacity: int) -> tuple[torch.Tensor, ...]:
+    """The static cache of a state whose size does not grow with t: its own buffers, which `step` updates in place."""
+    return tuple(s.clone() for s in state)
+
+
 def recurrent_step(source: str) -> DecodeRow:
     return DecodeRow(lambda t, d, k, r, dil: d**2, "O(d²)", lambda t, d, k, r, dil: d, "O(d)", source=source)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import DecodeRow, LayerConfig, PathRule, Table1Row, spill_bytes
+from .config import DecodeRow, LayerConfig, PathRule, Table1Row, fixed_cache, spill_bytes
 
 WAVENET = "causal convolution (van den Oord et al. 2016, WaveNet)"
 
@@ -53,9 +53,13 @@ class _Convolution(nn.Module):
         kept = x[:, max(0, x.shape[1] - self.past) :]
         return (F.pad(kept, (0, 0, self.past - kept.shape[1], 0)),)
 
-    def step(self, x_t: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple]:
-        window = torch.cat((state[0], x_t), 1)
-        return self._convolve(window, 0), (window[:, 1:],)
+    cache = staticmethod(fixed_cache)
+
+    def step(self, x_t: torch.Tensor, cache: tuple[torch.Tensor, ...], t: int) -> torch.Tensor:
+        """The output at position t; the past inputs shifted in place (k − 1 of them: no cache that grows)."""
+        window = torch.cat((cache[0], x_t), 1)
+        cache[0].copy_(window[:, 1:])
+        return self._convolve(window, 0)
 
     @classmethod
     def decode_state_bytes(cls, batch: int, t: int, cfg: LayerConfig, elem_bytes: int) -> int:

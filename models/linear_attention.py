@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from .attention import SelfAttention
-from .config import DecodeRow, LayerConfig, Table1Row, spill_bytes
+from .config import DecodeRow, LayerConfig, Table1Row, fixed_cache, spill_bytes
 
 
 def feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -57,12 +57,17 @@ class AttentionLinear(SelfAttention):
         k, v = feature_map(self._split(self.k_proj(x))), self._split(self.v_proj(x))
         return (k.transpose(-2, -1) @ v, k.sum(dim=-2).unsqueeze(-1))
 
-    def step(self, x_t: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple]:
+    cache = staticmethod(fixed_cache)
+
+    def step(self, x_t: torch.Tensor, cache: tuple[torch.Tensor, ...], t: int) -> torch.Tensor:
+        """The output at position t; Σ φ(k)vᵀ and Σ φ(k) grown in place."""
         q, k, v = (self._split(p(x_t)) for p in (self.q_proj, self.k_proj, self.v_proj))
         q, k = feature_map(q), feature_map(k).transpose(-2, -1)
-        kv, k_sum = state[0] + k @ v, state[1] + k
+        kv, k_sum = cache
+        kv.add_(k @ v)
+        k_sum.add_(k)
         mixed = (q @ kv) / (q @ k_sum)
-        return self.out_proj(mixed.transpose(1, 2).reshape(x_t.shape)), (kv, k_sum)
+        return self.out_proj(mixed.transpose(1, 2).reshape(x_t.shape))
 
     @staticmethod
     def decode_flops(batch: int, t: int, cfg: LayerConfig) -> int:

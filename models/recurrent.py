@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any, recurrent_step, spill_bytes
+from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any, fixed_cache, recurrent_step, spill_bytes
 
 
 def onednn_takes(dtype: str, trains: bool = False) -> bool:
@@ -73,9 +73,14 @@ class _Recurrent(nn.Module):
         _, last = self.fused(x)
         return tuple(s[0] for s in (last if isinstance(last, tuple) else (last,)))
 
-    def step(self, x_t: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple]:
-        state = self._advance(x_t[:, 0], state)
-        return state[0].unsqueeze(1), state
+    cache = staticmethod(fixed_cache)
+
+    def step(self, x_t: torch.Tensor, cache: tuple[torch.Tensor, ...], t: int) -> torch.Tensor:
+        """The output at position t; the hidden state advanced in place."""
+        new = self._advance(x_t[:, 0], cache)
+        for kept, value in zip(cache, new):
+            kept.copy_(value)
+        return new[0].unsqueeze(1)
 
     @classmethod
     def decode_flops(cls, batch: int, t: int, cfg: LayerConfig) -> int:

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any, recurrent_step, spill_bytes
+from .config import CONSTANT_PATH, LayerConfig, Table1Row, accept_any, fixed_cache, recurrent_step, spill_bytes
 
 DECAY_RANGE = (0.5, 0.99)  # the initial per-channel decays a: memories of 2 to 100 steps
 
@@ -94,9 +94,13 @@ class Scan(nn.Module):
             return (x.new_zeros(x.shape[0], self.cfg.d),)
         return (parallel_scan(self.in_proj(x), self.decay)[:, -1].clone(),)
 
-    def step(self, x_t: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple]:
-        h = self.decay * state[0] + self.in_proj(x_t[:, 0])
-        return self.out_proj(h).unsqueeze(1), (h,)
+    cache = staticmethod(fixed_cache)
+
+    def step(self, x_t: torch.Tensor, cache: tuple[torch.Tensor, ...], t: int) -> torch.Tensor:
+        """The output at position t; h advanced in place."""
+        h = self.decay * cache[0] + self.in_proj(x_t[:, 0])
+        cache[0].copy_(h)
+        return self.out_proj(h).unsqueeze(1)
 
     @staticmethod
     def decode_flops(batch: int, t: int, cfg: LayerConfig) -> int:

@@ -14,7 +14,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 def hand_ratio(name: str) -> float:
     """Backward / forward counted FLOPs at T.SIZE, from the products each pass runs (not from models)."""
     b, n, d = T.SIZE["batch"], T.SIZE["n"], T.SIZE["d"]
-    if name == "attention":  # projections 2x; the scores: 5 products in the backward (recomputed), 2 forward
+    if name in (
+        "attention",
+        "attention_split",
+    ):  # projections 2x; the scores: 5 products in the backward (recomputed), 2 forward
         return (2 * 8 * b * n * d * d + 5 * 2 * b * n * n * d) / (8 * b * n * d * d + 2 * 2 * b * n * n * d)
     if name in ("rnn", "gru"):  # 2x less the step-0 product with the zero initial state, 1 of 2n a gate
         return 2 - 1 / (2 * n)

@@ -3,6 +3,7 @@ bytes and a step's FLOPs against formulas written out by hand, and the operator-
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -12,7 +13,9 @@ from torch.testing import assert_close
 
 import models
 from bench.flops import count_flops
+from bench.memory import measure_memory
 from models import LayerConfig
+from models.attention import MIN_SPLIT_KEYS, SPLIT_WAVES, kv_splits, split_kv_attention
 
 NAMES = list(models.LAYERS)
 BATCH, D, HEADS, K, WINDOW, DILATION = 2, 24, 3, 3, 5, 3
@@ -38,13 +41,12 @@ def _tokens(n: int, dtype: str = "float32", seed: int = 0) -> torch.Tensor:
 
 
 def _decode(layer, x: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-    """prefill(x[:, :start]), then one step per position: (the outputs of positions start.., the last state)."""
-    state = layer.prefill(x[:, :start])
-    outputs = []
-    for t in range(start, x.shape[1]):
-        y, state = layer.step(x[:, t : t + 1], state)
-        outputs.append(y)
-    return torch.cat(outputs, dim=1), state
+    """prefill(x[:, :start]) into a static cache with room for x and one more, then one step per position: (the outputs of
+    positions start.., the cache as the last step left it)."""
+    n = x.shape[1]
+    cache = layer.cache(layer.prefill(x[:, :start]), start, n + 1)
+    outputs = [layer.step(x[:, t : t + 1], cache, t) for t in range(start, n)]
+    return (torch.cat(outputs, dim=1) if outputs else x[:, :0]), cache
 
 
 @pytest.mark.parametrize("n", [37, 300])
@@ -57,14 +59,18 @@ def test_decoding_token_by_token_equals_the_causal_forward(dtype, name, n):
         decoded, _ = _decode(layer, x)
         from_prefix, _ = _decode(layer, x, PREFIX)
         _, stepped = _decode(layer, x[:, :PREFIX])
-        prefilled = layer.prefill(x[:, :PREFIX])
+        prefilled = layer.cache(layer.prefill(x[:, :PREFIX]), PREFIX, PREFIX + 1)
     assert decoded.shape == forward.shape == (BATCH, n, D)
     assert_close(decoded, forward, **TOLERANCE[dtype])
     assert_close(from_prefix, forward[:, PREFIX:], **TOLERANCE[dtype])
     assert len(stepped) == len(prefilled)
-    for reached, read in zip(stepped, prefilled):
+    for reached, read in zip(stepped, prefilled):  # steps reach the cache prefill lays out
+        if name in CACHED:  # but for the slot the next step writes (a ring's: a position past its window)
+            reached, read = (c.clone().index_fill_(2, torch.tensor([PREFIX % c.shape[2]]), 0) for c in (reached, read))
         assert_close(reached, read, **TOLERANCE[dtype])
-    assert models.state_bytes(stepped) == models.analytic_decode_state_bytes(name, BATCH, PREFIX, cfg)
+    assert models.state_bytes(layer.prefill(x[:, :PREFIX])) == models.analytic_decode_state_bytes(
+        name, BATCH, PREFIX, cfg
+    )
 
 
 def test_the_scans_bfloat16_decode_strays_from_float32_no_more_than_its_bfloat16_forward():
@@ -107,17 +113,68 @@ def test_the_causal_forward_does_not_look_ahead(name):
                 assert not torch.allclose(centered(changed)[:, : i + 1], centered(x)[:, : i + 1])
 
 
+# The layers whose state is a cache of positions: a step at t writes slot t, so the same step twice is one step.
+CACHED = [name for name in NAMES if name.startswith("attention") and name != "attention_linear"]
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_step_leaves_its_state_as_it_was(name):
+def test_a_step_writes_its_cache_in_place(name):
     layer, x = models.build(name, _cfg()), _tokens(PREFIX + 1)
     with torch.inference_mode():
-        state = layer.prefill(x[:, :PREFIX])
-        kept = tuple(s.clone() for s in state)
-        first, new = layer.step(x[:, PREFIX:], state)
-        again, _ = layer.step(x[:, PREFIX:], state)  # as a benchmark calls it: the same step every time
-    assert all(torch.equal(s, c) for s, c in zip(state, kept))
-    assert torch.equal(first, again)
-    assert all(n is not s for n, s in zip(new, state))
+        cache = layer.cache(layer.prefill(x[:, :PREFIX]), PREFIX, 4 * PREFIX)
+        where = [(c.data_ptr(), c.shape) for c in cache]
+        first = layer.step(x[:, PREFIX:], cache, PREFIX)
+        after_first = tuple(c.clone() for c in cache)
+        again = layer.step(x[:, PREFIX:], cache, PREFIX)  # as a benchmark calls it: the same step every time
+    assert [(c.data_ptr(), c.shape) for c in cache] == where  # the same buffers: nothing reallocated or grown
+    if name in CACHED:
+        assert torch.equal(first, again)
+        assert all(torch.equal(a, c) for a, c in zip(after_first, cache))
+    else:  # a recurrence's state moves on with every step, in place
+        assert first.shape == again.shape == (BATCH, 1, D)
+
+
+def test_a_restricted_cache_is_a_ring_of_its_window():
+    layer = models.build("attention_local", _cfg())
+    with torch.inference_mode():
+        cache = layer.cache(layer.prefill(_tokens(50)), 50, 1000)
+    assert cache[0].shape == (BATCH, HEADS, WINDOW, D // HEADS)
+    with pytest.raises(ValueError, match="no room for position t = 8"):
+        models.build("attention", _cfg()).cache(layer.prefill(_tokens(8)), 8, 8)
+
+
+@pytest.mark.parametrize("t", [1, 37, 300, 1001])
+@pytest.mark.parametrize("splits", [1, 2, 3, 7, 16])
+def test_split_kv_attention_equals_the_fused_step(t, splits):
+    g = torch.Generator().manual_seed(t * 31 + splits)
+    q = torch.randn(2, 3, 1, 16, generator=g)
+    keys, values = (torch.randn(2, 3, t, 16, generator=g) for _ in range(2))
+    fused = torch.nn.functional.scaled_dot_product_attention(q, keys, values)
+    assert_close(split_kv_attention(q, keys, values, splits), fused, atol=1e-5, rtol=1e-5)
+    counted = count_flops(lambda: split_kv_attention(q, keys, values, splits))
+    assert counted.total == 2 * (2 * 2 * 3 * t * 16) and counted.uncounted_ops == ()  # q·K and p·V, as fused
+
+
+def test_the_number_of_splits_follows_the_cores_and_keeps_chunks_long():
+    threads = torch.get_num_threads()
+    assert kv_splits("cpu", 1, 10**6) == SPLIT_WAVES * threads
+    assert kv_splits("cpu", 10**6, 10**6) == 1  # batch × heads already fill the cores
+    assert kv_splits("cpu", 1, 3 * MIN_SPLIT_KEYS) == min(3, SPLIT_WAVES * threads)
+    assert kv_splits("cpu", 1, 10) == 1
+
+
+def test_an_attention_step_at_4096_adds_under_half_its_cache_to_the_peak():
+    """No copy of the cache: the step's own memory is its projections and one row of scores."""
+    cfg = LayerConfig(d=64, heads=4, causal=True)
+    t = 4096
+    for name in CACHED:
+        layer = models.build(name, dataclasses.replace(cfg, window=64))
+        with torch.inference_mode():
+            cache = layer.cache(layer.prefill(torch.randn(2, t, 64)), t, t + 1)
+            token = torch.randn(2, 1, 64)
+            memory = measure_memory(lambda: layer.step(token, cache, t), "cpu")
+        cache_bytes = models.state_bytes(cache)
+        assert memory.peak_bytes < cache_bytes / 2, (name, memory.peak_bytes, cache_bytes)
 
 
 # The state after t positions, bytes per batch element, written out from what each layer must remember.
@@ -130,6 +187,7 @@ HAND_STATE_BYTES: dict[str, Callable[[int, LayerConfig, int], int]] = {
     "lstm": lambda t, c, e: 2 * c.d * e,  # h and the cell c
     "attention": lambda t, c, e: 2 * t * c.d * e,  # every key and value
     "attention_math": lambda t, c, e: 2 * t * c.d * e,
+    "attention_split": lambda t, c, e: 2 * t * c.d * e,
     "attention_local": lambda t, c, e: 2 * min(t, c.window - 1) * c.d * e,  # those the next r − 1 queries see
     "attention_linear": lambda t, c, e: (c.heads * (c.d // c.heads) ** 2 + c.d) * e,  # Σ φ(k)vᵀ and Σ φ(k), a head
     "scan": lambda t, c, e: c.d * e,  # h
@@ -145,6 +203,7 @@ HAND_DECODE_FLOPS: dict[str, Callable[[int, int, LayerConfig], int]] = {
     "lstm": lambda b, t, c: 4 * 2 * b * (c.d * c.d + c.d * c.d),
     "attention": lambda b, t, c: 4 * 2 * b * c.d * c.d + 2 * (2 * b * (t + 1) * c.d),  # q·K and p·V over t + 1
     "attention_math": lambda b, t, c: 4 * 2 * b * c.d * c.d + 2 * (2 * b * (t + 1) * c.d),
+    "attention_split": lambda b, t, c: 4 * 2 * b * c.d * c.d + 2 * (2 * b * (t + 1) * c.d),
     "attention_local": lambda b, t, c: 4 * 2 * b * c.d * c.d + 2 * (2 * b * min(t + 1, c.window) * c.d),
     # φ(k)vᵀ added to the state, φ(q)·S and φ(q)·z, per head of size e = d / h
     "attention_linear": lambda b, t, c: 4 * 2 * b * c.d * c.d + 2 * 2 * b * c.d * (c.d // c.heads) + 2 * b * c.d,
@@ -178,10 +237,11 @@ def test_a_steps_counted_flops_equal_the_hand_formula(name, t):
     layer, x = models.build(name, cfg), _tokens(t + 1)
     with torch.inference_mode():
         state = layer.prefill(x[:, :t])
+        cache = layer.cache(state, t, t + 1)
 
     def one_step():
         with torch.inference_mode():
-            layer.step(x[:, t:], state)
+            layer.step(x[:, t:], cache, t)
 
     counted = count_flops(one_step)
     assert counted.uncounted_ops == ()
@@ -225,6 +285,7 @@ def test_useful_flops_of_the_causal_forms_by_hand(n):
         "conv_dilated": 2 * b * d * d * dilated_taps,
         "conv_separable": 2 * b * d * (taps + n * d),
         "attention": projections + 2 * 2 * b * (n * (n + 1) // 2) * d,  # the pairs j <= i
+        "attention_split": projections + 2 * 2 * b * (n * (n + 1) // 2) * d,
         "attention_math": projections + 2 * 2 * b * (n * (n + 1) // 2) * d,
         "attention_local": projections + 2 * 2 * b * window * d,
     }
@@ -245,6 +306,7 @@ def test_useful_flops_of_the_causal_forms_by_hand(n):
         ("lstm", "O(d²)", "O(d)", (), 64, 8),
         ("attention", "O(t·d)", "O(t·d)", (), 800, 800),
         ("attention_math", "O(t·d)", "O(t·d)", (), 800, 800),
+        ("attention_split", "O(t·d)", "O(t·d)", (), 800, 800),
         ("attention_local", "O(r·d)", "O(r·d)", ("window",), 128, 128),
         ("attention_linear", "O(d²)", "O(d²)", (), 64, 64),
         ("scan", "O(d²)", "O(d)", (), 64, 8),
@@ -258,7 +320,7 @@ def test_each_layer_carries_its_decode_row(name, compute, state, sizes, cost, st
     assert row.cost(100, 8, 5, 16, 3) == pytest.approx(cost)
     assert row.state_size(100, 8, 5, 16, 3) == pytest.approx(state_size)
     assert row.cost(np.array([100, 200]), 8, 5, 16, 3).shape == (2,)
-    assert row.fit_t_over_d == (8 if name in ("attention", "attention_math") else None)
+    assert row.fit_t_over_d == (8 if name in ("attention", "attention_math", "attention_split") else None)
 
 
 def test_a_stored_causal_flag_reads_back_as_a_bool():

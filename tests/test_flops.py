@@ -56,6 +56,7 @@ HAND_FLOPS: dict[str, Callable[[int, int, LayerConfig], int]] = {
     "gru": lambda b, n, c: 2 * b * n * 3 * (c.d * c.d + c.d * c.d),  # 3 gate blocks
     "lstm": lambda b, n, c: 2 * b * n * 4 * (c.d * c.d + c.d * c.d),  # 4 gate blocks
     "attention": lambda b, n, c: _projections(b, n, c.d) + 2 * (2 * b * n * n * c.d),  # Q·Kᵀ and P·V, all heads
+    "attention_split": lambda b, n, c: _projections(b, n, c.d) + 2 * (2 * b * n * n * c.d),
     "attention_math": lambda b, n, c: _projections(b, n, c.d) + 2 * (2 * b * n * n * c.d),
     # Every computed pair, masked ones too: d MACs for its score and d for its share of the mix.
     "attention_local": lambda b, n, c: _projections(b, n, c.d) + 2 * (2 * b * local_pairs_by_hand(n, c.window) * c.d),
@@ -107,6 +108,7 @@ ONE_POINT_FLOPS = {
     "gru": 151_200,
     "lstm": 201_600,
     "attention": 112_560,
+    "attention_split": 112_560,
     "attention_math": 112_560,
     "attention_local": 112_560,
     "attention_linear": 118_440,  # 100,800 + 2·(2·2·7·30·10) + 2·2·7·30

@@ -293,6 +293,7 @@ def test_heads_must_divide_d():
         ("lstm", "O(n·d²)", "O(n)", "O(n)", 100 * 8**2),
         ("attention", "O(n²·d)", "O(1)", "O(1)", 100**2 * 8),
         ("attention_math", "O(n²·d)", "O(1)", "O(1)", 100**2 * 8),
+        ("attention_split", "O(n²·d)", "O(1)", "O(1)", 100**2 * 8),
         ("attention_local", "O(r·n·d)", "O(1)", "O(n/r)", 16 * 100 * 8),
         ("attention_linear", "O(n·d²)", "O(1)", "O(1)", 100 * 8**2),  # Katharopoulos et al. 2020
         ("scan", "O(n·d² + n·d)", "O(log n)", "O(log n)", 100 * 8**2 + 100 * 8),  # projections + the scan

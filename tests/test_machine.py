@@ -25,6 +25,15 @@ from bench import machine
             ("intel-core-i7-8650u-4c-laptop", "Intel Core i7-8650U, 4 cores (laptop)"),
         ),
         ({}, ("unknown-unknown-host", "unknown (unknown host)")),
+        (
+            {
+                "cpu_model": "Intel(R) Xeon(R) Processor",
+                "cpu_cores": 16,
+                "hostname": "vm",
+                "devices": [{"device": "cpu", "name": "x"}, {"device": "cuda:0", "name": "NVIDIA H200"}],
+            },
+            ("h200-intel-xeon-16c-vm", "H200 on Intel Xeon, 16 cores (vm)"),
+        ),
     ],
 )
 def test_machine_identity(meta, expected):

@@ -22,6 +22,7 @@ HAND_COMPULSORY_BYTES: dict[str, Callable[[int, int], int]] = {
     "gru": lambda n, e: (2 * 2 * n * 24 + 2 * 72 * 24 + 2 * 72) * e,  # 3 gate blocks: 3d = 72 rows
     "lstm": lambda n, e: (2 * 2 * n * 24 + 2 * 96 * 24 + 2 * 96) * e,  # 4 gate blocks: 4d = 96 rows
     "attention": lambda n, e: (2 * 2 * n * 24 + 4 * (24 * 24 + 24)) * e,  # Q, K, V, output projections
+    "attention_split": lambda n, e: (2 * 2 * n * 24 + 4 * (24 * 24 + 24)) * e,
     "attention_math": lambda n, e: (2 * 2 * n * 24 + 4 * (24 * 24 + 24)) * e,
     "attention_local": lambda n, e: (2 * 2 * n * 24 + 4 * (24 * 24 + 24)) * e,
     "attention_linear": lambda n, e: (2 * 2 * n * 24 + 4 * (24 * 24 + 24)) * e,
@@ -41,6 +42,7 @@ HAND_SPILLED_FLOAT32_BYTES: dict[str, Callable[[int], int]] = {
     "gru": lambda n: (n - 1) * (72 * 24 * 4) + 2 * (2 * n * 72 * 4),
     "lstm": lambda n: (n - 1) * (96 * 24 * 4) + 2 * (2 * n * 96 * 4),
     "attention": lambda n: 4 * 2 * (2 * n * 24 * 4),  # q, k, v and the mixed heads; no scores
+    "attention_split": lambda n: 4 * 2 * (2 * n * 24 * 4),
     "attention_math": lambda n: 4 * 2 * (2 * n * 24 * 4) + 2 * 2 * (2 * 3 * n * n * 4),  # + scores, softmax
     "attention_local": lambda n: 4 * 2 * (2 * n * 24 * 4) + 2 * 2 * (2 * 3 * LOCAL_PAIRS[n] * 4),
     # + the state φ(K)ᵀV, 2·3·8·8 elements; the normaliser φ(K)ᵀ1, 2·24·4 = 192 bytes, stays in the cache

@@ -1,0 +1,55 @@
+"""The device's own time of a GPU call: the call captured `calls` times over as one CUDA graph and replayed, each
+replay timed by CUDA events (triton's do_bench_cudagraph), so that Python and kernel launches, which an eager loop
+pays on every call, fall out. Method: docs/method.md."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+MAX_GRAPH_CALLS = 1000  # calls captured in one graph at the most (each a few kernels: nodes cost capture time)
+
+
+def capture(call: Callable[[], object], calls: int) -> torch.cuda.CUDAGraph:
+    """`calls` calls of `call` as one graph, after warm calls on a side stream (torch.cuda.graphs' recipe)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            call()
+    torch.cuda.synchronize()
+    return graph
+
+
+def replay_rounds(graph: torch.cuda.CUDAGraph, calls: int, rounds: int) -> tuple[float, ...]:
+    """Seconds per call of `rounds` replays after one untimed replay, each on CUDA events around the replay."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    graph.replay()
+    times = []
+    for _ in range(rounds):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / calls)
+    return tuple(times)
+
+
+def device_rounds(call: Callable[[], object], calls: int, rounds: int) -> tuple[tuple[float, ...], int]:
+    """(seconds per call of each replay, calls per graph); the graph and its memory pool freed before it returns."""
+    calls = max(1, min(calls, MAX_GRAPH_CALLS))
+    torch.cuda.empty_cache()  # the eager calls' cached blocks back, before the graph's pool takes its own
+    graph = capture(call, calls)
+    try:
+        return replay_rounds(graph, calls, rounds), calls
+    finally:
+        graph.reset()
+        del graph
+        torch.cuda.empty_cache()
