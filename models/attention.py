@@ -236,7 +236,7 @@ def split_kv_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
     query = q.unsqueeze(2) * e**-0.5  # (B, h, 1, 1, e)
     maxima, sums, outputs = [], [], []
     for k_c, v_c in parts:  # (B, h, S, c, e)
-        scores = query @ k_c.transpose(-2, -1)  # (B, h, S, 1, c)
+        scores = (k_c @ query.transpose(-2, -1)).transpose(-2, -1)  # (B, h, S, 1, c): each key row against q
         top = scores.amax(-1, keepdim=True)  # (B, h, S, 1, 1)
         weights = torch.exp(scores - top)
         maxima.append(top)
