@@ -277,7 +277,7 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
     data = reliable.iloc[max(plateau_start(rates), regime) :]
     if len(data) >= MIN_FIT_POINTS:
         return result(data, "plateau", "", overhead)
-    peak_column = PEAK_COLUMNS[on]
+    peak_column = PEAK_COLUMNS.get(on, PEAK_COLUMNS[timing.WALL])  # a GPU's ceilings are timed synchronised
     peak = reliable[peak_column].to_numpy(float) if peak_column in reliable else np.full(len(rates), np.nan)
     if np.isfinite(peak).all():
         shares, of = useful_flops(reliable).to_numpy(float) / t / peak, "peak"

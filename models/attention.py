@@ -136,9 +136,12 @@ class SelfAttention(nn.Module):
         slot = t % slots
         keys[:, :, slot].copy_(k[:, :, 0])
         values[:, :, slot].copy_(v[:, :, 0])
-        seen = min(t + 1, slots)
-        mixed = self._attend(q, keys[:, :, :seen], values[:, :, :seen])
+        mixed = self._attend_cache(q, keys, values, min(t + 1, slots))
         return self.out_proj(mixed.transpose(1, 2).reshape(x_t.shape))
+
+    def _attend_cache(self, q, keys, values, seen: int):
+        """One query against the first `seen` slots of the cache."""
+        return self._attend(q, keys[:, :, :seen], values[:, :, :seen])
 
     @classmethod
     def _keys_seen(cls, t: int, cfg: LayerConfig) -> int:
@@ -201,44 +204,51 @@ class Attention(SelfAttention):
         return 5 * batch * n * cfg.d * elem_bytes
 
 
-MIN_SPLIT_KEYS = 256  # keys a split-KV chunk holds at the least: fewer make the combination the work
+MIN_SPLIT_KEYS = 256  # keys a split-KV chunk holds at the least, and the cache's slots are a multiple of
 SPLIT_WAVES = 2  # chunks per (batch, head) aim at this many per multiprocessor (a GPU) or core (a CPU)
 
 
 def kv_splits(device: torch.device | str, batch_heads: int, keys: int) -> int:
-    """S, the chunks a split-KV step cuts each head's cache into: enough that batch × heads × S fills the device's
-    multiprocessors (a CPU's cores) SPLIT_WAVES times over, none shorter than MIN_SPLIT_KEYS keys."""
+    """S, the chunks a split-KV step cuts each head's `keys` slots into: a power of two, enough that batch × heads ×
+    S fills the device's multiprocessors (a CPU's cores) SPLIT_WAVES times over, none shorter than MIN_SPLIT_KEYS
+    keys (so S divides a multiple of MIN_SPLIT_KEYS slots)."""
     device = torch.device(device)
     if device.type == "cuda":
         units = torch.cuda.get_device_properties(device).multi_processor_count
     else:
         units = torch.get_num_threads()
     wanted = -(-SPLIT_WAVES * units // max(1, batch_heads))
-    return max(1, min(wanted, keys // MIN_SPLIT_KEYS))
+    most = max(1, keys // MIN_SPLIT_KEYS)
+    splits = 1
+    while splits * 2 <= most and splits < wanted:
+        splits *= 2
+    return splits
 
 
-def split_kv_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, splits: int) -> torch.Tensor:
-    """softmax(q Kᵀ / √e) V for one query a head, the keys cut into `splits` chunks (Flash-Decoding, Dao et al. 2023):
-    each chunk's scores, their maximum and exp-sum and its partial output are formed apart, all chunks at once; the
-    partials are then combined by their log-sum-exp weights. q (B, h, 1, e); keys, values (B, h, T, e), any T."""
-    b, h, _, e = q.shape
+def split_kv_attention(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, splits: int, seen: int | None = None
+) -> torch.Tensor:
+    """softmax(q Kᵀ / √e) V for one query a head over the first `seen` of T keys (all by default), the keys cut into
+    `splits` chunks (Flash-Decoding, Dao et al. 2023): each chunk's scores, their maximum and exp-sum and its partial
+    output are formed apart, all chunks at once; the partials are then combined by their log-sum-exp weights.
+    q (B, h, 1, e); keys, values (B, h, T, e). Where `splits` divides T every chunk is a view of the cache (a
+    static cache of whole chunks, the slots past `seen` masked); else the rest is one shorter chunk."""
+    e = q.shape[-1]
     total = keys.shape[2]
     chunk = max(1, total // max(1, splits))
     whole = (total // chunk) * chunk
-    parts = [
-        (
-            keys[:, :, :whole].unflatten(2, (whole // chunk, chunk)),
-            values[:, :, :whole].unflatten(2, (whole // chunk, chunk)),
-        )
-    ]
-    if whole < total:  # the rest, one shorter chunk: views of the cache, never a padded copy
-        parts.append((keys[:, :, whole:].unsqueeze(2), values[:, :, whole:].unsqueeze(2)))
+    parts = [(keys[:, :, :whole].unflatten(2, (-1, chunk)), values[:, :, :whole].unflatten(2, (-1, chunk)), 0)]
+    if whole < total:  # a view of part of each head's rows: matmul copies it (a cache of whole chunks does not)
+        parts.append((keys[:, :, whole:].unsqueeze(2), values[:, :, whole:].unsqueeze(2), whole))
     query = q.unsqueeze(2) * e**-0.5  # (B, h, 1, 1, e)
     maxima, sums, outputs = [], [], []
-    for k_c, v_c in parts:  # (B, h, S, c, e)
+    for k_c, v_c, first in parts:  # (B, h, S, c, e)
         scores = (k_c @ query.transpose(-2, -1)).transpose(-2, -1)  # (B, h, S, 1, c): each key row against q
-        top = scores.amax(-1, keepdim=True)  # (B, h, S, 1, 1)
-        weights = torch.exp(scores - top)
+        if seen is not None and seen < total:
+            position = torch.arange(first, first + k_c.shape[2] * k_c.shape[3], device=q.device)
+            scores = scores.masked_fill(position.view(k_c.shape[2], 1, k_c.shape[3]) >= seen, float("-inf"))
+        top = scores.amax(-1, keepdim=True)  # (B, h, S, 1, 1); -inf for a chunk wholly past `seen`
+        weights = torch.exp(scores - top.masked_fill(top == float("-inf"), 0.0))
         maxima.append(top)
         sums.append(weights.sum(-1, keepdim=True))
         outputs.append(weights @ v_c)  # (B, h, S, 1, e), not yet divided by its sum
@@ -247,17 +257,32 @@ def split_kv_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
     return (out * scale).sum(2) / (total_sum * scale).sum(2)  # (B, h, 1, e)
 
 
+def padded_slots(positions: int) -> int:
+    """Slots of a split-KV cache for `positions`: whole MIN_SPLIT_KEYS, so that every chunk is a view."""
+    return -(-positions // MIN_SPLIT_KEYS) * MIN_SPLIT_KEYS
+
+
 class AttentionSplit(Attention):
     """The fused attention's forward; its decode step by split-KV attention (Flash-Decoding, Dao et al. 2023) in
     PyTorch: one query's cache cut into S chunks (`kv_splits`: from the device's multiprocessors or cores against
     batch × heads), each chunk's partial softmax with its log-sum-exp, combined. With one query, a fused kernel
-    splits its work over batch × heads blocks alone; this step spreads the cache's reading over the whole device."""
+    splits its work over batch × heads blocks alone; this step spreads the cache's reading over the whole device.
+    Its static cache holds whole MIN_SPLIT_KEYS-slot blocks and a step scores every slot, those past t masked (as
+    gpt-fast's static cache does): up to MIN_SPLIT_KEYS − 1 keys more than t + 1, counted in `decode_flops`."""
 
     splits: int | None = None  # S set by hand (bench.benchmarks.decode's sweep); None: `kv_splits` chooses
 
-    def _attend(self, q, keys, values):
+    def _slots(self, capacity: int) -> int:
+        return padded_slots(capacity)
+
+    def _attend_cache(self, q, keys, values, seen: int):
         splits = self.splits or kv_splits(keys.device, keys.shape[0] * keys.shape[1], keys.shape[2])
-        return split_kv_attention(q, keys, values, splits)
+        return split_kv_attention(q, keys, values, splits, seen)
+
+    @classmethod
+    def decode_flops(cls, batch: int, t: int, cfg: LayerConfig) -> int:
+        """At position t of a cache made for t + 1 positions (bench.point.decode_call): every slot scored."""
+        return _projections_flops(batch, 1, cfg.d) + 2 * (2 * batch * padded_slots(t + 1) * cfg.d)
 
 
 class AttentionMath(SelfAttention):

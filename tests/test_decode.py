@@ -151,16 +151,26 @@ def test_split_kv_attention_equals_the_fused_step(t, splits):
     keys, values = (torch.randn(2, 3, t, 16, generator=g) for _ in range(2))
     fused = torch.nn.functional.scaled_dot_product_attention(q, keys, values)
     assert_close(split_kv_attention(q, keys, values, splits), fused, atol=1e-5, rtol=1e-5)
+    padded = [torch.cat((c, torch.randn(2, 3, 2 * splits + 5, 16, generator=g)), 2) for c in (keys, values)]
+    assert_close(split_kv_attention(q, *padded, splits, seen=t), fused, atol=1e-5, rtol=1e-5)  # the rest masked
     counted = count_flops(lambda: split_kv_attention(q, keys, values, splits))
     assert counted.total == 2 * (2 * 2 * 3 * t * 16) and counted.uncounted_ops == ()  # q·K and p·V, as fused
 
 
 def test_the_number_of_splits_follows_the_cores_and_keeps_chunks_long():
-    threads = torch.get_num_threads()
-    assert kv_splits("cpu", 1, 10**6) == SPLIT_WAVES * threads
-    assert kv_splits("cpu", 10**6, 10**6) == 1  # batch × heads already fill the cores
-    assert kv_splits("cpu", 1, 3 * MIN_SPLIT_KEYS) == min(3, SPLIT_WAVES * threads)
+    wanted = SPLIT_WAVES * torch.get_num_threads()
+    power = 1 << (wanted - 1).bit_length()  # the power of two at or above it
+    assert kv_splits("cpu", 1, 2**20) == power
+    assert kv_splits("cpu", 10**6, 2**20) == 1  # batch × heads already fill the cores
+    assert kv_splits("cpu", 1, 3 * MIN_SPLIT_KEYS) == min(2, power)  # a power of two dividing 3·256 slots
     assert kv_splits("cpu", 1, 10) == 1
+
+
+def test_a_split_kv_cache_is_whole_chunks():
+    layer = models.build("attention_split", _cfg())
+    with torch.inference_mode():
+        cache = layer.cache(layer.prefill(_tokens(7)), 7, 300)
+    assert cache[0].shape[2] == 512 and 512 % kv_splits("cpu", BATCH * HEADS, 512) == 0
 
 
 def test_an_attention_step_at_4096_adds_under_half_its_cache_to_the_peak():
@@ -203,7 +213,8 @@ HAND_DECODE_FLOPS: dict[str, Callable[[int, int, LayerConfig], int]] = {
     "lstm": lambda b, t, c: 4 * 2 * b * (c.d * c.d + c.d * c.d),
     "attention": lambda b, t, c: 4 * 2 * b * c.d * c.d + 2 * (2 * b * (t + 1) * c.d),  # q·K and p·V over t + 1
     "attention_math": lambda b, t, c: 4 * 2 * b * c.d * c.d + 2 * (2 * b * (t + 1) * c.d),
-    "attention_split": lambda b, t, c: 4 * 2 * b * c.d * c.d + 2 * (2 * b * (t + 1) * c.d),
+    # every slot of a cache of whole 256-key chunks, those past t masked
+    "attention_split": lambda b, t, c: 4 * 2 * b * c.d * c.d + 2 * (2 * b * 256 * -(-(t + 1) // 256) * c.d),
     "attention_local": lambda b, t, c: 4 * 2 * b * c.d * c.d + 2 * (2 * b * min(t + 1, c.window) * c.d),
     # φ(k)vᵀ added to the state, φ(q)·S and φ(q)·z, per head of size e = d / h
     "attention_linear": lambda b, t, c: 4 * 2 * b * c.d * c.d + 2 * 2 * b * c.d * (c.d // c.heads) + 2 * b * c.d,
