@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import subprocess
@@ -133,13 +134,22 @@ def _identity_fields(info: dict) -> dict:
 
 
 def this_machine() -> tuple[str, str]:
-    return machine_identity(_identity_fields(machine_info()))
+    info = machine_info()
+    identity = _identity_fields(info)
+    return machine_identity(dict(identity, devices=devices(identity["cpu_model"])))
+
+
+# The commit of the files that run, where a copied checkout's .git is older than them (a lent GPU machine's copy):
+# the caller says it, and the tree is taken as that commit, clean.
+COMMIT_VARIABLE = "SEQBENCH_GIT_COMMIT"
 
 
 def run_meta(threads: int) -> dict:
     """The machine and software fields of meta.json, with pytest-benchmark's machine_info and commit_info."""
     info = machine_info()
     commit = commit_info()
+    if os.environ.get(COMMIT_VARIABLE):
+        commit = dict(commit, id=os.environ[COMMIT_VARIABLE], dirty=False)
     identity = _identity_fields(info)
     model = identity["cpu_model"]
     return {

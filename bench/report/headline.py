@@ -11,7 +11,7 @@ import models
 from models.config import SEQUENTIAL_GROWTH, growth_local_exponent
 
 from .. import clock, fits
-from ..timing import CPU
+from ..timing import CPU, DEVICE
 from .context import ReportContext
 
 METRICS = {"flops": "FLOPs", "time": "time", "memory": "memory"}
@@ -175,13 +175,18 @@ def load_phrase(ctx: ReportContext, source: str, missing: int) -> str:
         text += f" ({ctx.cite(f'{source}.load.others_cores_before', round(before, 1), 'cores', run_id, show_unit=False)} before the run)"
     if "time_clock" in ok:
         on_cpu = int((ok["time_clock"] == CPU).sum())
+        on_device = int((ok["time_clock"] == DEVICE).sum())
         cited = ctx.cite(f"{source}.points.cpu_clock", on_cpu, "points", run_id, show_unit=False)
-        text += (
-            f"; {cited} of {len(ok)} points were timed on the CPU clock of their one thread, which that load does "
-            "not slow down"
-            if on_cpu
-            else "; every point was timed on the wall clock"
-        )
+        if on_device:
+            graphs = ctx.cite(f"{source}.points.device_clock", on_device, "points", run_id, show_unit=False)
+            text += (
+                f"; {graphs} of {len(ok)} points were timed on the device's own clock, each call replayed as a CUDA "
+                "graph, which neither that load nor Python's launches slow down"
+            )
+        elif on_cpu:
+            text += f"; {cited} of {len(ok)} points were timed on the CPU clock of their one thread, which that load does not slow down"
+        else:
+            text += "; every point was timed on the wall clock"
     unreliable = int((~clock.reliable(ok)).sum())
     if unreliable and missing:
         busy = ok.loc[~clock.reliable(ok), "load_others_cores"].dropna()
