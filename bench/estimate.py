@@ -17,7 +17,8 @@ from .formats import stored_peaks
 from .spec import DECODE_MODE, PointSpec, device_key
 from .timing import WARMUP_ROUNDS, TimingPolicy
 
-# CPU values fitted to the quick preset's reference runs (results/reference/); CUDA ones not fitted to a GPU run.
+# CPU values fitted to the quick preset's reference runs (results/reference/); CUDA ones to the H200's gpu and
+# gpu-more runs (results/reference/h200-intel-xeon-16c-vm/: visits, first passes and probes from timings.jsonl).
 CALL_OVERHEAD_S = {"cpu": 50e-6, "cuda": 50e-6}
 COMPUTE_EFFICIENCY = 0.5  # the share of the measured compute rate a layer's matrix products reach
 ACTIVATION_FLOPS_PER_BYTE = {"cpu": 128.0, "cuda": 32.0}  # element-wise work, in units of the compute rate
@@ -25,8 +26,12 @@ ACTIVATION_FLOPS_PER_BYTE = {"cpu": 128.0, "cuda": 32.0}  # element-wise work, i
 DECODE_CALL_S = {"cpu": 120e-6, "cuda": 100e-6}
 STATE_FLOPS_PER_BYTE = {"cpu": 32.0, "cuda": 8.0}
 STEP_OVERHEAD_S = {"cpu": 10e-6, "cuda": 5e-6}  # a recurrence's per-step operators
-PROBE_STEP_S = {"cpu": 0.5e-3, "cuda": 0.0}  # what the FLOP counter and the profiler add a step (cuDNN: fused)
-VISIT_OVERHEAD_S = 5e-3  # building the layer and its input, pytest-benchmark's fixture, the pass's record
+PROBE_STEP_S = {"cpu": 0.5e-3, "cuda": 0.7e-3}  # what the FLOP counter and the profiler add a recurrence's step
+# building the layer and its input, pytest-benchmark's fixture, the pass's record; on a GPU also the allocator's
+# cache emptied around the graph and the graph's capture (median 0.08 s a visit on the H200, 0.24 s at n = 65536)
+VISIT_OVERHEAD_S = {"cpu": 5e-3, "cuda": 0.15}
+# A GPU visit replays its call as a CUDA graph after the eager rounds (bench.graphs): its calls once more, at most.
+GRAPH_PASSES = {"cpu": 0, "cuda": 1}
 PROBE_OVERHEAD_S = 5e-3  # the FLOP counter's and the profiler's set-up, once per point
 PROBE_CALLS = 2  # the FLOP counter's and the memory probe's, on a point's first pass
 # A training call goes over its activations 3 times, a recurrence's steps twice, and holds activations and gradients.
@@ -91,7 +96,8 @@ def passes_time_s(call_s: float, policy: TimingPolicy, overhead_s: float = 0.0) 
 def point_time_s(spec: PointSpec, policy: TimingPolicy, rate: float) -> float:
     """Seconds a run spends on `spec`: its passes, and its first pass's calibration and probes."""
     call_s = call_time_s(spec, rate)
-    passes_s = passes_time_s(call_s, policy, VISIT_OVERHEAD_S)
+    kind = device_kind(spec.device)
+    passes_s = (1 + GRAPH_PASSES[kind]) * passes_time_s(call_s, policy, VISIT_OVERHEAD_S[kind])
     first_s = (CALIBRATION_CALLS + PROBE_CALLS) * call_s + PROBE_OVERHEAD_S
     first_s += sequential_steps(spec) * PROBE_STEP_S[device_kind(spec.device)]
     return passes_s + first_s

@@ -9,7 +9,7 @@ import pandas as pd
 import models
 
 from .peak import bandwidth_on, latency_on
-from .spec import DEFAULT_MODE
+from .spec import DECODE_MODE, DEFAULT_MODE, RECOMPUTE_MODE, TRAIN_MODE
 from .sweeps import row_config
 
 COMPUTE, BANDWIDTH, CACHE, LATENCY = "compute", "memory bandwidth", "cache bandwidth", "operator latency"
@@ -38,26 +38,38 @@ def bound(
     return flops / times[binding], binding
 
 
+def min_bytes_of(layer: str, mode: str, batch: int, n: int, cfg: models.LayerConfig, cache: int | None) -> int:
+    """The bytes a point's call must move at the least, by its mode (n is a decode step's position t)."""
+    if mode == DECODE_MODE:
+        return models.analytic_decode_min_bytes(layer, batch, n, cfg)
+    if mode == RECOMPUTE_MODE:
+        return models.analytic_min_bytes(layer, batch, n + 1, cfg, cache)
+    if mode == TRAIN_MODE:
+        return models.analytic_train_min_bytes(layer, batch, n, cfg, cache)
+    return models.analytic_min_bytes(layer, batch, n, cfg, cache)
+
+
 def _ceiling(runs: dict[str, dict], kind: str, run_id: str, device: str) -> dict:
     return ((runs.get(run_id) or {}).get(kind) or {}).get(str(device).split(":")[0]) or {}
 
 
 def against_roofline(points: pd.DataFrame, runs: dict[str, dict], peaks: pd.Series) -> pd.DataFrame:
-    """The inference points (with `useful`, `clock`) with their roofline; `peaks`: compute peaks on their clocks."""
+    """The points of every mode (with `useful`, `clock`) with their roofline; `peaks`: compute peaks on their clocks."""
     rows = []
-    for p in points[points["mode"].fillna(DEFAULT_MODE) == DEFAULT_MODE].itertuples():
+    modes = points["mode"].fillna(DEFAULT_MODE) if "mode" in points else pd.Series(DEFAULT_MODE, index=points.index)
+    for p, mode in zip(points.itertuples(), modes):
         index = p.Index
         bandwidth_entry = _ceiling(runs, "memory_bandwidth", p.run_id, p.device)
         cache = bandwidth_entry.get("last_level_cache_bytes")
         cfg = row_config(p)
-        min_bytes = models.analytic_min_bytes(p.layer, int(p.batch), int(p.n), cfg, cache)
+        min_bytes = min_bytes_of(p.layer, mode, int(p.batch), int(p.n), cfg, cache)
         in_cache = bool(cache) and min_bytes <= cache
         bandwidth = bandwidth_on(bandwidth_entry, p.clock) if bandwidth_entry else None
         if in_cache and bandwidth:  # the cache triad bounds it, never below memory's; none measured: nothing does
             in_cache_rate = bandwidth_on(bandwidth_entry, p.clock, in_cache=True)
             bandwidth = max(bandwidth, in_cache_rate) if in_cache_rate else None
         latency = latency_on(_ceiling(runs, "op_latency", p.run_id, p.device), p.clock)
-        ops = dependent_ops(p.layer, int(p.n), str(p.device).split(":")[0], p.dtype)
+        ops = dependent_ops(p.layer, int(p.n), str(p.device).split(":")[0], p.dtype) if mode != DECODE_MODE else None
         row = {"min_bytes": min_bytes, "intensity": p.useful / min_bytes}
         row |= {"bandwidth": math.nan if bandwidth is None else bandwidth, "ops": math.nan if ops is None else ops}
         if not bandwidth_entry or not peaks[index] > 0:

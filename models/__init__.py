@@ -130,6 +130,26 @@ def analytic_min_bytes(name: str, batch: int, n: int, cfg: LayerConfig, cache_by
     return LAYERS[name].min_bytes(batch, n, cfg, cfg.elem_bytes, cache_bytes)
 
 
+def parameter_bytes(name: str, cfg: LayerConfig) -> int:
+    """The bytes of a layer's weights, from a build on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        layer = LAYERS[name](cfg)
+    return sum(p.numel() for p in layer.parameters()) * cfg.elem_bytes
+
+
+def analytic_train_min_bytes(name: str, batch: int, n: int, cfg: LayerConfig, cache_bytes: int | None = None) -> int:
+    """A training call's least traffic: its forward's, the upstream gradient read and the input's gradient written
+    (b·n·d each), and one gradient written per weight."""
+    gradients = 2 * batch * n * cfg.d * cfg.elem_bytes + parameter_bytes(name, cfg)
+    return analytic_min_bytes(name, batch, n, cfg, cache_bytes) + gradients
+
+
+def analytic_decode_min_bytes(name: str, batch: int, t: int, cfg: LayerConfig) -> int:
+    """A decode step's least traffic: the state of t positions it reads, its weights, the token in and out."""
+    token = 2 * batch * cfg.d * cfg.elem_bytes
+    return analytic_decode_state_bytes(name, batch, t, cfg) + parameter_bytes(name, cfg) + token
+
+
 def state_bytes(state: tuple[torch.Tensor, ...]) -> int:
     """The bytes of a state as prefill returns it: what t positions leave for the next step to read."""
     return sum(t.nbytes for t in state)
@@ -164,4 +184,7 @@ __all__ = [
     "state_bytes",
     "analytic_decode_flops",
     "analytic_decode_state_bytes",
+    "analytic_decode_min_bytes",
+    "analytic_train_min_bytes",
+    "parameter_bytes",
 ]

@@ -126,3 +126,30 @@ def test_local_attention_counts_each_chunk_of_scores_that_spills():
     compulsory = (2 * 4096 * 256 + 4 * (256 * 256 + 256)) * 4
     by_hand = compulsory + 4 * 2 * (4096 * 256 * 4) + 4 * 2 * 2 * (114 * 32 * 287 * 4)
     assert models.analytic_min_bytes("attention_local", 1, 4096, cfg, 2**20) == by_hand
+
+
+def _weights_bytes(name: str, e: int) -> int:
+    """The weights of HAND_COMPULSORY_BYTES: its bytes at n = 0 (x and y vanish)."""
+    return HAND_COMPULSORY_BYTES[name](0, e)
+
+
+@pytest.mark.parametrize("name", list(models.LAYERS))
+def test_a_layers_weights_by_hand(name):
+    assert models.parameter_bytes(name, CFG) == _weights_bytes(name, 4)
+
+
+@pytest.mark.parametrize("name", ["conv", "lstm", "attention", "attention_math"])
+def test_a_training_call_moves_its_forward_its_gradients_and_its_weights_gradients(name):
+    n = 37  # b·n·d = 1776 elements: upstream gradient read, input gradient written
+    by_hand = HAND_COMPULSORY_BYTES[name](n, 4) + 2 * (2 * n * 24) * 4 + _weights_bytes(name, 4)
+    assert models.analytic_train_min_bytes(name, BATCH, n, CFG) == by_hand
+
+
+@pytest.mark.parametrize(
+    "name, state",  # the state's bytes of t = 37 positions, float32 (tests/test_decode.py HAND_STATE_BYTES)
+    [("lstm", 2 * 2 * 24 * 4), ("attention", 2 * 2 * 37 * 24 * 4), ("conv", 2 * 2 * 24 * 4)],
+)
+def test_a_decode_step_moves_its_state_its_weights_and_one_token(name, state):
+    cfg = LayerConfig(d=24, k=3, heads=3, window=5, dilation=2, causal=True)
+    by_hand = state + _weights_bytes(name, 4) + 2 * 2 * 24 * 4  # the token in and its output
+    assert models.analytic_decode_min_bytes(name, BATCH, 37, cfg) == by_hand

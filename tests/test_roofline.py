@@ -62,8 +62,10 @@ def test_each_point_gets_the_ceilings_of_its_run_device_and_clock_by_hand():
     )
     peaks = pd.Series([1e11, 1e11, 1e11, 1e11])
     out = against_roofline(points, RUNS, peaks)
-    assert list(out.index) == [0, 1, 2]  # the training point has no roofline
-    conv, rnn, old = (out.loc[i] for i in range(3))
+    assert list(out.index) == [0, 1, 2, 3]  # every mode has a roofline
+    conv, rnn, old, train = (out.loc[i] for i in range(4))
+    small = models.LayerConfig(d=24, k=3)
+    assert train.min_bytes == models.analytic_train_min_bytes("conv", 2, 300, small, 2**20)
     cfg = models.LayerConfig(d=64, k=3)
     assert conv.min_bytes == models.analytic_min_bytes("conv", 2, 4096, cfg, 2**20) > 2**20
     assert conv.bandwidth == 1e10 and conv.intensity == 1e9 / conv.min_bytes
@@ -88,3 +90,13 @@ def test_a_point_inside_the_cache_of_a_run_without_its_triad_has_no_bandwidth_ce
     points = _points(dict(layer="conv", n=64, d=8, batch=1, k=3, run_id="r", clock="wall", useful=1e3, time_s=1))
     (row,) = against_roofline(points, runs, pd.Series([1e15])).itertuples()
     assert row.min_bytes <= 2**20 and math.isnan(row.bandwidth) and (row.bound, row.ceiling) == (1e15, COMPUTE)
+
+
+def test_a_decode_step_is_bound_by_reading_its_state_and_weights():
+    # attention at t = 4096, d = 64, 4 heads, batch 2: its 4 MiB of keys and values outgrow the 1 MiB cache
+    row = dict(layer="attention", n=4096, d=64, batch=2, heads=4, run_id="r", clock="wall", useful=2e6, time_s=1e-3)
+    (out,) = against_roofline(_points(row | {"mode": "decode"}), RUNS, pd.Series([1e11])).itertuples()
+    cfg = models.LayerConfig(d=64, heads=4, causal=True)
+    assert out.min_bytes == models.analytic_decode_min_bytes("attention", 2, 4096, cfg) > 2 * 2 * 4096 * 64 * 4
+    assert out.ceiling == BANDWIDTH and out.bound == pytest.approx(2e6 / (out.min_bytes / 1e10))
+    assert math.isnan(out.ops)  # a step's operators are not a per-position chain

@@ -231,7 +231,8 @@ def _attention_pair(ctx: ReportContext, points: pd.DataFrame) -> str:
 
 
 def peak_section(ctx: ReportContext) -> str:
-    ok = ctx.points[(ctx.points["status"] == "ok") & ctx.points["flops_counted"].notna()]
+    every = ctx.points if ctx.decode is None or ctx.decode.empty else pd.concat([ctx.points, ctx.decode])
+    ok = every[(every["status"] == "ok") & every["flops_counted"].notna()]
     peaks = _stored_peaks(ctx.runs)
     if ok.empty or not peaks:
         return "_No compute peak stored with the runs._\n"
@@ -321,8 +322,9 @@ def peak_section(ctx: ReportContext) -> str:
         "is that chain of n steps. Achieved FLOP/s = useful FLOPs (the counted ones, less "
         "the work a kernel skips where the layer states it: a dilated convolution's taps in the zero padding) / "
         "median time, each point on its own clock against ceilings on the same clock; points whose time is not to "
-        "be trusted are left out. Training points keep the fraction of peak alone: their minimal bytes are not "
-        "stated.\n\n"
+        "be trusted are left out. A training call's minimal bytes are its forward's, the upstream gradient read, "
+        "the input's gradient and one gradient per weight written; a decode step's, the state of t positions it "
+        "reads, its weights and the token in and out; a recompute point's, its causal forward's over t + 1.\n\n"
         + "\n".join(lines)
         + "\n\n| source | layer | largest point | FLOPs per minimal byte | roofline | achieved | of the roofline "
         "| binding ceiling | of the compute peak | clock |\n"
@@ -347,6 +349,6 @@ def peak_section(ctx: ReportContext) -> str:
     return text + ctx.figure(
         fig,
         "roofline",
-        "Achieved useful FLOP/s against FLOPs per minimal byte, every inference point, under its run's measured "
+        "Achieved useful FLOP/s against FLOPs per minimal byte, every point of every mode, under its run's measured "
         "compute peak (dotted) and bandwidths (solid: memory; dashed: last-level cache).",
     )
