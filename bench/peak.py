@@ -10,7 +10,7 @@ import torch
 
 import models
 
-from . import cgroup
+from . import cgroup, hierarchy
 from .graphs import device_rounds
 from .timing import CPU, DEVICE, THREAD, WALL_ONLY, Clocks, TimingPolicy, interleaved
 
@@ -164,6 +164,8 @@ TRIAD_POLICY = TimingPolicy(min_rounds=5, max_rounds=10, target_s=0.2, min_round
 TRIAD_SCALAR = 3.0
 TRIAD_IN_CACHE_SHARE = 8
 CACHE_TRIAD_POLICY = TimingPolicy(min_rounds=5, max_rounds=10, target_s=0.1, min_round_s=0.005, passes=1)
+# each working set of the hierarchy's sweep (bench.hierarchy): its best round of a few
+HIERARCHY_POLICY = TimingPolicy(min_rounds=3, max_rounds=8, target_s=0.03, min_round_s=0.002, passes=1)
 CPU_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
@@ -217,8 +219,18 @@ def memory_bandwidth(device: str) -> dict:
     cache = last_level_cache_bytes(device)
     out = _triad(device, triad_array_bytes(cache, available) // 4, TRIAD_POLICY)
     out |= {"kernel": f"triad a = b + {TRIAD_SCALAR:g}·c, float32", "last_level_cache_bytes": cache}
-    if cache and not on_gpu:  # on a GPU a triad that fits in L2 is a few µs: its launch, not its bandwidth
-        out["cache"] = _triad(device, cache // TRIAD_IN_CACHE_SHARE // 4, CACHE_TRIAD_POLICY)
+    if on_gpu:  # on a GPU a triad that fits in L2 is a few µs: its launch, not its bandwidth
+        return out
+    swept = hierarchy.measure(
+        lambda elements: _triad(device, elements, HIERARCHY_POLICY)["bytes_per_s"], cache, available
+    )
+    out["hierarchy"] = swept
+    effective = swept["effective_last_level_cache_bytes"]
+    if effective:  # the cache as measured: the in-cache triad inside it, and the roofline's rule for spills
+        out["effective_last_level_cache_bytes"] = effective
+    inside = effective or cache
+    if inside:
+        out["cache"] = _triad(device, inside // TRIAD_IN_CACHE_SHARE // 4, CACHE_TRIAD_POLICY)
     return out
 
 

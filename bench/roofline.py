@@ -60,7 +60,8 @@ def against_roofline(points: pd.DataFrame, runs: dict[str, dict], peaks: pd.Seri
     for p, mode in zip(points.itertuples(), modes):
         index = p.Index
         bandwidth_entry = _ceiling(runs, "memory_bandwidth", p.run_id, p.device)
-        cache = bandwidth_entry.get("last_level_cache_bytes")
+        # the cache as measured (bench.hierarchy) where the run swept it, else as the OS reports it
+        cache = bandwidth_entry.get("effective_last_level_cache_bytes") or bandwidth_entry.get("last_level_cache_bytes")
         cfg = row_config(p)
         min_bytes = min_bytes_of(p.layer, mode, int(p.batch), int(p.n), cfg, cache)
         in_cache = bool(cache) and min_bytes <= cache

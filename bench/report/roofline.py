@@ -20,6 +20,7 @@ from ..spec import IDENTITY, device_keys
 from ..timing import CPU, WALL
 from . import style
 from .context import ReportContext
+from .hierarchy import hierarchy_section
 from .load import newest_run, run_tag
 
 ROOFLINE_TOLERANCE = 0.05
@@ -342,7 +343,7 @@ def peak_section(ctx: ReportContext) -> str:
     )
     if len(left_out):
         text += f" Left out, their time not to be trusted: {len(left_out)} points."
-    text += "\n\n" + _attention_pair(ctx, bounded)
+    text += "\n\n" + _attention_pair(ctx, bounded) + hierarchy_section(ctx)
     if bounded.empty:
         return text + "\n"
     fig = roofline_figure(ctx, bounded, _ceilings(bounded, ctx.runs))
