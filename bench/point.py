@@ -19,7 +19,7 @@ from .graphs import device_rounds
 from .load import LoadMeter
 from .memory import measure_memory
 from .spec import DECODE_MODE, DEFAULT_MODE, RECOMPUTE_MODE, PointSpec
-from .timing import Clocks, Timing, TimingPolicy, calibrate, plain_flag, record_of, synced, time_rounds
+from .timing import Clocks, ClockStats, Timing, TimingPolicy, calibrate, plain_flag, record_of, synced, time_rounds
 
 OOM_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
@@ -194,6 +194,19 @@ def unmeasured_row(spec: PointSpec, threads: int | None, status: str, error: str
     return dict(base_row(spec, threads), status=status, error=error)
 
 
+def _clock_columns(name: str, stats: ClockStats | None, missing: str) -> dict:
+    """A second clock's figures, `time_<name>_*`: empty, and the flag `missing`, where the point has no such clock."""
+    return {
+        f"time_{name}_median_s": stats.median_s if stats else None,
+        f"time_{name}_iqr_s": stats.iqr_s if stats else None,
+        f"time_{name}_min_s": stats.min_s if stats else None,
+        f"time_{name}_ci_low_s": stats.ci_low_s if stats else None,
+        f"time_{name}_ci_high_s": stats.ci_high_s if stats else None,
+        f"time_{name}_pass_spread": round(stats.pass_spread, 4) if stats else None,
+        f"time_{name}_flag": stats.flag if stats else missing,
+    }
+
+
 def point_row(
     spec: PointSpec, threads: int, timing: Timing, probes: dict, clock: tuple[str, str], others_busy_cores: float
 ) -> dict:
@@ -214,20 +227,8 @@ def point_row(
         time_noisy=wall.noisy,
         time_wall_flag=wall.flag,
         time_cpu_clock=timing.cpu_clock,
-        time_cpu_median_s=cpu.median_s if cpu else None,
-        time_cpu_iqr_s=cpu.iqr_s if cpu else None,
-        time_cpu_min_s=cpu.min_s if cpu else None,
-        time_cpu_ci_low_s=cpu.ci_low_s if cpu else None,
-        time_cpu_ci_high_s=cpu.ci_high_s if cpu else None,
-        time_cpu_pass_spread=round(cpu.pass_spread, 4) if cpu else None,
-        time_cpu_flag=cpu.flag if cpu else "no CPU clock",
-        time_device_median_s=device.median_s if device else None,
-        time_device_iqr_s=device.iqr_s if device else None,
-        time_device_min_s=device.min_s if device else None,
-        time_device_ci_low_s=device.ci_low_s if device else None,
-        time_device_ci_high_s=device.ci_high_s if device else None,
-        time_device_pass_spread=round(device.pass_spread, 4) if device else None,
-        time_device_flag=device.flag if device else ("no CUDA graph of the call" if on_gpu else "not a GPU"),
+        **_clock_columns("cpu", cpu, "no CPU clock"),
+        **_clock_columns("device", device, "no CUDA graph of the call" if on_gpu else "not a GPU"),
         time_graph_calls=timing.graph_calls or None,
         time_clock=clock[0],
         time_clock_why=clock[1],
