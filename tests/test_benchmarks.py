@@ -4,6 +4,7 @@ script prints its table (timed for a moment, with a fixed compute peak: no timin
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 
@@ -64,3 +65,28 @@ def test_an_unknown_layer_is_refused(capsys):
     with pytest.raises(SystemExit):
         restricted.parse_args(["--layers", "attention_locl"])
     assert "unknown layer(s) attention_locl" in capsys.readouterr().err
+
+
+def test_the_decode_checks_write_their_tables_on_a_cpu(tmp_path, monkeypatch):
+    """bench/benchmarks/decode.py without a GPU: the split sweep against a bandwidth bound of the step's bytes by hand,
+    tokens per second for every layer, and a run without GPU decode points leaves an empty check."""
+    from bench.benchmarks import decode
+
+    monkeypatch.setattr(decode, "memory_bandwidth", lambda device: {"bytes_per_s": 1e10})
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "points.csv").write_text("layer,device,mode,status\nlstm,cpu,decode,ok\n")
+    argv = ["--check", str(run), "--splits", "--generate", "--device", "cpu", "--t", "600", "--d", "16", "--heads", "2"]
+    argv += ["--batch", "1", "--window", "8", "--s", "0,2", "--prompt", "16", "--tokens", "4", "--out", str(tmp_path)]
+    assert decode.main(argv) == 0
+    splits = pd.read_csv(tmp_path / "splits.csv")
+    assert list(splits["layer"]) == ["attention", "attention_math", "attention_split", "attention_split"]
+    cache = 2 * 600 * 16 * 4  # keys and values of 600 positions, float32
+    weights = models.parameter_bytes("attention", LayerConfig(d=16, heads=2))
+    assert (splits["bytes"] == cache + weights + 2 * 16 * 4).all()
+    assert splits["bound_s"].tolist() == pytest.approx((splits["bytes"] / 1e10).tolist())
+    generated = pd.read_csv(tmp_path / "generate.csv")
+    assert set(generated["layer"]) == set(models.LAYERS) and (generated["tokens_per_s"] > 0).all()
+    assert (
+        pd.read_csv(tmp_path / "graph_check.csv").empty if (tmp_path / "graph_check.csv").stat().st_size > 1 else True
+    )
