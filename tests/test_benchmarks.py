@@ -87,6 +87,4 @@ def test_the_decode_checks_write_their_tables_on_a_cpu(tmp_path, monkeypatch):
     assert splits["bound_s"].tolist() == pytest.approx((splits["bytes"] / 1e10).tolist())
     generated = pd.read_csv(tmp_path / "generate.csv")
     assert set(generated["layer"]) == set(models.LAYERS) and (generated["tokens_per_s"] > 0).all()
-    assert (
-        pd.read_csv(tmp_path / "graph_check.csv").empty if (tmp_path / "graph_check.csv").stat().st_size > 1 else True
-    )
+    assert decode.check_run(run).empty  # no decode point on a GPU to replay
