@@ -13,12 +13,10 @@ TIME_COLUMNS = {
     CPU: ("time_cpu_median_s", "time_cpu_ci_low_s", "time_cpu_ci_high_s", "time_cpu_iqr_s"),
     DEVICE: ("time_device_median_s", "time_device_ci_low_s", "time_device_ci_high_s", "time_device_iqr_s"),
 }
-# why that clock's median is not to be trusted
 FLAG_COLUMN = {WALL: "time_wall_flag", CPU: "time_cpu_flag", DEVICE: "time_device_flag"}
 
 
 def has_graph(points: pd.DataFrame) -> pd.Series:
-    """Whether each point has a GPU's own time from a replayed CUDA graph (bench.graphs)."""
     if TIME_COLUMNS[DEVICE][0] not in points:
         return pd.Series(False, index=points.index)
     return points[TIME_COLUMNS[DEVICE][0]].notna()
@@ -34,7 +32,7 @@ def _stored_false(values: pd.Series) -> pd.Series:
 
 def reliable_on(points: pd.DataFrame, clock: str) -> pd.Series:
     """Whether each point's median on `clock` is to be trusted; older runs: `time_reliable`, wall clock only."""
-    if clock == DEVICE:  # the graph's flag where a graph was replayed, else the wall clock's
+    if clock == DEVICE:
         graph = has_graph(points)
         wall = reliable_on(points, WALL)
         return wall.where(~graph, _no_flag(points[FLAG_COLUMN[DEVICE]]) if graph.any() else wall)
@@ -78,7 +76,7 @@ def on_clock(points: pd.DataFrame, clock: str | None = None) -> pd.DataFrame:
 
     def column(name: str) -> pd.Series:
         values = points[name] if name in points else pd.Series(float("nan"), index=points.index)
-        if clock == DEVICE:  # a point without a graph (too large to capture): its synchronised wall time
+        if clock == DEVICE:  # a point without a graph: its synchronised wall time
             values = values.where(has_graph(points), column_on(WALL, name))
         return values
 

@@ -17,8 +17,7 @@ from .formats import stored_peaks
 from .spec import DECODE_MODE, PointSpec, device_key
 from .timing import WARMUP_ROUNDS, TimingPolicy
 
-# CPU values fitted to the quick preset's reference runs (results/reference/); CUDA ones to the H200's gpu and
-# gpu-more runs (results/reference/h200-intel-xeon-16c-vm/: visits, first passes and probes from timings.jsonl).
+# Fitted to the reference runs (results/reference/): CPU ones to the quick preset's, CUDA ones to the H200's.
 CALL_OVERHEAD_S = {"cpu": 50e-6, "cuda": 50e-6}
 COMPUTE_EFFICIENCY = 0.5  # the share of the measured compute rate a layer's matrix products reach
 ACTIVATION_FLOPS_PER_BYTE = {"cpu": 128.0, "cuda": 32.0}  # element-wise work, in units of the compute rate
@@ -27,10 +26,8 @@ DECODE_CALL_S = {"cpu": 120e-6, "cuda": 100e-6}
 STATE_FLOPS_PER_BYTE = {"cpu": 32.0, "cuda": 8.0}
 STEP_OVERHEAD_S = {"cpu": 10e-6, "cuda": 5e-6}  # a recurrence's per-step operators
 PROBE_STEP_S = {"cpu": 0.5e-3, "cuda": 0.7e-3}  # what the FLOP counter and the profiler add a recurrence's step
-# building the layer and its input, pytest-benchmark's fixture, the pass's record; on a GPU also the allocator's
-# cache emptied around the graph and the graph's capture (median 0.08 s a visit on the H200, 0.24 s at n = 65536)
+# building the layer and its input, the pass's record; on a GPU also the graph's capture (bench.graphs)
 VISIT_OVERHEAD_S = {"cpu": 5e-3, "cuda": 0.15}
-# A GPU visit replays its call as a CUDA graph after the eager rounds (bench.graphs): its calls once more, at most.
 GRAPH_PASSES = {"cpu": 0, "cuda": 1}
 PROBE_OVERHEAD_S = 5e-3  # the FLOP counter's and the profiler's set-up, once per point
 PROBE_CALLS = 2  # the FLOP counter's and the memory probe's, on a point's first pass

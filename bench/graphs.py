@@ -1,6 +1,4 @@
-"""The device's own time of a GPU call: the call captured `calls` times over as one CUDA graph and replayed, each
-replay timed by CUDA events (triton's do_bench_cudagraph), so that Python and kernel launches, which an eager loop
-pays on every call, fall out. Method: docs/method.md."""
+"""A GPU call's own time: captured as a CUDA graph and replayed (triton's do_bench_cudagraph). docs/method.md."""
 
 from __future__ import annotations
 
@@ -8,11 +6,11 @@ from collections.abc import Callable
 
 import torch
 
-MAX_GRAPH_CALLS = 1000  # calls captured in one graph at the most (each a few kernels: nodes cost capture time)
+MAX_GRAPH_CALLS = 1000
 
 
 def capture(call: Callable[[], object], calls: int) -> torch.cuda.CUDAGraph:
-    """`calls` calls of `call` as one graph, after warm calls on a side stream (torch.cuda.graphs' recipe)."""
+    """`calls` calls of `call` as one graph, warmed on a side stream first (torch.cuda.graphs' recipe)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -29,7 +27,7 @@ def capture(call: Callable[[], object], calls: int) -> torch.cuda.CUDAGraph:
 
 
 def replay_rounds(graph: torch.cuda.CUDAGraph, calls: int, rounds: int) -> tuple[float, ...]:
-    """Seconds per call of `rounds` replays after one untimed replay, each on CUDA events around the replay."""
+    """Seconds per call of `rounds` replays, each between two CUDA events."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     graph.replay()
     times = []
@@ -43,9 +41,9 @@ def replay_rounds(graph: torch.cuda.CUDAGraph, calls: int, rounds: int) -> tuple
 
 
 def device_rounds(call: Callable[[], object], calls: int, rounds: int) -> tuple[tuple[float, ...], int]:
-    """(seconds per call of each replay, calls per graph); the graph and its memory pool freed before it returns."""
+    """(seconds per call of each replay, calls per graph); the graph freed after."""
     calls = max(1, min(calls, MAX_GRAPH_CALLS))
-    torch.cuda.empty_cache()  # the eager calls' cached blocks back, before the graph's pool takes its own
+    torch.cuda.empty_cache()  # the eager calls' blocks back before the graph's pool takes its own
     graph = capture(call, calls)
     try:
         return replay_rounds(graph, calls, rounds), calls

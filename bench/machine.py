@@ -68,8 +68,7 @@ def gpu_model(meta: dict) -> str | None:
 
 
 def machine_identity(meta: dict) -> tuple[str, str]:
-    """(id, label) of a meta.json's machine: "intel-xeon-2c-vm" for keys and folders, "Intel Xeon, 2 cores (vm)";
-    a machine with a GPU is named by it first ("h100-intel-xeon-16c-vm"): an H100 and an H200 host are two machines."""
+    """(id, label) of a meta.json's machine: "intel-xeon-2c-vm", "Intel Xeon, 2 cores (vm)"; its GPU first, if any."""
     model = short_model(meta.get("cpu_model") or "unknown CPU")
     cores = meta.get("cpu_cores")
     host = meta.get("hostname") or "unknown host"
@@ -139,8 +138,7 @@ def this_machine() -> tuple[str, str]:
     return machine_identity(dict(identity, devices=devices(identity["cpu_model"])))
 
 
-# The commit of the files that run, where a copied checkout's .git is older than them (a lent GPU machine's copy):
-# the caller says it, and the tree is taken as that commit, clean.
+# The commit of the files, said by the caller where a copied checkout's .git is older than them
 COMMIT_VARIABLE = "SEQBENCH_GIT_COMMIT"
 
 

@@ -83,7 +83,7 @@ def stack_layer(
 
 def probe_input(length: int, d: int, seed: int = 0, dtype: torch.dtype = PROBE_DTYPE) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    return torch.randn(PROBE_BATCH, length, d, generator=gen, dtype=torch.float64).to(dtype)  # (1, length, d)
+    return torch.randn(PROBE_BATCH, length, d, generator=gen, dtype=torch.float64).to(dtype)
 
 
 @pinned_threads(PROBE_THREADS)

@@ -16,10 +16,9 @@ from .timing import CPU, DEVICE, THREAD, WALL_ONLY, Clocks, TimingPolicy, interl
 
 # Square matmuls large enough to reach the plateau of a BLAS / cuBLAS.
 MATMUL_SIZES = {"cpu": (512, 1024), "cuda": (4096, 8192, 16384)}
-# Convolutions (batch, n, d, k) at which oneDNN's and cuDNN's kernels run at their best rate (cuDNN's float32 ones
-# in TF32: a wide kernel of 31 taps ran 20 % above a 3-tap one on an H200).
+# Convolutions (batch, n, d, k) at which oneDNN's and cuDNN's kernels run at their best rate (TF32: a wide one too).
 CONV_SHAPES = {"cpu": ((4, 512, 256, 9), (4, 2048, 128, 3)), "cuda": ((8, 4096, 1024, 3), (4, 65536, 256, 31))}
-GRAPH_ROUNDS = 5  # a GPU ceiling's replays of its kernel as a CUDA graph: the device clock's figure
+GRAPH_ROUNDS = 5  # a GPU ceiling's graph replays
 PEAK_POLICY = TimingPolicy(min_rounds=6, max_rounds=20, target_s=0.3, passes=3)
 # A kernel whose one call would take longer is left out (float16 on many CPUs would spend minutes).
 MAX_CALL_S = 0.25
@@ -32,8 +31,7 @@ def _kept(entry: dict | None, when: str, value: dict, field: str, better=max) ->
 
 
 def _on_clock(entry: dict, field: str, clock: str) -> float | None:
-    """A stored ceiling's `field` on `clock`; runs from before the CPU clock stored the wall one alone, and the
-    device clock falls back to the wall clock's (a large kernel's launches are a small share of it)."""
+    """A stored ceiling's `field` on `clock`, else the wall clock's (a run from before that clock)."""
     own = {CPU: f"{field}_cpu", DEVICE: f"{field}_device"}.get(clock)
     if own and entry.get(own):
         return float(entry[own])
@@ -41,7 +39,6 @@ def _on_clock(entry: dict, field: str, clock: str) -> float | None:
 
 
 def _graph_min_s(fn: Callable[[], object]) -> float:
-    """The fastest of GRAPH_ROUNDS replays of one call of `fn` as a CUDA graph (bench.graphs)."""
     with torch.inference_mode():
         times, _ = device_rounds(fn, 1, GRAPH_ROUNDS)
     return min(times)
@@ -122,7 +119,7 @@ def compute_peak(device: str, dtype: torch.dtype = torch.float32) -> dict:
     with_cpu = [name for name in figures if "cpu_min_s" in figures[name]]
     if with_cpu:
         entry["flops_per_s_cpu"] = max(figures[name]["flops"] / figures[name]["cpu_min_s"] for name in with_cpu)
-    if device.startswith("cuda"):  # the device clock's ceiling: each kernel replayed as a graph
+    if device.startswith("cuda"):
         for name, (_, fn) in kernels.items():
             figures[name]["device_min_s"] = _graph_min_s(fn)
         entry["flops_per_s_device"] = max(f["flops"] / f["device_min_s"] for f in figures.values())
@@ -164,7 +161,6 @@ TRIAD_POLICY = TimingPolicy(min_rounds=5, max_rounds=10, target_s=0.2, min_round
 TRIAD_SCALAR = 3.0
 TRIAD_IN_CACHE_SHARE = 8
 CACHE_TRIAD_POLICY = TimingPolicy(min_rounds=5, max_rounds=10, target_s=0.1, min_round_s=0.005, passes=1)
-# each working set of the hierarchy's sweep (bench.hierarchy): its best round of a few
 HIERARCHY_POLICY = TimingPolicy(min_rounds=3, max_rounds=8, target_s=0.03, min_round_s=0.002, passes=1)
 CPU_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 
@@ -226,7 +222,7 @@ def memory_bandwidth(device: str) -> dict:
     )
     out["hierarchy"] = swept
     effective = swept["effective_last_level_cache_bytes"]
-    if effective:  # the cache as measured: the in-cache triad inside it, and the roofline's rule for spills
+    if effective:
         out["effective_last_level_cache_bytes"] = effective
     inside = effective or cache
     if inside:
@@ -266,7 +262,7 @@ def op_latency(device: str) -> dict:
     }
     if cpu := _thread_cpu(timing):
         out["seconds_cpu"] = cpu.min_s / LATENCY_CHAIN
-    if device.startswith("cuda"):  # in a graph a dependent operator waits for the last without a launch
+    if device.startswith("cuda"):
         out["seconds_device"] = _graph_min_s(chain) / LATENCY_CHAIN
     return out
 
@@ -276,7 +272,7 @@ def with_latency(entry: dict | None, when: str, value: dict) -> dict:
 
 
 def latency_on(entry: dict, clock: str) -> float | None:
-    """On the device clock, the graph's latency alone: an eager launch's would bound a replayed graph too low."""
+    """On the device clock, the graph's latency alone (an eager one would bound a graph's time too low)."""
     if clock == DEVICE:
         return float(entry["seconds_device"]) if entry.get("seconds_device") else None
     return _on_clock(entry, "seconds", clock)

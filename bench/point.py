@@ -195,7 +195,6 @@ def unmeasured_row(spec: PointSpec, threads: int | None, status: str, error: str
 
 
 def _clock_columns(name: str, stats: ClockStats | None, missing: str) -> dict:
-    """A second clock's figures, `time_<name>_*`: empty, and the flag `missing`, where the point has no such clock."""
     return {
         f"time_{name}_median_s": stats.median_s if stats else None,
         f"time_{name}_iqr_s": stats.iqr_s if stats else None,

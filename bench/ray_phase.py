@@ -37,7 +37,7 @@ class _Chunk:
 
 @dataclass
 class _Worker:
-    key: tuple[str, int]  # (node, index among the node's placements)
+    key: tuple[str, int]
     placement: Placement
     actor: Any
     ready: Any = None

@@ -39,7 +39,6 @@ def bound(
 
 
 def min_bytes_of(layer: str, mode: str, batch: int, n: int, cfg: models.LayerConfig, cache: int | None) -> int:
-    """The bytes a point's call must move at the least, by its mode (n is a decode step's position t)."""
     if mode == DECODE_MODE:
         return models.analytic_decode_min_bytes(layer, batch, n, cfg)
     if mode == RECOMPUTE_MODE:
@@ -60,7 +59,6 @@ def against_roofline(points: pd.DataFrame, runs: dict[str, dict], peaks: pd.Seri
     for p, mode in zip(points.itertuples(), modes):
         index = p.Index
         bandwidth_entry = _ceiling(runs, "memory_bandwidth", p.run_id, p.device)
-        # the cache as measured (bench.hierarchy) where the run swept it, else as the OS reports it
         cache = bandwidth_entry.get("effective_last_level_cache_bytes") or bandwidth_entry.get("last_level_cache_bytes")
         cfg = row_config(p)
         min_bytes = min_bytes_of(p.layer, mode, int(p.batch), int(p.n), cfg, cache)

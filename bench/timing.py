@@ -25,7 +25,6 @@ CI_RELATIVE_WIDTH = 0.25  # (interval high − low) / median above this: the med
 
 WALL, CPU, DEVICE = "wall", "cpu", "device"
 CLOCK_CHOICES = ("auto", WALL, CPU)  # TimingPolicy.clock, `run --clock`
-# DEVICE: a GPU's own time, a CUDA graph of the call replayed (bench.graphs); the wall clock where none was captured
 THREAD, PROCESS = "thread", "process"  # the CPU clock read: the calling thread's (one thread), or the process's
 
 
@@ -138,8 +137,8 @@ class Rounds:
     cpu_s: tuple[float, ...]  # empty without a CPU clock
     calls: int
     faults: int | None
-    device_s: tuple[float, ...] = ()  # a GPU's graph replays, seconds per call (bench.graphs); empty elsewhere
-    graph_calls: int = 0  # calls in each replayed graph
+    device_s: tuple[float, ...] = ()  # a GPU's graph replays, seconds per call (bench.graphs)
+    graph_calls: int = 0
 
 
 def time_rounds(target: Callable[[], object], rounds: int, iterations: int, clocks: Clocks = WALL_ONLY) -> Rounds:

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .attention import Attention, AttentionLocal, AttentionMath, AttentionSplit
+from .attention import Attention, AttentionLocal, AttentionMath
 from .config import DTYPES, DecodeRow, LayerConfig, PathRule, Table1Row
 from .conv import Conv, ConvDilated, ConvSeparable
 from .linear_attention import AttentionLinear
 from .recurrent import GRU, LSTM, RNN
 from .scan import Scan
+from .split_kv import AttentionSplit
 
 LAYERS: dict[str, type[nn.Module]] = {
     "conv": Conv,
@@ -131,15 +132,13 @@ def analytic_min_bytes(name: str, batch: int, n: int, cfg: LayerConfig, cache_by
 
 
 def parameter_bytes(name: str, cfg: LayerConfig) -> int:
-    """The bytes of a layer's weights, from a build on the meta device (nothing allocated)."""
     with torch.device("meta"):
         layer = LAYERS[name](cfg)
     return sum(p.numel() for p in layer.parameters()) * cfg.elem_bytes
 
 
 def analytic_train_min_bytes(name: str, batch: int, n: int, cfg: LayerConfig, cache_bytes: int | None = None) -> int:
-    """A training call's least traffic: its forward's, the upstream gradient read and the input's gradient written
-    (b·n·d each), and one gradient written per weight."""
+    """A training call's least traffic: its forward's, gradients of its output and input, one per weight."""
     gradients = 2 * batch * n * cfg.d * cfg.elem_bytes + parameter_bytes(name, cfg)
     return analytic_min_bytes(name, batch, n, cfg, cache_bytes) + gradients
 
@@ -151,7 +150,6 @@ def analytic_decode_min_bytes(name: str, batch: int, t: int, cfg: LayerConfig) -
 
 
 def state_bytes(state: tuple[torch.Tensor, ...]) -> int:
-    """The bytes of a state as prefill returns it: what t positions leave for the next step to read."""
     return sum(t.nbytes for t in state)
 
 

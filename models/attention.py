@@ -34,7 +34,7 @@ def left_keys(cfg: LayerConfig) -> int:
     return cfg.window - 1 if cfg.causal else cfg.window // 2
 
 
-def _projections_flops(batch: int, n: int, d: int) -> int:
+def projections_flops(batch: int, n: int, d: int) -> int:
     return 4 * 2 * batch * n * d * d
 
 
@@ -48,7 +48,7 @@ def _softmax_mix(q, k, v, masked: torch.Tensor | None = None) -> torch.Tensor:
 def _softmax_useful_flops(batch: int, n: int, cfg: LayerConfig) -> int | None:
     if not cfg.causal:
         return None
-    return _projections_flops(batch, n, cfg.d) + 2 * (2 * batch * (n * (n + 1) // 2) * cfg.d)
+    return projections_flops(batch, n, cfg.d) + 2 * (2 * batch * (n * (n + 1) // 2) * cfg.d)
 
 
 def _local_layers(n: int, k: int, window: int) -> int | None:
@@ -88,13 +88,13 @@ class SelfAttention(nn.Module):
 
     def _split(self, t: torch.Tensor) -> torch.Tensor:
         b, n, _ = t.shape
-        return t.view(b, n, self.heads, self.d_head).transpose(1, 2)  # (B, h, n, d_head)
+        return t.view(b, n, self.heads, self.d_head).transpose(1, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, d = x.shape
         q, k, v = (self._split(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
-        mixed = self._mix(q, k, v)  # (B, h, n, d_head)
-        return self.out_proj(mixed.transpose(1, 2).reshape(b, n, d))  # (B, n, d)
+        mixed = self._mix(q, k, v)
+        return self.out_proj(mixed.transpose(1, 2).reshape(b, n, d))
 
     def _mix(self, q, k, v):  # pragma: no cover - each subclass defines it
         raise NotImplementedError
@@ -108,39 +108,30 @@ class SelfAttention(nn.Module):
         x = x[:, self._first_kept(x.shape[1]) :]
         return (self._split(self.k_proj(x)), self._split(self.v_proj(x)))
 
-    def _slots(self, capacity: int) -> int:
-        """Positions a static cache holds: every one up to `capacity` (a restricted layer: its window, as a ring)."""
+    def _slots(self, capacity: int) -> int:  # a restricted layer keeps a ring of its window
         return capacity
 
     def cache(self, state: tuple[torch.Tensor, ...], t: int, capacity: int) -> tuple[torch.Tensor, ...]:
-        """Keys and values allocated once for positions 0..capacity − 1, holding prefill's state of t positions;
-        position p lives in slot p mod slots (static caches as gpt-fast and Hugging Face's StaticCache keep them)."""
+        """Keys and values allocated once (a static cache, as gpt-fast's), position p in slot p mod slots."""
         if capacity <= t:
             raise ValueError(f"a cache for {capacity} positions has no room for position t = {t}")
         slots = self._slots(capacity)
-        kept = state[0].shape[2]
-        where = torch.arange(t - kept, t, device=state[0].device) % slots
-        buffers = []
-        for part in state:
-            buffer = part.new_zeros(*part.shape[:2], slots, part.shape[3])  # (B, h, slots, d_head)
+        where = torch.arange(t - state[0].shape[2], t, device=state[0].device) % slots
+        buffers = tuple(part.new_zeros(*part.shape[:2], slots, part.shape[3]) for part in state)
+        for buffer, part in zip(buffers, state):
             buffer[:, :, where] = part
-            buffers.append(buffer)
-        return tuple(buffers)
+        return buffers
 
     def step(self, x_t: torch.Tensor, cache: tuple[torch.Tensor, ...], t: int) -> torch.Tensor:
-        """The output at position t: its key and value written in place into their slot, the query attending over
-        the slots that hold positions (a step at the same t writes the same slot: no copy of the cache, ever)."""
+        """The output at position t, its key and value written in place into their slot: no copy of the cache."""
         q, k, v = (self._split(p(x_t)) for p in (self.q_proj, self.k_proj, self.v_proj))
         keys, values = cache
-        slots = keys.shape[2]
-        slot = t % slots
-        keys[:, :, slot].copy_(k[:, :, 0])
-        values[:, :, slot].copy_(v[:, :, 0])
-        mixed = self._attend_cache(q, keys, values, min(t + 1, slots))
+        keys[:, :, t % keys.shape[2]].copy_(k[:, :, 0])
+        values[:, :, t % keys.shape[2]].copy_(v[:, :, 0])
+        mixed = self._attend_cache(q, keys, values, min(t + 1, keys.shape[2]))
         return self.out_proj(mixed.transpose(1, 2).reshape(x_t.shape))
 
     def _attend_cache(self, q, keys, values, seen: int):
-        """One query against the first `seen` slots of the cache."""
         return self._attend(q, keys[:, :, :seen], values[:, :, :seen])
 
     @classmethod
@@ -149,7 +140,7 @@ class SelfAttention(nn.Module):
 
     @classmethod
     def decode_flops(cls, batch: int, t: int, cfg: LayerConfig) -> int:
-        return _projections_flops(batch, 1, cfg.d) + 2 * (2 * batch * cls._keys_seen(t, cfg) * cfg.d)
+        return projections_flops(batch, 1, cfg.d) + 2 * (2 * batch * cls._keys_seen(t, cfg) * cfg.d)
 
     @classmethod
     def decode_state_bytes(cls, batch: int, t: int, cfg: LayerConfig, elem_bytes: int) -> int:
@@ -158,7 +149,7 @@ class SelfAttention(nn.Module):
     @staticmethod
     def flops(batch: int, n: int, cfg: LayerConfig) -> int:
         scores_and_mix = 2 * (2 * batch * n * n * cfg.d)  # QKᵀ and PV: n² d MACs each over all heads
-        return _projections_flops(batch, n, cfg.d) + scores_and_mix
+        return projections_flops(batch, n, cfg.d) + scores_and_mix
 
     @classmethod
     def min_bytes(cls, batch: int, n: int, cfg: LayerConfig, elem_bytes: int, cache_bytes: int | None = None) -> int:
@@ -176,14 +167,14 @@ class Attention(SelfAttention):
     useful_flops = staticmethod(_softmax_useful_flops)
 
     def _mix(self, q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=self.cfg.causal)  # (B, h, n, d_head)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.cfg.causal)
 
     @classmethod
     def flops_on(cls, device: str, batch: int, n: int, cfg: LayerConfig) -> int:
         """As the kernel runs: the CPU's causal one skips key blocks (a GPU's counted as torch's formula, all pairs)."""
         if not cfg.causal or str(device).split(":")[0] != "cpu":
             return cls.flops(batch, n, cfg)
-        return _projections_flops(batch, n, cfg.d) + 2 * (2 * batch * cpu_flash_causal_pairs(n, n) * cfg.d)
+        return projections_flops(batch, n, cfg.d) + 2 * (2 * batch * cpu_flash_causal_pairs(n, n) * cfg.d)
 
     @classmethod
     def _mix_min_bytes(cls, batch, n, cfg, elem_bytes, cache_bytes):
@@ -204,87 +195,6 @@ class Attention(SelfAttention):
         return 5 * batch * n * cfg.d * elem_bytes
 
 
-MIN_SPLIT_KEYS = 256  # keys a split-KV chunk holds at the least, and the cache's slots are a multiple of
-SPLIT_WAVES = 2  # chunks per (batch, head) aim at this many per multiprocessor (a GPU) or core (a CPU)
-
-
-def kv_splits(device: torch.device | str, batch_heads: int, keys: int) -> int:
-    """S, the chunks a split-KV step cuts each head's `keys` slots into: a power of two, enough that batch × heads ×
-    S fills the device's multiprocessors (a CPU's cores) SPLIT_WAVES times over, none shorter than MIN_SPLIT_KEYS
-    keys (so S divides a multiple of MIN_SPLIT_KEYS slots)."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        units = torch.cuda.get_device_properties(device).multi_processor_count
-    else:
-        units = torch.get_num_threads()
-    wanted = -(-SPLIT_WAVES * units // max(1, batch_heads))
-    most = max(1, keys // MIN_SPLIT_KEYS)
-    splits = 1
-    while splits * 2 <= most and splits < wanted:
-        splits *= 2
-    return splits
-
-
-def split_kv_attention(
-    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, splits: int, seen: int | None = None
-) -> torch.Tensor:
-    """softmax(q Kᵀ / √e) V for one query a head over the first `seen` of T keys (all by default), the keys cut into
-    `splits` chunks (Flash-Decoding, Dao et al. 2023): each chunk's scores, their maximum and exp-sum and its partial
-    output are formed apart, all chunks at once; the partials are then combined by their log-sum-exp weights.
-    q (B, h, 1, e); keys, values (B, h, T, e). Where `splits` divides T every chunk is a view of the cache (a
-    static cache of whole chunks, the slots past `seen` masked); else the rest is one shorter chunk."""
-    e = q.shape[-1]
-    total = keys.shape[2]
-    chunk = max(1, total // max(1, splits))
-    whole = (total // chunk) * chunk
-    parts = [(keys[:, :, :whole].unflatten(2, (-1, chunk)), values[:, :, :whole].unflatten(2, (-1, chunk)), 0)]
-    if whole < total:  # a view of part of each head's rows: matmul copies it (a cache of whole chunks does not)
-        parts.append((keys[:, :, whole:].unsqueeze(2), values[:, :, whole:].unsqueeze(2), whole))
-    query = q.unsqueeze(2) * e**-0.5  # (B, h, 1, 1, e)
-    maxima, sums, outputs = [], [], []
-    for k_c, v_c, first in parts:  # (B, h, S, c, e)
-        scores = (k_c @ query.transpose(-2, -1)).transpose(-2, -1)  # (B, h, S, 1, c): each key row against q
-        if seen is not None and seen < total:
-            position = torch.arange(first, first + k_c.shape[2] * k_c.shape[3], device=q.device)
-            scores = scores.masked_fill(position.view(k_c.shape[2], 1, k_c.shape[3]) >= seen, float("-inf"))
-        top = scores.amax(-1, keepdim=True)  # (B, h, S, 1, 1); -inf for a chunk wholly past `seen`
-        weights = torch.exp(scores - top.masked_fill(top == float("-inf"), 0.0))
-        maxima.append(top)
-        sums.append(weights.sum(-1, keepdim=True))
-        outputs.append(weights @ v_c)  # (B, h, S, 1, e), not yet divided by its sum
-    top, total_sum, out = (torch.cat(t, 2) for t in (maxima, sums, outputs))
-    scale = torch.exp(top - top.amax(2, keepdim=True))  # (B, h, S, 1, 1): each chunk against the largest
-    return (out * scale).sum(2) / (total_sum * scale).sum(2)  # (B, h, 1, e)
-
-
-def padded_slots(positions: int) -> int:
-    """Slots of a split-KV cache for `positions`: whole MIN_SPLIT_KEYS, so that every chunk is a view."""
-    return -(-positions // MIN_SPLIT_KEYS) * MIN_SPLIT_KEYS
-
-
-class AttentionSplit(Attention):
-    """The fused attention's forward; its decode step by split-KV attention (Flash-Decoding, Dao et al. 2023) in
-    PyTorch: one query's cache cut into S chunks (`kv_splits`: from the device's multiprocessors or cores against
-    batch × heads), each chunk's partial softmax with its log-sum-exp, combined. With one query, a fused kernel
-    splits its work over batch × heads blocks alone; this step spreads the cache's reading over the whole device.
-    Its static cache holds whole MIN_SPLIT_KEYS-slot blocks and a step scores every slot, those past t masked (as
-    gpt-fast's static cache does): up to MIN_SPLIT_KEYS − 1 keys more than t + 1, counted in `decode_flops`."""
-
-    splits: int | None = None  # S set by hand (bench.benchmarks.decode's sweep); None: `kv_splits` chooses
-
-    def _slots(self, capacity: int) -> int:
-        return padded_slots(capacity)
-
-    def _attend_cache(self, q, keys, values, seen: int):
-        splits = self.splits or kv_splits(keys.device, keys.shape[0] * keys.shape[1], keys.shape[2])
-        return split_kv_attention(q, keys, values, splits, seen)
-
-    @classmethod
-    def decode_flops(cls, batch: int, t: int, cfg: LayerConfig) -> int:
-        """At position t of a cache made for t + 1 positions (bench.point.decode_call): every slot scored."""
-        return _projections_flops(batch, 1, cfg.d) + 2 * (2 * batch * padded_slots(t + 1) * cfg.d)
-
-
 class AttentionMath(SelfAttention):
     """The same computation written out: softmax(Q Kᵀ / sqrt(d_head)) V, materialising the n×n scores."""
 
@@ -294,7 +204,7 @@ class AttentionMath(SelfAttention):
     def _mix(self, q, k, v):
         n = q.shape[2]
         masked = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1) if self.cfg.causal else None
-        return _softmax_mix(q, k, v, masked)  # (B, h, n, d_head)
+        return _softmax_mix(q, k, v, masked)
 
     @classmethod
     def _mix_min_bytes(cls, batch, n, cfg, elem_bytes, cache_bytes):
@@ -395,14 +305,14 @@ class AttentionLocal(SelfAttention):
     def block_mask(self, n: int, device=None) -> torch.Tensor:
         """(count, w, s): True where query β·w + t may see key β·w − offset + u; padding queries see all."""
         g = self.blocks(n, self.window, self.left)
-        starts = torch.arange(g.count, device=device) * g.queries  # (count,)
+        starts = torch.arange(g.count, device=device) * g.queries
         t = torch.arange(g.queries, device=device)
         u = torch.arange(g.keys, device=device)
         offset = u[None, :] - g.offset - t[:, None]  # (w, s): key − query, the same in every block
         in_window = (offset >= -self.left) & (offset <= self.window - 1 - self.left)
-        key = starts[:, None] - g.offset + u  # (count, s)
+        key = starts[:, None] - g.offset + u
         in_sequence = (key >= 0) & (key < n)
-        padding_query = (starts[:, None] + t) >= n  # (count, w)
+        padding_query = (starts[:, None] + t) >= n
         return (in_window[None] & in_sequence[:, None, :]) | padding_query[:, :, None]
 
     def _masked(self, n: int, g: Blocks, device) -> torch.Tensor:
@@ -437,36 +347,36 @@ class AttentionLocal(SelfAttention):
     def _mix(self, q, k, v):
         b, h, n, d_head = q.shape
         g = self.blocks(n, self.window, self.left)
-        padded = F.pad(q, (0, 0, 0, g.padded_n - n)) if g.padded_n > n else q  # (B, h, n_padded, d_head)
+        padded = F.pad(q, (0, 0, 0, g.padded_n - n)) if g.padded_n > n else q
         queries = padded.reshape(b * h * g.count, g.queries, d_head)  # (B·h·count, w, d_head): one copy
         k_rows, k_own = self._padded_rows(k, g)
         v_rows, v_own = self._padded_rows(v, g)
         # 0 × NaN is NaN: a non-finite value row is zeroed, its key made NaN (`poison`; docs/method.md).
         v_seen = v_own.detach()
-        poison = v_seen.amax(-1, keepdim=True) * 0 + v_seen.amin(-1, keepdim=True) * 0  # (B, h, n, 1)
+        poison = v_seen.amax(-1, keepdim=True) * 0 + v_seen.amin(-1, keepdim=True) * 0
         k_own.add_(poison)
         v_rows.nan_to_num_(0.0, 0.0, 0.0)
         keys, values = self._spans(k_rows, g), self._spans(v_rows, g)  # (B·h·count, s, d_head) each
-        masked = self._masked(n, g, q.device)  # (count, w, s)
+        masked = self._masked(n, g, q.device)
         heads_per, blocks_per = self.chunk(g, q.element_size(), q.device.type)
         queries, keys, values = (t.unflatten(0, (b * h, g.count)) for t in (queries, keys, values))
         mixed = []
         for head in range(0, b * h, heads_per):
             for block in range(0, g.count, blocks_per):
                 chunk = (slice(head, head + heads_per), slice(block, block + blocks_per))
-                q_c, k_c, v_c = (t[chunk].flatten(0, 1) for t in (queries, keys, values))  # (blocks, w or s, d_head)
+                q_c, k_c, v_c = (t[chunk].flatten(0, 1) for t in (queries, keys, values))
                 # baddbmm with beta = 0 ignores its first argument; alpha scales inside the product.
                 scores = torch.baddbmm(q.new_zeros(()), q_c, k_c.transpose(1, 2), beta=0, alpha=d_head**-0.5)
-                chunk_masked = masked[chunk[1]]  # (blocks of one head, w, s)
+                chunk_masked = masked[chunk[1]]
                 scores.view(-1, *chunk_masked.shape).masked_fill_(chunk_masked, float("-inf"))
-                mixed.append(torch.bmm(torch.softmax(scores, dim=-1), v_c))  # (blocks, w, d_head)
-        mixed = torch.cat(mixed) if len(mixed) > 1 else mixed[0]  # (B·h·count, w, d_head)
-        return mixed.view(b, h, g.padded_n, d_head)[:, :, :n]  # (B, h, n, d_head)
+                mixed.append(torch.bmm(torch.softmax(scores, dim=-1), v_c))
+        mixed = torch.cat(mixed) if len(mixed) > 1 else mixed[0]
+        return mixed.view(b, h, g.padded_n, d_head)[:, :, :n]
 
     def dense_mask(self, n: int, device=None) -> torch.Tensor:
         """(n, n): True where query i may see key j, for dense attention."""
         offset = torch.arange(n, device=device)[None, :] - torch.arange(n, device=device)[:, None]  # j - i
-        return (offset >= -self.left) & (offset <= self.window - 1 - self.left)  # (n, n)
+        return (offset >= -self.left) & (offset <= self.window - 1 - self.left)
 
     def _first_kept(self, t: int) -> int:
         return max(0, t - (self.window - 1))
@@ -482,13 +392,13 @@ class AttentionLocal(SelfAttention):
     def flops(cls, batch: int, n: int, cfg: LayerConfig) -> int:
         """The projections and every computed pair of every block, masked ones included."""
         scores_and_mix = 2 * (2 * batch * cls.blocks(n, cfg.window).pairs * cfg.d)
-        return _projections_flops(batch, n, cfg.d) + scores_and_mix
+        return projections_flops(batch, n, cfg.d) + scores_and_mix
 
     @staticmethod
     def useful_flops(batch: int, n: int, cfg: LayerConfig) -> int:
         """The projections and the pairs inside the window and the sequence alone."""
         pairs = window_pairs(n, cfg.window, left_keys(cfg))
-        return _projections_flops(batch, n, cfg.d) + 2 * (2 * batch * pairs * cfg.d)
+        return projections_flops(batch, n, cfg.d) + 2 * (2 * batch * pairs * cfg.d)
 
     @classmethod
     def _mix_min_bytes(cls, batch, n, cfg, elem_bytes, cache_bytes):
@@ -526,11 +436,11 @@ class AdditiveAttention(nn.Module):
         self.v = nn.Parameter(torch.randn(d_att) / math.sqrt(d_att))
 
     def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        features = torch.tanh(self.w_q(q)[:, :, None, :] + self.w_k(k)[:, None, :, :])  # (B, n, n, d_att)
-        return torch.einsum("bijd,d->bij", features, self.v)  # (B, n, n)
+        features = torch.tanh(self.w_q(q)[:, :, None, :] + self.w_k(k)[:, None, :, :])
+        return torch.einsum("bijd,d->bij", features, self.v)
 
     def forward(self, q, k, v):
-        return torch.softmax(self.scores(q, k), dim=-1) @ v  # (B, n, d_v)
+        return torch.softmax(self.scores(q, k), dim=-1) @ v
 
     @staticmethod
     def flops(batch: int, n: int, d: int, d_att: int, d_v: int) -> int:

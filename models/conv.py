@@ -29,7 +29,7 @@ def _from_image(h: torch.Tensor) -> torch.Tensor:  # a view where the convolutio
 
 def _conv(x: torch.Tensor, conv: nn.Conv1d, left: int | None = None) -> torch.Tensor:
     """A Conv1d's weights, dilation and groups on (B, n, d) x, channels-last: centered, or after `left` zeros."""
-    weight = conv.weight.unsqueeze(2)  # (d_out, d_in / groups, 1, k)
+    weight = conv.weight.unsqueeze(2)
     padding, dilation = (0, conv.padding[0] if left is None else 0), (1, conv.dilation[0])
     x = x if left is None else F.pad(x, (0, 0, left, 0))
     return _from_image(
@@ -114,10 +114,10 @@ class Conv(_Convolution):
         self.conv = nn.Conv1d(cfg.d, cfg.d, cfg.k, padding=_same_padding(cfg.k, dilation), dilation=dilation)
         # The weight channels-last too, (d_out, k, d_in) in memory, or every call would copy it so.
         weight = self.conv.weight.detach()
-        self.conv.weight = nn.Parameter(weight.permute(0, 2, 1).contiguous().permute(0, 2, 1))  # (d, d, k)
+        self.conv.weight = nn.Parameter(weight.permute(0, 2, 1).contiguous().permute(0, 2, 1))
 
     def _convolve(self, x: torch.Tensor, left: int | None) -> torch.Tensor:
-        return _conv(x, self.conv, left)  # (B, n, d)
+        return _conv(x, self.conv, left)
 
     @staticmethod
     def flops(batch: int, n: int, cfg: LayerConfig) -> int:
@@ -194,8 +194,8 @@ class ConvSeparable(_Convolution):
         self.pointwise = nn.Conv1d(cfg.d, cfg.d, 1)
 
     def _convolve(self, x: torch.Tensor, left: int | None) -> torch.Tensor:
-        h = _conv(x, self.depthwise, left)  # (B, n, d)
-        return F.linear(h, self.pointwise.weight.squeeze(-1), self.pointwise.bias)  # (B, n, d)
+        h = _conv(x, self.depthwise, left)
+        return F.linear(h, self.pointwise.weight.squeeze(-1), self.pointwise.bias)
 
     @staticmethod
     def flops(batch: int, n: int, cfg: LayerConfig) -> int:

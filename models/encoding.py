@@ -12,7 +12,7 @@ PE_BASE = 10000.0  # the paper's base: wavelengths 2π .. 10000·2π
 
 def pe_frequencies(d: int, dtype: torch.dtype = torch.float32, base: float = PE_BASE) -> torch.Tensor:
     """ω_i = base^(-2i/d), i = 0 .. d/2 − 1, computed as exp(2i · (−ln base / d))."""
-    return torch.exp(torch.arange(0, d, 2, dtype=dtype) * (-math.log(base) / d))  # (d/2,)
+    return torch.exp(torch.arange(0, d, 2, dtype=dtype) * (-math.log(base) / d))
 
 
 def sinusoidal_encoding(
@@ -22,7 +22,7 @@ def sinusoidal_encoding(
     if d % 2:
         raise ValueError(f"d={d}: sinusoidal encodings pair sin and cos, d must be even")
     pos = torch.arange(positions, dtype=dtype) if isinstance(positions, int) else positions.to(dtype)
-    angles = pos[:, None] * pe_frequencies(d, dtype, base)  # (n, d/2)
+    angles = pos[:, None] * pe_frequencies(d, dtype, base)
     pe = torch.empty(len(pos), d, dtype=dtype)
     pe[:, 0::2], pe[:, 1::2] = torch.sin(angles), torch.cos(angles)
     return pe

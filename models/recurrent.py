@@ -62,8 +62,8 @@ class _Recurrent(nn.Module):
 
     def _advance(self, x_t: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         w_ih, w_hh = self.fused.weight_ih_l0, self.fused.weight_hh_l0  # (g·d, d) each
-        b_ih, b_hh = self.fused.bias_ih_l0, self.fused.bias_hh_l0  # (g·d,)
-        gi = x_t @ w_ih.T + b_ih  # (B, g·d)
+        b_ih, b_hh = self.fused.bias_ih_l0, self.fused.bias_hh_l0
+        gi = x_t @ w_ih.T + b_ih
         gh = state[0] @ w_hh.T + b_hh
         return self._cell(gi, gh, state)
 

@@ -35,8 +35,8 @@ def parallel_scan(u: torch.Tensor, decay: torch.Tensor, levels: int | None = Non
     # Down-sweep: a left segment's prefix is its pair's prefix before it, decayed across it, plus its own total.
     for even, decay_s in reversed(evens):
         before = F.pad(h[:, :-1], (0, 0, 1, 0))  # (R, m/2, d): the prefix ending before each pair, 0 first
-        h = torch.stack((torch.addcmul(even, decay_s, before), h), dim=2).flatten(1, 2)  # (R, m, d)
-    return h.reshape(b, padded, d)[:, :n]  # (B, n, d)
+        h = torch.stack((torch.addcmul(even, decay_s, before), h), dim=2).flatten(1, 2)
+    return h.reshape(b, padded, d)[:, :n]
 
 
 class Scan(nn.Module):
@@ -68,26 +68,26 @@ class Scan(nn.Module):
         self.in_proj = nn.Linear(cfg.d, cfg.d)  # B
         self.out_proj = nn.Linear(cfg.d, cfg.d)  # C
         low, high = DECAY_RANGE
-        self.decay_logit = nn.Parameter(torch.logit(torch.empty(cfg.d).uniform_(low, high)))  # (d,)
+        self.decay_logit = nn.Parameter(torch.logit(torch.empty(cfg.d).uniform_(low, high)))
 
     @property
     def decay(self) -> torch.Tensor:
         return torch.sigmoid(self.decay_logit)  # (d,), in (0, 1)
 
     def forward(self, x: torch.Tensor, levels: int | None = None) -> torch.Tensor:
-        h = parallel_scan(self.in_proj(x), self.decay, levels)  # (B, n, d)
-        return self.out_proj(h)  # (B, n, d)
+        h = parallel_scan(self.in_proj(x), self.decay, levels)
+        return self.out_proj(h)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """The same weights as an explicit loop over time steps."""
-        a = self.decay  # (d,)
+        a = self.decay
         batch, n, d = x.shape
         h = x.new_zeros(batch, d)
         outputs = []
         for t in range(n):
-            h = a * h + (x[:, t] @ self.in_proj.weight.T + self.in_proj.bias)  # (B, d)
+            h = a * h + (x[:, t] @ self.in_proj.weight.T + self.in_proj.bias)
             outputs.append(h @ self.out_proj.weight.T + self.out_proj.bias)  # y_t = C h_t
-        return torch.stack(outputs, dim=1)  # (B, n, d)
+        return torch.stack(outputs, dim=1)
 
     def prefill(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if x.shape[1] == 0:

@@ -15,7 +15,7 @@ import models
 from bench.flops import count_flops
 from bench.memory import measure_memory
 from models import LayerConfig
-from models.attention import MIN_SPLIT_KEYS, SPLIT_WAVES, kv_splits, split_kv_attention
+from models.split_kv import MIN_SPLIT_KEYS, SPLIT_WAVES, kv_splits, split_kv_attention
 
 NAMES = list(models.LAYERS)
 BATCH, D, HEADS, K, WINDOW, DILATION = 2, 24, 3, 3, 5, 3

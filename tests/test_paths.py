@@ -122,7 +122,7 @@ def test_conv_dilated_by_hand():
 
 
 # The layers one of which links every pair of positions, by hand; a new one must be added here.
-ONE_LAYER = ["attention", "attention_math", "attention_linear", "rnn", "gru", "lstm", "scan"]
+ONE_LAYER = ["attention", "attention_math", "attention_split", "attention_linear", "rnn", "gru", "lstm", "scan"]
 
 
 def test_one_layer_lists_every_layer_whose_path_is_one():

@@ -1,7 +1,5 @@
-"""Generating at the device's limit, outside a run: (1) each decode point of a stored run timed again as a one-call
-CUDA graph replayed under torch.utils.benchmark, against the run's own device time; (2) the split-KV step's S swept
-at one size, each S against the bandwidth bound of its bytes; (3) tokens per second for T tokens after a prompt of P,
-per layer, as a Python loop drives the steps.
+"""Generating at the device's limit, outside a run: a run's decode points replayed as graphs under torch.utils.benchmark,
+the split-KV step's S against its bandwidth bound, tokens per second. Method: docs/method.md.
 
     python -m bench.benchmarks.decode --check RUN --splits --generate --out DIR   # one CSV each in DIR
 """
@@ -19,6 +17,7 @@ import torch
 from torch.utils import benchmark
 
 import models
+from bench.folder import POINTS
 from bench.graphs import capture, device_rounds
 from bench.peak import memory_bandwidth
 from bench.point import decode_call
@@ -32,7 +31,7 @@ def _synchronize(device: str) -> None:
 
 
 def _spec_of(row: pd.Series) -> PointSpec:
-    """The spec of a stored row: its identity columns, sizes a layer does not use left None."""
+
     sizes = {s: int(row[s]) for s in ("k", "heads", "window", "dilation") if s in row and row[s] == row[s]}
     causal = str(row.get("causal", "")).lower() in ("true", "1", "1.0")
     return PointSpec(
@@ -49,9 +48,8 @@ def _spec_of(row: pd.Series) -> PointSpec:
 
 
 def check_run(run_dir: Path) -> pd.DataFrame:
-    """Every ok decode point of a run on a GPU: its stored device time against a one-call graph's replay timed by
-    torch.utils.benchmark (its blocked_autorange, synchronised), the step rebuilt as the run built it."""
-    points = pd.read_csv(run_dir / "points.csv")
+    """Every ok GPU decode point of a run: its device time against torch.utils.benchmark's replay of its graph."""
+    points = pd.read_csv(run_dir / POINTS)
     points = points[(points["status"] == "ok") & (points["mode"] == "decode") & points["device"].str.startswith("cuda")]
     rows = []
     for _, p in points.iterrows():
@@ -61,7 +59,7 @@ def check_run(run_dir: Path) -> pd.DataFrame:
         with torch.inference_mode():
             call, _ = decode_call(spec, layer, 0)
             replays = {}
-            for size in sorted({1, calls}):  # the harness's graph size, and one call (its replay's launch unshared)
+            for size in sorted({1, calls}):
                 graph = capture(call, size)
                 timer = benchmark.Timer("graph.replay()", globals={"graph": graph})
                 replays[size] = timer.blocked_autorange(min_run_time=0.2).median / size
@@ -91,13 +89,13 @@ def check_run(run_dir: Path) -> pd.DataFrame:
 
 
 def _step_bytes(layer: torch.nn.Module, spec: PointSpec, state_bytes: int) -> int:
-    """The least a step moves: its state, its weights, the token in and out."""
+
     weights = sum(p.nbytes for p in layer.parameters())
     return state_bytes + weights + 2 * spec.batch * spec.d * spec.config().elem_bytes
 
 
 def _device_time(call, device: str, rounds: int = 10) -> tuple[float, str]:
-    """(median seconds of one call, clock): a graph's replays on a GPU, the wall clock of a loop on a CPU."""
+
     if device.startswith("cuda"):
         times, _ = device_rounds(call, 20, rounds)
         return float(torch.tensor(times).median()), "device"
@@ -106,8 +104,7 @@ def _device_time(call, device: str, rounds: int = 10) -> tuple[float, str]:
 
 
 def sweep_splits(device: str, t: int, d: int, heads: int, batch: int, dtype: str, splits: list[int]) -> pd.DataFrame:
-    """The cached attention's step at position t: fused, explicit, and split-KV at each S (0: the device's own
-    choice), each against the time of its bytes at the device's measured memory bandwidth."""
+    """The cached attention's steps at t (split-KV at each S; 0: the device's) against their bytes' bandwidth bound."""
     bandwidth = memory_bandwidth(device)["bytes_per_s"]
     rows = []
     variants = [("attention", None), ("attention_math", None)] + [("attention_split", s) for s in splits]
@@ -122,7 +119,7 @@ def sweep_splits(device: str, t: int, d: int, heads: int, batch: int, dtype: str
             call, state_bytes = decode_call(spec, layer, 0)
             seconds, clock = _device_time(call, device)
         moved = _step_bytes(layer, spec, state_bytes)
-        chosen = models.attention.kv_splits(device, batch * heads, t + 1) if name == "attention_split" else None
+        chosen = models.split_kv.kv_splits(device, batch * heads, t + 1) if name == "attention_split" else None
         rows.append(
             dict(
                 layer=name,
@@ -149,8 +146,7 @@ def sweep_splits(device: str, t: int, d: int, heads: int, batch: int, dtype: str
 
 
 def generate(device: str, layers: list[str], prompt: int, tokens: int, cfg: LayerConfig, batch: int) -> pd.DataFrame:
-    """Tokens per second for `tokens` steps after a prompt of `prompt` positions, per layer: the prefill, then a
-    Python loop of steps into a static cache sized once for prompt + tokens, synchronised at its end."""
+    """Tokens per second per layer: the prefill, then a Python loop of steps into a static cache."""
     rows = []
     g = torch.Generator().manual_seed(0)
     x = torch.randn(batch, prompt + tokens, cfg.d, generator=g).to(device, cfg.torch_dtype)
@@ -223,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, part in parts.items():
         if part is None:
             continue
-        try:  # each part on its own: one that fails leaves the others' tables
+        try:
             table = part()
         except Exception as exc:  # noqa: BLE001 - said, and the exit code says it
             print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)

@@ -37,21 +37,21 @@ class AttentionLocalUnfold(AttentionLocal):
 
     def _windows(self, t: torch.Tensor) -> torch.Tensor:
         # (B, h, n, d_head) -> (B, h, n, r, d_head): the r keys (or values) each query sees.
-        padded = F.pad(t, (0, 0, self.left, self.window - 1 - self.left))  # (B, h, n + r - 1, d_head)
+        padded = F.pad(t, (0, 0, self.left, self.window - 1 - self.left))
         return padded.unfold(2, self.window, 1).transpose(-1, -2)
 
     def _valid(self, n: int, device) -> torch.Tensor:
         # valid[i, o]: key j = i - left + o lies inside the sequence.
         j = torch.arange(n, device=device)[:, None] - self.left + torch.arange(self.window, device=device)
-        return (j >= 0) & (j < n)  # (n, r)
+        return (j >= 0) & (j < n)
 
     def _mix(self, q, k, v):
         n = q.shape[2]
-        keys = self._windows(k).transpose(-1, -2)  # (B, h, n, d_head, r)
-        scores = (q.unsqueeze(-2) @ keys).squeeze(-2) / math.sqrt(self.d_head)  # (B, h, n, r)
+        keys = self._windows(k).transpose(-1, -2)
+        scores = (q.unsqueeze(-2) @ keys).squeeze(-2) / math.sqrt(self.d_head)
         scores = scores.masked_fill(~self._valid(n, q.device), float("-inf"))
-        weights = torch.softmax(scores, dim=-1).unsqueeze(-2)  # (B, h, n, 1, r)
-        return (weights @ self._windows(v)).squeeze(-2)  # (B, h, n, d_head)
+        weights = torch.softmax(scores, dim=-1).unsqueeze(-2)
+        return (weights @ self._windows(v)).squeeze(-2)
 
     @staticmethod
     def flops(batch: int, n: int, cfg: LayerConfig) -> int:

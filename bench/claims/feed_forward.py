@@ -53,7 +53,7 @@ def conv1x1_ffn(net: nn.Sequential) -> nn.Sequential:
 
 def cross_position_jacobian(net: nn.Module, x: torch.Tensor) -> tuple[float, float]:
     """For x (n, d): (max |∂out_i / ∂x_j| over i ≠ j, max over i = j)."""
-    jac = torch.func.jacrev(net)(x).detach()  # (n, d, n, d)
+    jac = torch.func.jacrev(net)(x).detach()
     n = x.shape[0]
     same = torch.eye(n, dtype=torch.bool)[:, None, :, None].expand_as(jac)
     return float(jac[~same].abs().max()), float(jac[same].abs().max())

@@ -148,7 +148,7 @@ def causal_dependencies(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         mixed = (weights @ v).transpose(1, 2).reshape(x1.shape)
         return layer.out_proj(mixed)[0]
 
-    jac = torch.autograd.functional.jacobian(f, x)  # (n, d, n, d)
+    jac = torch.autograd.functional.jacobian(f, x)
     return jac.abs().amax(dim=(1, 3)) > DEPENDS_ATOL
 
 

@@ -139,7 +139,7 @@ def _claim_multihead_dims(seed: int) -> Outcome:
 
     hook = layer.out_proj.register_forward_hook(record_concat)
     with torch.inference_mode():
-        heads = tuple(layer._split(layer.q_proj(x)).shape)  # (b, h, n, d_head)
+        heads = tuple(layer._split(layer.q_proj(x)).shape)
         out = tuple(layer(x).shape)
     hook.remove()
     w_o = tuple(layer.out_proj.weight.shape)

@@ -36,7 +36,7 @@ def offset_rotation(k: int, d: int, base: float = PE_BASE) -> torch.Tensor:
 def rotation_error(pe: torch.Tensor, k: int, base: float = PE_BASE) -> float:
     """max |PE(pos + k) − M_k PE(pos)| over the table `pe` (n, d), in float64, M_k applied pair by pair."""
     table = pe.double()
-    blocks = offset_rotation_blocks(k, pe.shape[1], base)  # (d/2, 2, 2)
+    blocks = offset_rotation_blocks(k, pe.shape[1], base)
     sin, cos = table[:-k, 0::2], table[:-k, 1::2]  # (n − k, d/2) each
     moved_sin = blocks[:, 0, 0] * sin + blocks[:, 0, 1] * cos
     moved_cos = blocks[:, 1, 0] * sin + blocks[:, 1, 1] * cos
@@ -89,7 +89,7 @@ def min_pairwise_distance(points: torch.Tensor, chunk: int = _DISTANCE_CHUNK) ->
     n = len(x)
     for start in range(0, n - 1, chunk):
         stop = min(start + chunk, n)
-        d2 = sq[start:stop, None] + sq[None, start:] - 2 * x[start:stop] @ x[start:].T  # (c, n − start)
+        d2 = sq[start:stop, None] + sq[None, start:] - 2 * x[start:stop] @ x[start:].T
         rows = torch.arange(start, stop)[:, None]
         d2.masked_fill_(torch.arange(start, n)[None, :] <= rows, math.inf)  # each pair once, no self-pairs
         value, flat = float(d2.min()), int(d2.argmin())
@@ -173,7 +173,7 @@ GEOMETRIC_TOL = 1e-3  # largest |log λ_i − fitted line| (natural log) for "ge
 def wavelengths_from_phase(pe: torch.Tensor) -> torch.Tensor:
     """Each pair's wavelength, 2π / the slope of its unwrapped phase (turning by less than π per position)."""
     table = pe.double()
-    phase = torch.atan2(table[:, 0::2], table[:, 1::2])  # (n, d/2)
+    phase = torch.atan2(table[:, 0::2], table[:, 1::2])
     step = torch.diff(phase, dim=0)
     step = (step + math.pi) % (2 * math.pi) - math.pi  # unwrap: each step into [−π, π)
     unwrapped = torch.cat([phase[:1], phase[:1] + torch.cumsum(step, 0)])
@@ -491,11 +491,11 @@ WRONG_SIGN_MIN = 0.5  # the transposed matrix (other sign convention) must miss 
 def pair_rotation_error(k: int, d: int, positions: int, transpose: bool = False) -> float:
     """max |[sin, cos]((pos + k)ω_i) − R_i [sin, cos](pos ω_i)| over pos and pairs i, float64."""
     omega = pe_frequencies(d, torch.float64)
-    blocks = offset_rotation_blocks(k, d)  # (d/2, 2, 2)
+    blocks = offset_rotation_blocks(k, d)
     if transpose:
         blocks = blocks.transpose(-1, -2)
     pos = torch.arange(positions, dtype=torch.float64)[:, None]
-    now = torch.stack([torch.sin(pos * omega), torch.cos(pos * omega)], -1)  # (n, d/2, 2)
+    now = torch.stack([torch.sin(pos * omega), torch.cos(pos * omega)], -1)
     later = torch.stack([torch.sin((pos + k) * omega), torch.cos((pos + k) * omega)], -1)
     moved = (blocks @ now[..., None])[..., 0]
     return float((later - moved).abs().max())

@@ -91,7 +91,7 @@ SCALED_FLAT_RATIO = 1.5  # scaled: largest / smallest mean max weight over d_k a
 
 def softmax_jacobian_norm(logits: torch.Tensor) -> torch.Tensor:
     """Frobenius norm of ∂softmax(s)/∂s for each row s of `logits` (T, n)."""
-    jac = torch.func.vmap(torch.func.jacrev(lambda s: torch.softmax(s, dim=-1)))(logits)  # (T, n, n)
+    jac = torch.func.vmap(torch.func.jacrev(lambda s: torch.softmax(s, dim=-1)))(logits)
     return jac.flatten(1).norm(dim=-1)
 
 

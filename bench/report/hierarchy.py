@@ -1,5 +1,4 @@
-"""The memory hierarchy each run measured (bench.hierarchy): bandwidth against working set, its levels, and the
-effective last-level cache against the one the OS reports, with a figure and cite keys."""
+"""The memory hierarchy each run measured (bench.hierarchy): its levels, a figure and cite keys."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from .load import newest_run
 
 
 def _measured(ctx: ReportContext) -> dict[str, tuple[str, dict]]:
-    """source -> (run id, its device's `hierarchy`) for every inference source whose newest such run swept one."""
     out = {}
     points = ctx.points
     for source in ctx.sources():
@@ -51,7 +49,6 @@ def _figure(ctx: ReportContext, measured: dict[str, tuple[str, dict]]) -> str:
 
 
 def hierarchy_section(ctx: ReportContext) -> str:
-    """The measured levels of every source that has them; empty where no run swept its hierarchy."""
     measured = _measured(ctx)
     if not measured:
         return ""

@@ -1,0 +1,77 @@
+"""Split-KV decode attention (Flash-Decoding, Dao et al. 2023) in PyTorch: one query's cache cut into S chunks whose
+partial softmaxes are combined by their log-sum-exp. Method: docs/method.md."""
+
+from __future__ import annotations
+
+import torch
+
+from .attention import Attention, projections_flops
+from .config import LayerConfig
+
+MIN_SPLIT_KEYS = 256  # the shortest chunk; the cache's slots come in whole blocks of it
+SPLIT_WAVES = 2  # batch × heads × S aims at this many per multiprocessor (a CPU: core)
+
+
+def kv_splits(device: torch.device | str, batch_heads: int, keys: int) -> int:
+    """S: a power of two filling the device SPLIT_WAVES times over, no chunk under MIN_SPLIT_KEYS keys."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        units = torch.cuda.get_device_properties(device).multi_processor_count
+    else:
+        units = torch.get_num_threads()
+    wanted = -(-SPLIT_WAVES * units // max(1, batch_heads))
+    most = max(1, keys // MIN_SPLIT_KEYS)
+    splits = 1
+    while splits * 2 <= most and splits < wanted:
+        splits *= 2
+    return splits
+
+
+def split_kv_attention(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, splits: int, seen: int | None = None
+) -> torch.Tensor:
+    """softmax(q Kᵀ / √e) V over the first `seen` of T keys; q (B, h, 1, e), keys and values (B, h, T, e)."""
+    e = q.shape[-1]
+    total = keys.shape[2]
+    chunk = max(1, total // max(1, splits))
+    whole = (total // chunk) * chunk
+    parts = [(keys[:, :, :whole].unflatten(2, (-1, chunk)), values[:, :, :whole].unflatten(2, (-1, chunk)), 0)]
+    if whole < total:  # a part of each head's rows, which matmul copies: a cache of whole chunks has none
+        parts.append((keys[:, :, whole:].unsqueeze(2), values[:, :, whole:].unsqueeze(2), whole))
+    query = q.unsqueeze(2) * e**-0.5
+    maxima, sums, outputs = [], [], []
+    for k_c, v_c, first in parts:
+        scores = (k_c @ query.transpose(-2, -1)).transpose(-2, -1)
+        if seen is not None and seen < total:
+            position = torch.arange(first, first + k_c.shape[2] * k_c.shape[3], device=q.device)
+            scores = scores.masked_fill(position.view(k_c.shape[2], 1, k_c.shape[3]) >= seen, float("-inf"))
+        top = scores.amax(-1, keepdim=True)
+        weights = torch.exp(scores - top.masked_fill(top == float("-inf"), 0.0))
+        maxima.append(top)
+        sums.append(weights.sum(-1, keepdim=True))
+        outputs.append(weights @ v_c)
+    top, total_sum, out = (torch.cat(t, 2) for t in (maxima, sums, outputs))
+    scale = torch.exp(top - top.amax(2, keepdim=True))
+    return (out * scale).sum(2) / (total_sum * scale).sum(2)
+
+
+def padded_slots(positions: int) -> int:
+    return -(-positions // MIN_SPLIT_KEYS) * MIN_SPLIT_KEYS
+
+
+class AttentionSplit(Attention):
+    """The fused attention's forward; a decode step by split-KV over whole chunks, the slots past t masked."""
+
+    splits: int | None = None  # S set by hand (bench.benchmarks.decode's sweep); None: `kv_splits`
+
+    def _slots(self, capacity: int) -> int:
+        return padded_slots(capacity)
+
+    def _attend_cache(self, q, keys, values, seen: int):
+        splits = self.splits or kv_splits(keys.device, keys.shape[0] * keys.shape[1], keys.shape[2])
+        return split_kv_attention(q, keys, values, splits, seen)
+
+    @classmethod
+    def decode_flops(cls, batch: int, t: int, cfg: LayerConfig) -> int:
+        """Every slot of a cache made for t + 1 positions scored (bench.point.decode_call)."""
+        return projections_flops(batch, 1, cfg.d) + 2 * (2 * batch * padded_slots(t + 1) * cfg.d)
