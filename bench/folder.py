@@ -146,8 +146,8 @@ def read_points(run_dir: Path, plan: dict[str, dict] | None = None) -> pd.DataFr
 
 
 def tables_in(run_dir: Path) -> list[str]:
-    """The tables a run folder holds: points.csv, paths.csv, claims.csv."""
-    return [name for name in (POINTS, "paths.csv", "claims.csv") if (run_dir / name).exists()]
+    """The tables a run folder holds: points.csv, paths.csv, claims.csv, generate.csv."""
+    return [name for name in (POINTS, "paths.csv", "claims.csv", "generate.csv") if (run_dir / name).exists()]
 
 
 def read_timing_records(run_dir: Path) -> list[dict]:
@@ -397,7 +397,7 @@ def _csv_rows(path: Path):
 
 
 def store_side_table(kind: str, table, *, out: Path | None, command: list[str], preset: str | None) -> Path:
-    """paths.csv / claims.csv, added to an existing run folder or in a new one of its own; returns its path."""
+    """paths.csv / claims.csv / generate.csv, added to an existing run folder or in a new one; returns its path."""
     if out is not None and is_run_dir(out):
         folder = RunFolder(out, hold(out))
     else:

@@ -4,12 +4,15 @@ script prints its table (timed for a moment, with a fixed compute peak: no timin
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 import torch
 
 import models
 from bench.benchmarks import restricted
+from bench.cli import main
 from bench.flops import count_flops
 from models import LayerConfig
 
@@ -88,3 +91,21 @@ def test_the_decode_checks_write_their_tables_on_a_cpu(tmp_path, monkeypatch):
     generated = pd.read_csv(tmp_path / "generate.csv")
     assert set(generated["layer"]) == set(models.LAYERS) and (generated["tokens_per_s"] > 0).all()
     assert decode.check_run(run).empty  # no decode point on a GPU to replay
+
+
+def test_tokens_per_second_go_into_a_decode_run_and_its_report(tmp_path):
+    from bench.benchmarks import decode
+
+    run, report = tmp_path / "run", tmp_path / "report"
+    grid = ["--layers", "lstm", "--mode", "decode", "--n", "16,64,256", "--d", "16", "--rounds", "3", "--passes", "1"]
+    assert main(["run", *grid, "--target-time", "0.005", "--no-progress", "--out", str(run)]) == 0
+    argv = ["--generate", "--device", "cpu", "--d", "16", "--heads", "2", "--batch", "1", "--window", "4"]
+    assert decode.main([*argv, "--prompt", "8", "--tokens", "4", "--out", str(tmp_path / "x"), "--into", str(run)]) == 0
+    stored = pd.read_csv(run / "generate.csv")
+    assert set(stored["layer"]) == set(models.LAYERS)
+    assert main(["report", "--results", str(run), "--out", str(report)]) == 0
+    numbers = json.loads((report / "numbers.json").read_text())["numbers"]
+    lstm = stored.set_index("layer").loc["lstm", "tokens_per_s"]
+    (key,) = [k for k in numbers if k.endswith(".lstm.tokens_per_s.p8.t4")]
+    assert numbers[key]["value"] == float(f"{lstm:.4g}")
+    assert "Generating as a user sees it" in (report / "report.md").read_text()

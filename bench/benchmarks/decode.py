@@ -17,7 +17,7 @@ import torch
 from torch.utils import benchmark
 
 import models
-from bench.folder import POINTS
+from bench.folder import POINTS, store_side_table
 from bench.graphs import capture, device_rounds
 from bench.peak import memory_bandwidth
 from bench.point import decode_call
@@ -199,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt", type=int, default=1024)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--into", type=Path, help="a run folder to add generate.csv to, for its report")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     cfg = LayerConfig(d=args.d, heads=args.heads, window=args.window, dtype=args.dtype, causal=True)
@@ -226,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
             failed += 1
             continue
         table.to_csv(args.out / f"{name}.csv", index=False)
+        if name == "generate" and args.into:
+            command = ["python", "-m", "bench.benchmarks.decode", *(sys.argv[1:] if argv is None else argv)]
+            store_side_table("generate", table, out=args.into, command=command, preset=None)
         print(table.to_string(), flush=True)
     return 1 if failed else 0
 

@@ -227,7 +227,7 @@ def build_report(
     dirs, notes = select_run_dirs(results, compare_reference)
     if not dirs:
         raise BadInput("no stored runs found: `make bench` measures this machine")
-    points, runs, paths, claims = load_runs(dirs, skip_bad=skip_bad)
+    points, runs, paths, claims, generate = load_runs(dirs, skip_bad=skip_bad)
     points = points.copy()
     sources, labels = assign_sources(points, runs) if len(points) else (pd.Series(dtype=object), {})
     points["source"] = sources
@@ -251,6 +251,7 @@ def build_report(
             words = {machine_key(runs[r])[0]: f"{machine_key(runs[r])[1]} · {name}" for r in table["run_id"]}
         side[name], combined = combine(table, runs, "machine", identity, words, what)
         notes += combined
+    side["generate"] = generate
     this_id = machine.this_machine()[0]
     candidates = (
         list(dict.fromkeys(machines.values()))
@@ -272,6 +273,7 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
         out_dir=out_dir,
         paths=side["paths"],
         claims=side["claims"],
+        generate=side.get("generate"),
         labels=labels,
         primary=primary,
         machines=machines,

@@ -235,10 +235,40 @@ def decode_section(ctx: ReportContext) -> str:
         parts += [f"### {ctx.source_label(source)}\n", table, _figure(ctx, source, rows)]
         parts += _crossovers(ctx, source, rows)
         parts.append("\n" + _bottleneck(ctx, source, rows))
+        parts.append(_generation(ctx, source))
         bad = ctx.decode[(ctx.decode["source"].isin([source, _sibling(source)])) & (ctx.decode["status"] != "ok")]
         if len(bad):
             parts.append(f"\nNot measured: {len(bad)} points ({', '.join(sorted(set(bad['status'])))}).\n")
     return "\n".join(parts)
+
+
+def _generation(ctx: ReportContext, source: str) -> str:
+    """Tokens per second of the source's runs' device and dtype, a Python loop of steps (bench.benchmarks.decode)."""
+    mine = ctx.decode[ctx.decode["source"] == source]
+    if ctx.generate is None or mine.empty:
+        return ""
+    device, dtype = str(mine["device"].iloc[0]).split(":")[0], mine["dtype"].iloc[0]
+    table = ctx.generate
+    table = table[
+        table["run_id"].isin(set(mine["run_id"]))
+        & table["device"].astype(str).str.startswith(device)
+        & (table["dtype"] == dtype)
+    ]
+    if table.empty:
+        return ""
+    lines = [
+        "\nGenerating as a user sees it: T tokens after a prompt of P, the prefill then a Python loop of steps into a "
+        "static cache made for P + T (`python -m bench.benchmarks.decode --generate --into RUN`; eager, each step's "
+        "launches included):\n",
+        "| layer | prompt P | tokens T | batch | tokens/s, one sequence | tokens/s, the batch |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in table.itertuples():
+        key = f"{source}.{r.layer}.tokens_per_s.p{r.prompt}.t{r.tokens}"
+        one = ctx.cite(key, float(f"{r.tokens_per_s:.4g}"), "tokens/s", r.run_id)
+        whole = ctx.cite(f"{key}.batch", float(f"{r.batch_tokens_per_s:.4g}"), "tokens/s", r.run_id)
+        lines.append(f"| {r.layer} | {r.prompt} | {r.tokens} | {r.batch} | {one} | {whole} |")
+    return "\n".join(lines) + "\n"
 
 
 def _flops_crossing(ctx: ReportContext, source: str, attention: pd.DataFrame) -> str:

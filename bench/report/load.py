@@ -58,12 +58,13 @@ def is_reference(run_dir: Path) -> bool:
 
 
 REPORT_META_KEYS = ("run_id", "status")  # what the report reads of every run's meta.json
+SIDE_TABLES = ("points", "paths", "claims", "generate")
 
 
 def _read_run(run_dir: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
     meta = read_meta(run_dir, REPORT_META_KEYS)
     tables = {}
-    for name in ("points", "paths", "claims"):
+    for name in SIDE_TABLES:
         path = run_dir / f"{name}.csv"
         if path.exists():
             df = read_points(run_dir) if name == "points" else storage.read_csv(path)
@@ -88,7 +89,7 @@ def _size(tables: dict[str, pd.DataFrame]) -> int:
 
 
 def load_runs(paths: list[Path], skip_bad: bool = False, exclude: tuple[Path, ...] = ()):
-    """(points, runs meta by run_id, paths, claims), tables with a run_id column; a damaged run is a RunFailed
+    """(points, runs meta by run_id, paths, claims, generate), tables with a run_id column; a damaged run is a RunFailed
     naming it, or with skip_bad named on stderr and left out; a copy of a run is read once."""
     runs: dict[str, dict] = {}
     read: dict[str, dict[str, pd.DataFrame]] = {}
@@ -128,13 +129,13 @@ def load_runs(paths: list[Path], skip_bad: bool = False, exclude: tuple[Path, ..
         raise BadInput(f"--results {' '.join(map(str, paths))}: no stored runs found")
     tables = {
         name: [df.assign(run_id=run_id) for run_id, t in read.items() if (df := t.get(name)) is not None]
-        for name in ("points", "paths", "claims")
+        for name in SIDE_TABLES
     }
     frames = {name: (pd.concat(dfs, ignore_index=True) if dfs else None) for name, dfs in tables.items()}
     points = (
         frames["points"] if frames["points"] is not None else pd.DataFrame(columns=storage.POINT_COLUMNS + ["run_id"])
     )
-    return points, runs, frames["paths"], frames["claims"]
+    return points, runs, frames["paths"], frames["claims"], frames["generate"]
 
 
 def select_run_dirs(results: list[Path] | None, compare_reference: bool = False) -> tuple[list[Path], list[str]]:
