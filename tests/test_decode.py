@@ -29,6 +29,7 @@ TOLERANCE = {
     "bfloat16": dict(atol=3e-2, rtol=2e-2),
 }
 CASES = [(dtype, name) for dtype in TOLERANCE for name in NAMES if (dtype, name) != ("bfloat16", "scan")]
+CACHED_NAMES = ["attention", "attention_math", "attention_split", "attention_local"]
 
 
 def _cfg(dtype: str = "float32", causal: bool = True) -> LayerConfig:
@@ -71,6 +72,14 @@ def test_decoding_token_by_token_equals_the_causal_forward(dtype, name, n):
     assert models.state_bytes(layer.prefill(x[:, :PREFIX])) == models.analytic_decode_state_bytes(
         name, BATCH, PREFIX, cfg
     )
+
+
+@pytest.mark.parametrize("name", CACHED_NAMES)
+def test_a_cached_attentions_decode_equals_the_causal_forward_at_1000(name):
+    """Past a few of the split-KV step's 256-key chunks; the cache made for all 1000 positions at once."""
+    layer, x = models.build(name, _cfg()), _tokens(1000)
+    with torch.inference_mode():
+        assert_close(_decode(layer, x, PREFIX)[0], layer(x)[:, PREFIX:], **TOLERANCE["float32"])
 
 
 def test_the_scans_bfloat16_decode_strays_from_float32_no_more_than_its_bfloat16_forward():
