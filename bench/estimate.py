@@ -21,7 +21,7 @@ from .timing import WARMUP_ROUNDS, TimingPolicy
 CALL_OVERHEAD_S = {"cpu": 50e-6, "cuda": 50e-6}
 COMPUTE_EFFICIENCY = 0.5  # the share of the measured compute rate a layer's matrix products reach
 ACTIVATION_FLOPS_PER_BYTE = {"cpu": 128.0, "cuda": 32.0}  # element-wise work, in units of the compute rate
-# A decode step: a few small operators, and its state read (written in place: bench.point.decode_call).
+# A decode step: a few small operators, and its state read.
 DECODE_CALL_S = {"cpu": 120e-6, "cuda": 100e-6}
 STATE_FLOPS_PER_BYTE = {"cpu": 32.0, "cuda": 8.0}
 STEP_OVERHEAD_S = {"cpu": 10e-6, "cuda": 5e-6}  # a recurrence's per-step operators

@@ -168,7 +168,7 @@ NO_MATRIX_WORK_OP_NAMES: tuple[str, ...] = _qualified(
     "_copy_from _copy_from_and_resize",
     "cat stack constant_pad_nd pad flip roll repeat index index_select gather scatter scatter_add index_put",
     "index_put_ masked_fill masked_fill_ masked_select where tril triu nonzero",
-    "add add_ sub sub_ rsub mul mul_ div div_ neg reciprocal pow sqrt rsqrt exp log abs clamp clamp_min",
+    "add add_ sub sub_ rsub mul mul_ div div_ neg reciprocal pow sqrt rsqrt exp exp_ log abs clamp clamp_min",
     "clamp_max nan_to_num nan_to_num_ maximum minimum addcmul addcdiv lerp sign remainder tanh tanh_ sigmoid",
     "sigmoid_ relu relu_ gelu silu hardtanh leaky_relu elu softplus threshold",
     "tanh_backward sigmoid_backward threshold_backward gelu_backward silu_backward elu_backward",

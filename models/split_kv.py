@@ -44,9 +44,9 @@ def split_kv_attention(
         scores = (k_c @ query.transpose(-2, -1)).transpose(-2, -1)
         if seen is not None and seen < total:
             position = torch.arange(first, first + k_c.shape[2] * k_c.shape[3], device=q.device)
-            scores = scores.masked_fill(position.view(k_c.shape[2], 1, k_c.shape[3]) >= seen, float("-inf"))
+            scores.masked_fill_(position.view(k_c.shape[2], 1, k_c.shape[3]) >= seen, float("-inf"))
         top = scores.amax(-1, keepdim=True)
-        weights = torch.exp(scores - top.masked_fill(top == float("-inf"), 0.0))
+        weights = scores.sub_(top.masked_fill(top == float("-inf"), 0.0)).exp_()
         maxima.append(top)
         sums.append(weights.sum(-1, keepdim=True))
         outputs.append(weights @ v_c)

@@ -74,7 +74,7 @@ class ReportContext:
     on_figure: Callable[[], object] | None = None  # told of each figure drawn (progress)
     decode: pd.DataFrame | None = None
     decode_texts: dict = field(default_factory=dict)
-    generate: pd.DataFrame | None = None  # tokens per second (bench.benchmarks.decode --into)
+    generate: pd.DataFrame | None = None
 
     def sources(self) -> list[str]:
         present = set(self.points["source"]) if "source" in self.points else set()

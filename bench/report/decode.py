@@ -243,7 +243,6 @@ def decode_section(ctx: ReportContext) -> str:
 
 
 def _generation(ctx: ReportContext, source: str) -> str:
-    """Tokens per second of the source's runs' device and dtype, a Python loop of steps (bench.benchmarks.decode)."""
     mine = ctx.decode[ctx.decode["source"] == source]
     if ctx.generate is None or mine.empty:
         return ""
