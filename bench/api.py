@@ -18,8 +18,15 @@ from .spec import DEFAULT_MODE, mode_of, source_keys
 Sizes = int | Iterable[int] | None
 
 
+def _text(value) -> str:
+    """One value as the command line writes it: a numpy number as the number it holds."""
+    return str(value.item() if hasattr(value, "item") and not isinstance(value, str) else value)
+
+
 def _listed(values) -> str:
-    return ",".join(str(v) for v in ([values] if isinstance(values, (int, str)) else values))
+    """A scalar, or a list joined by commas (run's rule then says whether the option takes several)."""
+    scalar = isinstance(values, (str, bytes)) or not isinstance(values, Iterable)
+    return ",".join(_text(v) for v in ([values] if scalar else values))
 
 
 def measure(
@@ -39,7 +46,7 @@ def measure(
         if value is None or value is False:
             continue
         flag = "--" + name.replace("_", "-")
-        argv += [flag] if value is True else [flag, _listed(value) if name in ("layers", "n", "d", "k") else str(value)]
+        argv += [flag] if value is True else [flag, _listed(value)]
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         run_dir = Path(out) if out is not None else Path(scratch) / "run"
         args = build_parser().parse_args([*argv, "--out", str(run_dir)])

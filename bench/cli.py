@@ -29,7 +29,11 @@ DESCRIPTION = (
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse prints usage and exits 2 on a bad argument; we want one line and no usage dump."""
+    """argparse prints usage and exits 2 on a bad argument; we want one line and no usage dump, and no option taken
+    for another by its prefix (`--d` is not `--debug`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
 
     def error(self, message):
         raise BadInput(message)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -79,6 +80,16 @@ def _cli_error(argv: list[str]) -> str:
             ["run", "--layers", "conv", "--n", "8", "--d", "8", "--mode", "fit"],
         ),
         (dict(preset="nope"), ["run", "--preset", "nope"]),
+        # a float, and a list where run takes one integer: the command line's own line (issue 46, 3 and 4)
+        (dict(layers="conv", n=64.0, d=8), ["run", "--layers", "conv", "--n", "64.0", "--d", "8"]),
+        (
+            dict(layers="attention", n=8, d=8, heads=[1, 2]),
+            ["run", "--layers", "attention", "--n", "8", "--d", "8", "--heads", "1,2"],
+        ),
+        (
+            dict(layers="attention_local", n=[16], d=8, window=[8, 16]),
+            ["run", "--layers", "attention_local", "--n", "16", "--d", "8", "--window", "8,16"],
+        ),
     ],
 )
 def test_bad_input_is_the_command_lines_one_line_as_a_value_error(call, argv, tmp_path):
@@ -94,3 +105,27 @@ def test_importing_bench_leaves_the_api_and_pandas_for_later():
     assert out == ["False", "False", "True"]
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         bench.nope  # noqa: B018
+
+
+def test_every_list_option_takes_a_python_list_and_numpy_numbers_are_numbers(tmp_path):
+    """`dilation=[1, 2]` as `--dilation 1,2` (issue 43, 46: 4); numpy integers as the integers they hold (46: 3)."""
+    points = bench.measure(
+        "conv_dilated",
+        [np.int64(16), 32],
+        np.int64(8),
+        k=np.int64(3),
+        dilation=[1, 2],
+        rounds=np.int32(2),
+        passes=1,
+        target_time=0.002,
+        progress=False,
+        out=tmp_path / "run",
+    )
+    assert sorted(zip(points["n"], points["dilation"])) == [(16, 1), (16, 2), (32, 1), (32, 2)]
+    assert set(points["k"]) == {3} and set(points["d"]) == {8}
+
+
+def test_an_option_is_never_taken_for_another_by_its_prefix():
+    """`paths --d 16` is refused as `--d`, not read as `--debug` (issue 46: 5); `run --lay` is not `--layers`."""
+    assert _cli_error(["paths", "--layers", "lstm", "--n", "64", "--d", "16"]) == "unrecognized arguments: --d 16"
+    assert _cli_error(["run", "--lay", "conv", "--n", "8", "--d", "8"]) == "unrecognized arguments: --lay conv"
