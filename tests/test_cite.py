@@ -105,6 +105,12 @@ def test_cite_of_a_key_in_neither_report_names_both_files(capsys, defaults):
     assert str(local / "numbers.json") in err[0] and str(reference / "numbers.json") in err[0]
 
 
+def test_cite_of_a_key_with_a_one_letter_typo_proposes_the_key(capsys, defaults):
+    typo = ATTENTION.replace("exponent", "exponant")  # issue 46: the first keys alphabetically were proposed
+    code, _, err = _run(capsys, ["cite", typo])
+    assert code == 2 and f"did you mean {ATTENTION}" in err[0]
+
+
 def test_cite_without_either_report_names_both_and_the_command(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(numbers, "LOCAL_REPORT_DIR", tmp_path / "local")
     monkeypatch.setattr(numbers, "REFERENCE_REPORT_DIR", tmp_path / "reference")

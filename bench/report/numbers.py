@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import difflib
 import fnmatch
 import json
 import re
@@ -178,11 +179,12 @@ def cite_sentence(key: str, dirs: Path | list[Path]) -> str:
         reason = unfitted_reason(key, [folder for folder, _ in reports])
         if reason is not None:
             raise BadInput(f"cite: no number {key!r} in {_where(dirs)}: {reason}")
-        numbers = [k for _, d in reports for k in d.get("numbers", {})]
+        numbers = list(dict.fromkeys(k for _, d in reports for k in d.get("numbers", {})))
+        meant = difflib.get_close_matches(key, numbers, n=3, cutoff=0.9)
+        if meant:
+            raise BadInput(f"cite: no number {key!r} in {_where(dirs)}; did you mean {' or '.join(meant)}?")
         close = [k for k in numbers if key.split(".")[0] in k][:5] or numbers[:5]
-        raise BadInput(
-            f"cite: no number {key!r} in {_where(dirs)}; {len(set(numbers))} keys there, e.g. {', '.join(close)}"
-        )
+        raise BadInput(f"cite: no number {key!r} in {_where(dirs)}; {len(numbers)} keys there, e.g. {', '.join(close)}")
     number = doc["numbers"][key]
     if not well_formed(number):
         raise RunFailed(
