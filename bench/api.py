@@ -63,16 +63,19 @@ def read_points(run_dir: str | Path) -> pd.DataFrame:
     return points.assign(run_id=folder.read_meta(run_dir).get("run_id", run_dir.name), source=source_keys(points))
 
 
-def _with_source(points: pd.DataFrame) -> pd.DataFrame:
+def _with_source(points: pd.DataFrame | str | Path) -> pd.DataFrame:
+    """A points table, or a run folder's (its path), with each row's source."""
+    if isinstance(points, (str, Path)):
+        return read_points(points)
     return points if "source" in points else points.assign(source=source_keys(points))
 
 
-def fit(points: pd.DataFrame) -> pd.DataFrame:
+def fit(points: pd.DataFrame | str | Path) -> pd.DataFrame:
     """Every sweep's exponents with intervals and verdicts: the report's fits.csv."""
     return fits.fit_table(_with_source(points))
 
 
-def table1(points: pd.DataFrame) -> pd.DataFrame:
+def table1(points: pd.DataFrame | str | Path) -> pd.DataFrame:
     """Table 1 beside the measured exponents in n (widest sweep): verdict, exponent [95 % interval] (predicted)."""
     rows = fit(points)
     rows = rows[rows["variable"] == "n"].assign(span=lambda r: r["sweep_x_max"] / r["sweep_x_min"])
@@ -97,7 +100,7 @@ def table1(points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def plot_table1(points: pd.DataFrame, source: str | None = None):
+def plot_table1(points: pd.DataFrame | str | Path, source: str | None = None):
     """The report's first figure of one source (default: the first) as a matplotlib Figure."""
     from .report.sweep_plot import on_sweep_clocks, predicted_from_formula, primary_sweeps
     from .report.table1_figure import PANELS, table1_figure, table1_layers
@@ -118,7 +121,7 @@ def plot_table1(points: pd.DataFrame, source: str | None = None):
     return table1_figure(mine, exponents, source)
 
 
-def crossover(points: pd.DataFrame, attention: str = models.ROLES.attention) -> pd.DataFrame:
+def crossover(points: pd.DataFrame | str | Path, attention: str = models.ROLES.attention) -> pd.DataFrame:
     """n* where `attention` becomes costlier than each other layer at its sizes, by time and by the FLOP formulas."""
     ok = _with_source(points)
     ok = ok[(ok["status"] == "ok") & (ok["mode"] == DEFAULT_MODE)]

@@ -129,3 +129,12 @@ def test_an_option_is_never_taken_for_another_by_its_prefix():
     """`paths --d 16` is refused as `--d`, not read as `--debug` (issue 46: 5); `run --lay` is not `--layers`."""
     assert _cli_error(["paths", "--layers", "lstm", "--n", "64", "--d", "16"]) == "unrecognized arguments: --d 16"
     assert _cli_error(["run", "--lay", "conv", "--n", "8", "--d", "8"]) == "unrecognized arguments: --lay conv"
+
+
+def test_the_analyses_take_a_run_folders_path_as_its_points(measured):
+    """bench.fit("runs/x"), table1, crossover: the folder's points.csv (issue 46: 7)."""
+    folder = measured.attrs["run_dir"]
+    assert folder is not None
+    for call in (bench.fit, bench.table1, bench.crossover):
+        assert call(folder).equals(call(measured)), call.__name__
+        assert call(Path(folder)).equals(call(measured)), call.__name__
