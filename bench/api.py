@@ -40,7 +40,8 @@ def measure(
     **options,
 ) -> pd.DataFrame:
     """`run` of a grid (its options as keywords: k=[3, 5], mode="train"...) or a preset: points.csv as a DataFrame."""
-    argv = ["run", "--yes"] + ([] if progress else ["--no-progress"])
+    resume = options.get("resume")
+    argv = ["run"] + ([] if resume is not None else ["--yes"]) + ([] if progress else ["--no-progress"])
     given = {"layers": layers, "n": n, "d": d, "preset": preset, **options}
     for name, value in given.items():
         if value is None or value is False:
@@ -48,9 +49,14 @@ def measure(
         flag = "--" + name.replace("_", "-")
         argv += [flag] if value is True else [flag, _listed(value)]
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
-        run_dir = Path(out) if out is not None else Path(scratch) / "run"
-        args = build_parser().parse_args([*argv, "--out", str(run_dir)])
-        cmd_run(args, ["bench.measure", *argv])
+        if resume is not None:  # a resume reads its folder and its plan, and takes neither --out nor --yes
+            run_dir, where = Path(resume), []
+        else:
+            run_dir = Path(out) if out is not None else Path(scratch) / "run"
+            where = ["--out", str(run_dir)]
+        if cmd_run(build_parser().parse_args([*argv, *where]), ["bench.measure", *argv]) != 0:
+            # an interrupt, whatever the phase it came in, is the caller's KeyboardInterrupt
+            raise KeyboardInterrupt(f"interrupted: the passes measured so far are stored in {run_dir}")
         points = read_points(run_dir)
     points.attrs["run_dir"] = str(run_dir) if out is not None else None
     return points
@@ -124,7 +130,12 @@ def plot_table1(points: pd.DataFrame | str | Path, source: str | None = None):
 def crossover(points: pd.DataFrame | str | Path, attention: str = models.ROLES.attention) -> pd.DataFrame:
     """n* where `attention` becomes costlier than each other layer at its sizes, by time and by the FLOP formulas."""
     ok = _with_source(points)
-    ok = ok[(ok["status"] == "ok") & (ok["mode"] == DEFAULT_MODE)]
+    ok = ok[(ok["status"] == "ok") & (pd.Series(mode_of(ok), index=ok.index) == DEFAULT_MODE)]
+    if attention not in set(ok["layer"]) or len(set(ok["layer"])) < 2:
+        modes = ", ".join(sorted(set(mode_of(_with_source(points))))) or "none"
+        raise ValueError(
+            f"crossover: no ok inference points of {attention} and another layer to compare (modes here: {modes})"
+        )
     rows = []
     keys = ["source", "d", "batch"]
     for (source, d, batch), group in ok.groupby(keys):

@@ -138,3 +138,35 @@ def test_the_analyses_take_a_run_folders_path_as_its_points(measured):
     for call in (bench.fit, bench.table1, bench.crossover):
         assert call(folder).equals(call(measured)), call.__name__
         assert call(Path(folder)).equals(call(measured)), call.__name__
+
+
+def test_an_interrupt_inside_measure_is_a_keyboard_interrupt_and_resume_finishes_it(tmp_path, monkeypatch):
+    """Ctrl-C after measuring began (issue 46: 2) raises, with nothing returned; measure(resume=D) finishes the run
+    without a word about --out or --yes (46: 6)."""
+    import bench.run
+
+    real = bench.run.Run._passes
+    calls = []
+
+    def interrupted(self, *args, **kwargs):
+        calls.append(1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench.run.Run, "_passes", interrupted)
+    run = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt, match="stored in"):
+        bench.measure("conv", [16, 32], 8, rounds=2, passes=1, target_time=0.002, progress=False, out=run)
+    assert calls  # interrupted inside the passes, before any point was stored
+    assert not (run / "points.csv").exists() or pd.read_csv(run / "points.csv").empty
+    monkeypatch.setattr(bench.run.Run, "_passes", real)
+    points = bench.measure(resume=run, progress=False)
+    assert sorted(points["n"]) == [16, 32] and (points["status"] == "ok").all()
+
+
+def test_crossover_without_inference_points_says_so(tmp_path):
+    """On decode points alone it was an empty frame without a word (issue 46: 8)."""
+    decoded = bench.measure(
+        ["attention", "lstm"], [16, 32], 8, mode="decode", rounds=2, passes=1, target_time=0.002, progress=False
+    )
+    with pytest.raises(ValueError, match=r"no ok inference points of attention .*\(modes here: decode\)"):
+        bench.crossover(decoded)
