@@ -187,12 +187,16 @@ def cmd_paths(args, argv) -> int:
     from .paths import DEFAULT_WINDOW, paths_cases, paths_table
 
     if args.preset is not None:
+        given = [f"--{name}" for name in ("layers", "n", "k", "window") if getattr(args, name, None) is not None]
+        if given:
+            raise BadInput(f"--preset {args.preset} and {' '.join(given)}: give a preset or a grid, not both")
         studies = [
             (cfg.get("layers"), cfg.get("n"), cfg.get("k") or [3], cfg.get("window", DEFAULT_WINDOW))
             for cfg in get_preset(args.preset).paths
         ]
     else:
-        studies = [(args.layers, args.n, args.k or [3], args.window or DEFAULT_WINDOW)]
+        once = [None if v is None else list(dict.fromkeys(v)) for v in (args.layers, args.n, args.k or [3])]
+        studies = [(*once, args.window or DEFAULT_WINDOW)]  # a size given twice is one case
     if not studies or any(not layers or not ns for layers, ns, _, _ in studies):
         raise BadInput("paths: give --preset NAME or --layers and --n")
     for layers, ns, ks, window in studies:

@@ -6,6 +6,7 @@ asked about, or refused without a terminal."""
 
 import io
 
+import pandas as pd
 import psutil
 import pytest
 
@@ -323,3 +324,12 @@ def test_run_above_the_long_run_threshold(capsys, tmp_path, no_measuring, monkey
         assert code == 2 and error.startswith("error: run: ")
         assert ("not a terminal" in error) == (not terminal) and "--yes" in error
         assert terminal or len(err) == 1
+
+
+def test_paths_refuses_a_preset_with_a_grid_and_measures_a_size_given_twice_once(capsys, tmp_path):
+    """`paths --preset quick --n 64` ignored --n; `--layers conv,conv --n 8,8 --k 3,3` wrote 8 rows (issue 46: 15)."""
+    code, err = _main(capsys, ["paths", "--preset", "quick", "--n", "64"])
+    assert code == 2 and err == ["error: --preset quick and --n: give a preset or a grid, not both"]
+    out = tmp_path / "p"
+    assert main(["paths", "--layers", "conv,conv", "--n", "8,8", "--k", "3,3", "--out", str(out)]) == 0
+    assert len(pd.read_csv(out / "paths.csv")) == 1
