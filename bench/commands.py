@@ -201,6 +201,7 @@ def cmd_paths(args, argv) -> int:
         raise BadInput("paths: give --preset NAME or --layers and --n")
     for layers, ns, ks, window in studies:
         _check_paths_study(layers, ns, ks, window)
+    folder.check_side_table_out("paths", args.out)
     total = sum(len(paths_cases(layers, ns, ks)) for layers, ns, ks, _ in studies)
     bar = progress_bar(total, "paths", "rows", show=not args.no_progress)
     try:
@@ -247,6 +248,7 @@ def _write_side_table(args, argv, kind: str, table) -> int:
 def cmd_claims(args, argv) -> int:
     from .claims import CLAIMS, claims_frame, measure_claims
 
+    folder.check_side_table_out("claims", args.out)  # before the measuring, not after it
     bar = progress_bar(len(CLAIMS), "claims", "checked", show=not args.no_progress)
     try:
         table = claims_frame(measure_claims(seed=args.seed, on_claim=bar.update))

@@ -396,6 +396,24 @@ def _csv_rows(path: Path):
         yield from csv.DictReader(f)
 
 
+def check_side_table_out(kind: str, out: Path | None) -> None:
+    """BadInput before measuring where `store_side_table` could not write `out`: a file, a folder that is neither
+    empty nor a run folder, or a run folder that has the table already."""
+    if out is None or not out.exists():
+        return
+    if not out.is_dir():
+        raise BadInput(f"--out {out}: exists and is not a folder")
+    if is_run_dir(out):
+        if (out / f"{kind}.csv").exists():
+            raise BadInput(f"--out {out}: already has {kind}.csv; run folders are never overwritten")
+        return
+    if any(p.name not in WRITER_FILES for p in out.iterdir()):
+        raise BadInput(
+            f"--out {out}: exists and is not empty nor a run folder; give a new folder, or a run folder to add "
+            f"{kind}.csv to"
+        )
+
+
 def store_side_table(kind: str, table, *, out: Path | None, command: list[str], preset: str | None) -> Path:
     """paths.csv / claims.csv / generate.csv, added to an existing run folder or in a new one; returns its path."""
     if out is not None and is_run_dir(out):

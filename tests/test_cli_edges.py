@@ -333,3 +333,20 @@ def test_paths_refuses_a_preset_with_a_grid_and_measures_a_size_given_twice_once
     out = tmp_path / "p"
     assert main(["paths", "--layers", "conv,conv", "--n", "8,8", "--k", "3,3", "--out", str(out)]) == 0
     assert len(pd.read_csv(out / "paths.csv")) == 1
+
+
+@pytest.mark.parametrize("kind", ["claims", "paths"])
+def test_a_side_tables_out_is_checked_before_measuring(capsys, tmp_path, monkeypatch, kind):
+    """`claims --out D` found D unusable only after its measuring, and named a --resume it has not (issue 46: 14)."""
+    import bench.claims
+
+    monkeypatch.setattr(bench.claims, "measure_claims", lambda **kw: pytest.fail("measured before checking --out"))
+    monkeypatch.setattr(bench.paths, "paths_table", lambda *a, **kw: pytest.fail("measured before checking --out"))
+    a_file, busy = tmp_path / "file", tmp_path / "busy"
+    a_file.write_text("x")
+    busy.mkdir()
+    (busy / "notes.txt").write_text("x")
+    grid = ["--layers", "conv", "--n", "16"] if kind == "paths" else []
+    for out, said in [(a_file, "exists and is not a folder"), (busy, "exists and is not empty nor a run folder")]:
+        code, err = _main(capsys, [kind, *grid, "--out", str(out)])
+        assert code == 2 and said in err[0] and "--resume" not in err[0]
