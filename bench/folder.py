@@ -202,6 +202,13 @@ class RunFolder:
         if self.lock is not None:
             self.lock.release()
 
+    def discard_unbegun(self) -> None:
+        """A folder stopped before its meta.json: emptied and released, so that `--out` takes it again."""
+        (self.path / PLAN).unlink(missing_ok=True)
+        self.release()
+        for name in WRITER_FILES:
+            (self.path / name).unlink(missing_ok=True)
+
     @property
     def meta(self) -> MappingProxyType:
         return MappingProxyType(self._meta)

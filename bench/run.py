@@ -119,7 +119,9 @@ class Run:
             with interrupts.deferred():
                 if folder.has_meta():
                     folder.update_meta(status="interrupted")
-                folder.release()
+                    folder.release()
+                else:  # a plan without meta.json can be neither resumed nor reported: nothing is left
+                    folder.discard_unbegun()
             raise
         return run
 

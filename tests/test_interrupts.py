@@ -123,3 +123,20 @@ def test_a_signal_that_comes_while_deferred_is_raised_on_leaving_whichever_threa
             done.append("the deferred block ran to its end")
     sender.join()
     assert done == ["the deferred block ran to its end"]
+
+
+def test_an_interrupt_between_the_plan_and_meta_json_leaves_no_half_made_folder(tmp_path, monkeypatch):
+    """Ctrl-C after plan.json and before meta.json left a folder neither --resume nor --out took (issue 46: 1)."""
+    from bench.cli import main
+    from bench.folder import RunFolder
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        patch.setattr(RunFolder, "begin", interrupted)
+        assert main([*RUN, *FAST, "--yes", "--out", str(out)]) == 130
+    assert [p.name for p in out.iterdir()] == []  # plan.json and the writer's files gone
+    assert main([*RUN, *FAST, "--yes", "--out", str(out)]) == 0  # the folder is taken again
+    assert json.loads((out / "meta.json").read_text())["status"] == "finished"
