@@ -293,10 +293,19 @@ def check_points(df: pd.DataFrame, path: Path, plan: dict[str, dict] | None = No
         for index in df.index[values < 0]:
             raise bad(index, f"{column} = {shown(df[column][index])}, expected a number >= 0")
         df[column] = values
-    if "time_median_s" in df:
-        ok = df["status"] == "ok"
-        for index in df.index[ok & ~(df["time_median_s"] > 0)]:
-            raise bad(index, f"time_median_s = {shown(df['time_median_s'][index])} for an ok point, expected > 0")
+    ok = df["status"] == "ok"
+    # an ok point's own figures: its time, its clock's time, a decode step's state (NaN read as empty above)
+    needed = [("time_median_s", ok, 0)]  # (column, rows, the number each must exceed)
+    if "time_clock" in df:
+        needed.append(("time_cpu_median_s", ok & (df["time_clock"] == "cpu"), 0))
+    if "mode" in df:
+        needed.append(("mem_state_bytes", ok & (df["mode"] == "decode"), -1))
+    for column, rows, floor in needed:
+        if column not in df:
+            continue
+        for index in df.index[rows & ~(df[column] > floor)]:
+            expected = "> 0" if floor == 0 else "a number of bytes"
+            raise bad(index, f"{column} = {shown(df[column][index])} for an ok point, expected {expected}")
     if plan is None:
         return df
     for index, point_id in ids.items():

@@ -57,6 +57,14 @@ DAMAGE = {
         lambda d: _edit_csv(d / "points.csv", "time_median_s", "nan"),
         "points.csv: damaged at line 2: time_median_s = nan for an ok point, expected > 0",
     ),
+    "a NaN on the CPU clock an ok point was fitted on": (  # issue 46: 13
+        lambda d: [_edit_csv(d / "points.csv", c, v) for c, v in (("time_clock", "cpu"), ("time_cpu_median_s", "nan"))],
+        "points.csv: damaged at line 2: time_cpu_median_s = nan for an ok point, expected > 0",
+    ),
+    "a NaN state of an ok decode point": (  # issue 46: 13
+        lambda d: [_edit_csv(d / "points.csv", c, v) for c, v in (("mode", "decode"), ("mem_state_bytes", "nan"))],
+        "points.csv: damaged at line 2: mem_state_bytes = nan for an ok point, expected a number of bytes",
+    ),
     "a negative time": (
         lambda d: _edit_csv(d / "points.csv", "time_median_s", "-0.001"),
         "points.csv: damaged at line 2: time_median_s = -0.001, expected a number >= 0",
