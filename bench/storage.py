@@ -241,7 +241,7 @@ def read_csv(path: Path) -> pd.DataFrame:
 
 def write_table(path: Path, df: pd.DataFrame) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    df.to_csv(tmp, index=False)
+    df.to_csv(tmp, index=False, errors="backslashreplace")  # a run id from a path that is not UTF-8: \xNN
     os.replace(tmp, path)
 
 

@@ -392,3 +392,16 @@ def test_report_sigkilled_at_random_moments_leaves_one_report_whole(tmp_path):
         1 / 0  # noqa: B018
     assert _leftovers(out) == [] and _report_in(out, USER, *whole) == state
     print(f"{len(seen)} kills in {time.monotonic() - kills_started:.1f} s, after each the folder held: {seen}")
+
+
+def test_a_run_under_a_path_that_is_not_utf8_is_reported(tmp_path):
+    """`report` exited 1 with a UnicodeEncodeError writing report.md, naming no file (issue 46: 16)."""
+    import os
+
+    from bench.cli import main
+
+    bad = Path(os.fsdecode(bytes(tmp_path) + b"/bad\xff\xfe"))
+    grid = ["--layers", "conv", "--n", "16,32,64", "--d", "8", "--rounds", "2", "--passes", "1"]
+    assert main(["run", *grid, "--target-time", "0.002", "--no-progress", "--out", str(bad)]) == 0
+    assert main(["report", "--results", str(bad), "--out", str(tmp_path / "report")]) == 0
+    assert "bad\\udcff\\udcfe" in (tmp_path / "report" / "report.md").read_text()

@@ -369,7 +369,7 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
     parts.append(decode_section(ctx))
     if len(points):
         table.to_csv(out_dir / "table.csv", index=False)
-        (out_dir / "table.tex").write_text(summary_latex(table))
+        (out_dir / "table.tex").write_text(summary_latex(table), errors="backslashreplace")
     parts.append(paths_section(ctx))
     if len(points):
         parts.append(sequential_time_section(ctx))
@@ -378,8 +378,10 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
 
     sections = split_sections("\n".join(parts))
     first_screen = "\n".join([headline_md, said, figure_md, verdicts_md, intro])
-    (out_dir / "report.md").write_text(to_markdown(TITLE, first_screen, sections))
-    (out_dir / "report.html").write_text(to_html(TITLE, headline_md, verdicts_md, intro, sections, figure_md, said))
+    # "backslashreplace": a run folder's path that is not UTF-8 (its undecodable bytes) is written as \xNN escapes
+    (out_dir / "report.md").write_text(to_markdown(TITLE, first_screen, sections), errors="backslashreplace")
+    html = to_html(TITLE, headline_md, verdicts_md, intro, sections, figure_md, said)
+    (out_dir / "report.html").write_text(html, errors="backslashreplace")
     every_fit = [f for f in (fit_rows, decode_fits) if len(f)]
     storage.write_table(out_dir / "fits.csv", pd.concat(every_fit, ignore_index=True) if every_fit else fit_rows)
     storage.write_json(out_dir / "numbers.json", numbers_document(ctx.numbers, runs))
