@@ -262,6 +262,8 @@ def cmd_report(args, argv) -> int:
     from .report.build import build_report
 
     out = args.out or numbers.LOCAL_REPORT_DIR
+    if folder.is_run_dir(out):
+        raise BadInput(f"--out {out}: a run folder; a report goes to a folder of its own, e.g. {out}-report")
     bar = progress_bar(None, "report", "figures", show=not args.no_progress)
     try:
         written = build_report(

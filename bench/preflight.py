@@ -15,8 +15,17 @@ import models
 from . import cgroup, estimate, machine
 from .errors import BadInput
 from .estimate import PlanEstimate, PointEstimate, device_kind
-from .spec import LAYER_SIZES, SIZES, PointSpec, expand_grid
-from .sweeps import MIN_FIT_POINTS, SWEEP_KEYS, VARIABLES, asymptotic_range, sweep_keys, sweeps
+from .spec import DECODE_MODE, LAYER_SIZES, SIZES, PointSpec, expand_grid
+from .sweeps import (
+    MIN_FIT_POINTS,
+    SWEEP_KEYS,
+    VARIABLES,
+    asymptotic_range,
+    mode_of_sweep,
+    predicted_row,
+    sweep_keys,
+    sweeps,
+)
 from .timing import TimingPolicy
 
 PLAN_SIZES = (*(s for s in SIZES if s != "batch"), "batch")  # the sizes a warning names, in its order
@@ -57,18 +66,19 @@ def _plan_warning(fixed: dict, sweep: pd.DataFrame, variable: str) -> list[str]:
     kept = asymptotic_range(sweep, variable, layer)
     if len(kept) >= MIN_FIT_POINTS:
         return []
-    row = models.LAYERS[layer].table1
+    decodes = mode_of_sweep(sweep) == DECODE_MODE
+    row = predicted_row(layer, mode_of_sweep(sweep))
+    over_d = row.fit_t_over_d if decodes else row.fit_n_over_d
     values = sorted(int(v) for v in sweep[variable])
     sizes = ", ".join(f"{k}={int(fixed[k])}" for k in PLAN_SIZES if k in fixed and not pd.isna(fixed[k]))
     listed = f"{variable}={','.join(map(str, values))}"
     what = f"the {variable}-sweep {listed}" if len(values) > 1 else f"the single point {listed}"
     why = f"fewer than the {MIN_FIT_POINTS} a fit needs"
-    if row.fit_n_over_d is not None and len(kept) < len(sweep):
-        bound = f" = {row.fit_n_over_d * int(fixed['d'])}" if variable == "n" else ""
-        why = (
-            f"only n >= {row.fit_n_over_d}·d{bound} count, where Table 1's {row.compute_text} term carries the "
-            f"counted FLOPs; {why}"
-        )
+    if over_d is not None and len(kept) < len(sweep):
+        bound = f" = {over_d * int(fixed['d'])}" if variable == "n" else ""
+        term = f"the decode row's {row.compute_text}" if decodes else f"Table 1's {row.compute_text}"
+        length = "t" if decodes else "n"
+        why = f"only {length} >= {over_d}·d{bound} count, where {term} term carries the counted FLOPs; {why}"
     return [
         f"{layer} at {sizes}: {what} keeps {len(kept)} of {len(values)} point{'s' if len(values) != 1 else ''} "
         f"for the FLOPs and memory fits ({why}); {_sizes_that_serve(fixed, sweep, kept, variable)}"

@@ -350,3 +350,29 @@ def test_a_side_tables_out_is_checked_before_measuring(capsys, tmp_path, monkeyp
     for out, said in [(a_file, "exists and is not a folder"), (busy, "exists and is not empty nor a run folder")]:
         code, err = _main(capsys, [kind, *grid, "--out", str(out)])
         assert code == 2 and said in err[0] and "--resume" not in err[0]
+
+
+def test_a_report_is_not_written_into_a_run_folder(capsys, tmp_path):
+    """`report --out <a run folder>` wrote its files among the run's (issue 46, also seen)."""
+    run = tmp_path / "run"
+    grid = [
+        "--layers",
+        "conv",
+        "--n",
+        "8,16,32",
+        "--d",
+        "4",
+        "--rounds",
+        "2",
+        "--passes",
+        "1",
+        "--target-time",
+        "0.002",
+    ]
+    assert main(["run", *grid, "--no-progress", "--out", str(run)]) == 0
+    capsys.readouterr()
+    code, err = _main(capsys, ["report", "--results", str(run), "--out", str(run)])
+    assert code == 2 and err == [
+        f"error: --out {run}: a run folder; a report goes to a folder of its own, e.g. {run}-report"
+    ]
+    assert not (run / "report.md").exists()

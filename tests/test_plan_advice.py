@@ -150,3 +150,9 @@ def test_resume_warns_about_nothing(capsys, tmp_path, no_measuring, monkeypatch)
     monkeypatch.setattr(preflight, "plan_warnings", lambda specs: pytest.fail("a resumed run is not warned about"))
     assert main(["run", "--resume", str(run.dir), "--no-progress"]) == 0
     assert no_measuring == [run.dir] and "fits" not in capsys.readouterr().err
+
+
+def test_a_decode_sweeps_warning_names_the_decode_row_not_table_1():
+    """The decode plan's warning cited "Table 1's O(n²·d) term" (issue 46, also seen)."""
+    (line,) = plan_warnings(_grid([ATTENTION], n=[64, 128, 256], d=[64], modes=["decode"]))
+    assert "the decode row's O(t·d) term" in line and "only t >= 8·d = 512 count" in line and "Table 1" not in line

@@ -158,6 +158,10 @@ def _short_of_points(texts: dict, fit_rows: pd.DataFrame, source: str, layers: l
     )
 
 
+def _layers_lack(count: int) -> str:
+    return "1 layer lacks" if count == 1 else f"{count} layers lack"
+
+
 def load_phrase(ctx: ReportContext, source: str, missing: int) -> str:
     """What other programs' load did to the source's run, and what to do where `missing` layers lack a time verdict."""
     ok = ctx.points[(ctx.points["source"] == source) & (ctx.points["status"] == "ok")]
@@ -195,18 +199,18 @@ def load_phrase(ctx: ReportContext, source: str, missing: int) -> str:
         if on_gpu:
             longest = ok.loc[~clock.reliable(ok), "time_median_s"].max()
             return text + (
-                f". {missing} layers lack a time verdict because {stayed} of {len(ok)} points stayed unreliable, "
+                f". {_layers_lack(missing)} a time verdict because {stayed} of {len(ok)} points stayed unreliable, "
                 f"calls of {longest * 1e3:.2g} ms or less whose passes disagreed or whose rounds spread"
                 + (f" while other programs took at most {round(busy.max(), 1)}{of}" if len(busy) else "")
                 + ". To get them: more time per point (`--target-time`) or more passes (`--passes`)."
             )
         text += (
-            f". {missing} layers lack a time verdict because {stayed} of {len(ok)} points stayed "
+            f". {_layers_lack(missing)} a time verdict because {stayed} of {len(ok)} points stayed "
             f"unreliable: other programs kept {round(busy.min(), 1)}–{round(busy.max(), 1)}{of} busy while they "
             "were timed. To get them: close other programs and run `make bench` again, give each point more "
             "time (`--target-time`), or time on the CPU clock (`--clock cpu`, one thread)"
             if len(busy)
-            else f". {missing} layers lack a time verdict because {stayed} of {len(ok)} points stayed unreliable"
+            else f". {_layers_lack(missing)} a time verdict because {stayed} of {len(ok)} points stayed unreliable"
         )
     return text + "."
 

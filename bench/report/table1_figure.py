@@ -4,6 +4,7 @@ Table 1's rows' primary n-sweep, log-log, predicted slopes dashed, untrusted tim
 from __future__ import annotations
 
 import math
+import warnings
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -97,7 +98,9 @@ def table1_figure(data: pd.DataFrame, exponents: dict, title: str):
         if hollow:
             handles.append(hollow_handle())
             labels.append("time not to be trusted")
-        fig.tight_layout()
+        with warnings.catch_warnings():  # the legend's axes are not tight_layout's: said on stderr, not a fault
+            warnings.filterwarnings("ignore", "This figure includes Axes that are not compatible", UserWarning)
+            fig.tight_layout()
         fig.legend(
             handles,
             labels,
