@@ -19,12 +19,10 @@ Sizes = int | Iterable[int] | None
 
 
 def _text(value) -> str:
-    """One value as the command line writes it: a numpy number as the number it holds."""
     return str(value.item() if hasattr(value, "item") and not isinstance(value, str) else value)
 
 
 def _listed(values) -> str:
-    """A scalar, or a list joined by commas (run's rule then says whether the option takes several)."""
     scalar = isinstance(values, (str, bytes)) or not isinstance(values, Iterable)
     return ",".join(_text(v) for v in ([values] if scalar else values))
 
@@ -49,13 +47,12 @@ def measure(
         flag = "--" + name.replace("_", "-")
         argv += [flag] if value is True else [flag, _listed(value)]
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
-        if resume is not None:  # a resume reads its folder and its plan, and takes neither --out nor --yes
+        if resume is not None:
             run_dir, where = Path(resume), []
         else:
             run_dir = Path(out) if out is not None else Path(scratch) / "run"
             where = ["--out", str(run_dir)]
         if cmd_run(build_parser().parse_args([*argv, *where]), ["bench.measure", *argv]) != 0:
-            # an interrupt, whatever the phase it came in, is the caller's KeyboardInterrupt
             raise KeyboardInterrupt(f"interrupted: the passes measured so far are stored in {run_dir}")
         points = read_points(run_dir)
     points.attrs["run_dir"] = str(run_dir) if out is not None else None
@@ -70,7 +67,6 @@ def read_points(run_dir: str | Path) -> pd.DataFrame:
 
 
 def _with_source(points: pd.DataFrame | str | Path) -> pd.DataFrame:
-    """A points table, or a run folder's (its path), with each row's source."""
     if isinstance(points, (str, Path)):
         return read_points(points)
     return points if "source" in points else points.assign(source=source_keys(points))

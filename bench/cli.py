@@ -29,8 +29,7 @@ DESCRIPTION = (
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse prints usage and exits 2 on a bad argument; we want one line and no usage dump, and no option taken
-    for another by its prefix (`--d` is not `--debug`)."""
+    """One line and no usage dump on a bad argument; no option taken for another by its prefix."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, allow_abbrev=False, **kwargs)

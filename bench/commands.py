@@ -196,7 +196,7 @@ def cmd_paths(args, argv) -> int:
         ]
     else:
         once = [None if v is None else list(dict.fromkeys(v)) for v in (args.layers, args.n, args.k or [3])]
-        studies = [(*once, args.window or DEFAULT_WINDOW)]  # a size given twice is one case
+        studies = [(*once, args.window or DEFAULT_WINDOW)]
     if not studies or any(not layers or not ns for layers, ns, _, _ in studies):
         raise BadInput("paths: give --preset NAME or --layers and --n")
     for layers, ns, ks, window in studies:
@@ -248,7 +248,7 @@ def _write_side_table(args, argv, kind: str, table) -> int:
 def cmd_claims(args, argv) -> int:
     from .claims import CLAIMS, claims_frame, measure_claims
 
-    folder.check_side_table_out("claims", args.out)  # before the measuring, not after it
+    folder.check_side_table_out("claims", args.out)
     bar = progress_bar(len(CLAIMS), "claims", "checked", show=not args.no_progress)
     try:
         table = claims_frame(measure_claims(seed=args.seed, on_claim=bar.update))

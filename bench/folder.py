@@ -203,7 +203,6 @@ class RunFolder:
             self.lock.release()
 
     def discard_unbegun(self) -> None:
-        """A folder stopped before its meta.json: emptied and released, so that `--out` takes it again."""
         (self.path / PLAN).unlink(missing_ok=True)
         self.release()
         for name in WRITER_FILES:
@@ -404,8 +403,7 @@ def _csv_rows(path: Path):
 
 
 def check_side_table_out(kind: str, out: Path | None) -> None:
-    """BadInput before measuring where `store_side_table` could not write `out`: a file, a folder that is neither
-    empty nor a run folder, or a run folder that has the table already."""
+    """BadInput before measuring where `store_side_table` could not write `out`."""
     if out is None or not out.exists():
         return
     if not out.is_dir():

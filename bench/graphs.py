@@ -43,7 +43,7 @@ def replay_rounds(graph: torch.cuda.CUDAGraph, calls: int, rounds: int) -> tuple
 def device_rounds(call: Callable[[], object], calls: int, rounds: int) -> tuple[tuple[float, ...], int]:
     """(seconds per call of each replay, calls per graph); the graph freed after."""
     calls = max(1, min(calls, MAX_GRAPH_CALLS))
-    torch.cuda.empty_cache()  # the eager calls' blocks back before the graph's pool takes its own
+    torch.cuda.empty_cache()
     graph = capture(call, calls)
     try:
         return replay_rounds(graph, calls, rounds), calls

@@ -120,7 +120,7 @@ class Run:
                 if folder.has_meta():
                     folder.update_meta(status="interrupted")
                     folder.release()
-                else:  # a plan without meta.json can be neither resumed nor reported: nothing is left
+                else:
                     folder.discard_unbegun()
             raise
         return run

@@ -241,7 +241,7 @@ def read_csv(path: Path) -> pd.DataFrame:
 
 def write_table(path: Path, df: pd.DataFrame) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    df.to_csv(tmp, index=False, errors="backslashreplace")  # a run id from a path that is not UTF-8: \xNN
+    df.to_csv(tmp, index=False, errors="backslashreplace")
     os.replace(tmp, path)
 
 
@@ -294,8 +294,7 @@ def check_points(df: pd.DataFrame, path: Path, plan: dict[str, dict] | None = No
             raise bad(index, f"{column} = {shown(df[column][index])}, expected a number >= 0")
         df[column] = values
     ok = df["status"] == "ok"
-    # an ok point's own figures: its time, its clock's time, a decode step's state (NaN read as empty above)
-    needed = [("time_median_s", ok, 0)]  # (column, rows, the number each must exceed)
+    needed = [("time_median_s", ok, 0)]
     if "time_clock" in df:
         needed.append(("time_cpu_median_s", ok & (df["time_clock"] == "cpu"), 0))
     if "mode" in df:

@@ -378,7 +378,6 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
 
     sections = split_sections("\n".join(parts))
     first_screen = "\n".join([headline_md, said, figure_md, verdicts_md, intro])
-    # "backslashreplace": a run folder's path that is not UTF-8 (its undecodable bytes) is written as \xNN escapes
     (out_dir / "report.md").write_text(to_markdown(TITLE, first_screen, sections), errors="backslashreplace")
     html = to_html(TITLE, headline_md, verdicts_md, intro, sections, figure_md, said)
     (out_dir / "report.html").write_text(html, errors="backslashreplace")

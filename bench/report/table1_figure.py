@@ -98,7 +98,7 @@ def table1_figure(data: pd.DataFrame, exponents: dict, title: str):
         if hollow:
             handles.append(hollow_handle())
             labels.append("time not to be trusted")
-        with warnings.catch_warnings():  # the legend's axes are not tight_layout's: said on stderr, not a fault
+        with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "This figure includes Axes that are not compatible", UserWarning)
             fig.tight_layout()
         fig.legend(
