@@ -339,6 +339,7 @@ def test_paths_refuses_a_preset_with_a_grid_and_measures_a_size_given_twice_once
 def test_a_side_tables_out_is_checked_before_measuring(capsys, tmp_path, monkeypatch, kind):
     """`claims --out D` found D unusable only after its measuring, and named a --resume it has not (issue 46: 14)."""
     import bench.claims
+    import bench.paths
 
     monkeypatch.setattr(bench.claims, "measure_claims", lambda **kw: pytest.fail("measured before checking --out"))
     monkeypatch.setattr(bench.paths, "paths_table", lambda *a, **kw: pytest.fail("measured before checking --out"))
