@@ -41,15 +41,14 @@ def split_kv_attention(
     query = q.unsqueeze(2) * e**-0.5
     maxima, sums, outputs = [], [], []
     for k_c, v_c, first in parts:
-        scores = (k_c @ query.transpose(-2, -1)).transpose(-2, -1)
-        if seen is not None and seen < total:
-            position = torch.arange(first, first + k_c.shape[2] * k_c.shape[3], device=q.device)
-            scores.masked_fill_(position.view(k_c.shape[2], 1, k_c.shape[3]) >= seen, float("-inf"))
+        scores = (k_c @ query.transpose(-2, -1)).squeeze(-1)
+        if seen is not None and seen < first + scores.shape[2] * scores.shape[3]:
+            scores.view(*scores.shape[:2], -1)[:, :, max(0, seen - first) :].fill_(float("-inf"))
         top = scores.amax(-1, keepdim=True)
         weights = scores.sub_(top.masked_fill(top == float("-inf"), 0.0)).exp_()
-        maxima.append(top)
-        sums.append(weights.sum(-1, keepdim=True))
-        outputs.append(weights @ v_c)
+        maxima.append(top.unsqueeze(-1))
+        sums.append(weights.sum(-1, keepdim=True).unsqueeze(-1))
+        outputs.append(weights.unsqueeze(-2) @ v_c)
     top, total_sum, out = (torch.cat(t, 2) for t in (maxima, sums, outputs))
     scale = torch.exp(top - top.amax(2, keepdim=True))
     return (out * scale).sum(2) / (total_sum * scale).sum(2)
