@@ -21,7 +21,7 @@ from bench.folder import POINTS, store_side_table
 from bench.graphs import capture, device_rounds
 from bench.peak import memory_bandwidth
 from bench.point import decode_call
-from bench.spec import PointSpec
+from bench.spec import LAYER_SIZES, PointSpec
 from models import LayerConfig
 
 
@@ -31,9 +31,7 @@ def _synchronize(device: str) -> None:
 
 
 def _spec_of(row: pd.Series) -> PointSpec:
-
-    sizes = {s: int(row[s]) for s in ("k", "heads", "window", "dilation") if s in row and row[s] == row[s]}
-    causal = str(row.get("causal", "")).lower() in ("true", "1", "1.0")
+    sizes = {s: int(row[s]) for s in LAYER_SIZES if s in row and row[s] == row[s]}
     return PointSpec(
         row["layer"],
         int(row["n"]),
@@ -43,7 +41,6 @@ def _spec_of(row: pd.Series) -> PointSpec:
         device=row["device"],
         dtype=row["dtype"],
         mode=row["mode"],
-        causal=causal,
     )
 
 
@@ -88,14 +85,7 @@ def check_run(run_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _step_bytes(layer: torch.nn.Module, spec: PointSpec, state_bytes: int) -> int:
-
-    weights = sum(p.nbytes for p in layer.parameters())
-    return state_bytes + weights + 2 * spec.batch * spec.d * spec.config().elem_bytes
-
-
 def _device_time(call, device: str, rounds: int = 10) -> tuple[float, str]:
-
     if device.startswith("cuda"):
         times, _ = device_rounds(call, 20, rounds)
         return float(torch.tensor(times).median()), "device"
@@ -116,10 +106,11 @@ def sweep_splits(device: str, t: int, d: int, heads: int, batch: int, dtype: str
         if s:
             layer.splits = s
         with torch.inference_mode():
-            call, state_bytes = decode_call(spec, layer, 0)
+            call, _ = decode_call(spec, layer, 0)
             seconds, clock = _device_time(call, device)
-        moved = _step_bytes(layer, spec, state_bytes)
-        chosen = models.split_kv.kv_splits(device, batch * heads, t + 1) if name == "attention_split" else None
+        moved = models.analytic_decode_min_bytes(name, batch, t, spec.config())
+        slots = models.split_kv.padded_slots(t + 1)
+        chosen = models.split_kv.kv_splits(device, batch * heads, slots) if name == "attention_split" else None
         rows.append(
             dict(
                 layer=name,
