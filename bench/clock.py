@@ -33,9 +33,8 @@ def _stored_false(values: pd.Series) -> pd.Series:
 def reliable_on(points: pd.DataFrame, clock: str) -> pd.Series:
     """Whether each point's median on `clock` is to be trusted; older runs: `time_reliable`, wall clock only."""
     if clock == DEVICE:
-        graph = has_graph(points)
-        wall = reliable_on(points, WALL)
-        return wall.where(~graph, _no_flag(points[FLAG_COLUMN[DEVICE]]) if graph.any() else wall)
+        graph, wall = has_graph(points), reliable_on(points, WALL)
+        return wall.where(~graph, _no_flag(points[FLAG_COLUMN[DEVICE]])) if graph.any() else wall
     if FLAG_COLUMN[clock] in points:
         return _no_flag(points[FLAG_COLUMN[clock]])
     if clock == CPU:
