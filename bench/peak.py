@@ -205,7 +205,7 @@ def _triad(device: str, elements: int, policy: TimingPolicy) -> dict:
     return out
 
 
-def memory_bandwidth(device: str) -> dict:
+def memory_bandwidth(device: str, swept: dict | None = None) -> dict:
     """The device's memory bandwidth by the triad, its best round (STREAM's figure); `cache`: inside that cache."""
     on_gpu = device.startswith("cuda")
     if on_gpu:
@@ -217,7 +217,7 @@ def memory_bandwidth(device: str) -> dict:
     out |= {"kernel": f"triad a = b + {TRIAD_SCALAR:g}·c, float32", "last_level_cache_bytes": cache}
     if on_gpu:  # on a GPU a triad that fits in L2 is a few µs: its launch, not its bandwidth
         return out
-    swept = hierarchy.measure(
+    swept = swept or hierarchy.measure(
         lambda elements: _triad(device, elements, HIERARCHY_POLICY)["bytes_per_s"], cache, available
     )
     out["hierarchy"] = swept

@@ -285,7 +285,8 @@ class Run:
             if when in bandwidths.get(device, {}).get("measured", {}):
                 continue
             self.log(f"memory bandwidth and operator latency of {device}, at the {when} of the run")
-            bandwidths[device] = with_bandwidth(bandwidths.get(device), when, memory_bandwidth(device))
+            swept = (bandwidths.get(device) or {}).get("hierarchy")
+            bandwidths[device] = with_bandwidth(bandwidths.get(device), when, memory_bandwidth(device, swept))
             latencies[device] = with_latency(latencies.get(device), when, op_latency(device))
         self.folder.update_meta(compute_peak=peaks, memory_bandwidth=bandwidths, op_latency=latencies)
 

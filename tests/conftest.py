@@ -43,9 +43,9 @@ def _compute_peak_measured_once():
             measured[key] = real(device, dtype)
         return copy.deepcopy(measured[key])
 
-    def memory_bandwidth(device):
+    def memory_bandwidth(device, swept=None):
         if device not in measured:
-            measured[device] = real_bandwidth(device)
+            measured[device] = real_bandwidth(device, swept)
         return copy.deepcopy(measured[device])
 
     def op_latency(device):

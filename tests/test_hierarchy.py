@@ -63,3 +63,14 @@ def test_the_explicit_attentions_scores_spill_out_of_the_measured_cache(effectiv
     cfg = models.LayerConfig(d=32, heads=4)
     assert out.min_bytes == models.analytic_min_bytes("attention_math", 1, 4096, cfg, effective or 480 * MiB)
     assert out.ceiling == ceiling and not math.isnan(out.bound)
+
+
+def test_a_runs_end_reuses_its_starts_sweep(monkeypatch):
+    """The sweep takes seconds: measured once a run, at its start; the end's triads read its effective cache."""
+    from bench import peak
+
+    given = {"effective_last_level_cache_bytes": 8 * MiB, "working_set_bytes": [], "bytes_per_s": [], "levels": []}
+    monkeypatch.setattr(hierarchy, "measure", lambda *a: pytest.fail("swept again"))
+    out = peak.memory_bandwidth("cpu", given)
+    assert out["hierarchy"] is given and out["effective_last_level_cache_bytes"] == 8 * MiB
+    assert out["cache"]["array_bytes"] == 8 * MiB // peak.TRIAD_IN_CACHE_SHARE // 4 * 4

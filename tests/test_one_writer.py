@@ -40,7 +40,7 @@ FAKE_BANDWIDTH = {"bytes_per_s": 1e10, "median_bytes_per_s": 1e10, "array_bytes"
 FAKE_LATENCY = {"seconds": 2e-6, "kernel": "a stand-in"}
 PEAK_STUB = (
     f"import bench.run\nbench.run.compute_peak = lambda device, dtype: dict({FAKE_PEAK!r}, dtype=str(dtype))\n"
-    f"bench.run.memory_bandwidth = lambda device: dict({FAKE_BANDWIDTH!r})\n"
+    f"bench.run.memory_bandwidth = lambda device, swept=None: dict({FAKE_BANDWIDTH!r})\n"
     f"bench.run.op_latency = lambda device: dict({FAKE_LATENCY!r})\n"
 )
 
@@ -50,7 +50,7 @@ def _fake_peak(monkeypatch):
     import bench.run  # noqa: PLC0415
 
     monkeypatch.setattr(bench.run, "compute_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
-    monkeypatch.setattr(bench.run, "memory_bandwidth", lambda device: dict(FAKE_BANDWIDTH))
+    monkeypatch.setattr(bench.run, "memory_bandwidth", lambda device, swept=None: dict(FAKE_BANDWIDTH))
     monkeypatch.setattr(bench.run, "op_latency", lambda device: dict(FAKE_LATENCY))
 
 
