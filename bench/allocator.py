@@ -1,5 +1,4 @@
-"""The CPU allocator's policy while measuring: glibc malloc keeps the memory it got, so a warm call takes no
-page fault whatever points ran before it. Method: docs/method.md."""
+"""While measuring, glibc malloc keeps the memory it got: a warm call takes no page fault, whatever ran before it."""
 
 from __future__ import annotations
 

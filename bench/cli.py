@@ -17,9 +17,9 @@ import models
 from . import interrupts
 from .commands import COMMANDS, MAX_PATHS_N
 from .errors import BadInput, RunFailed
+from .policy import CLOCK_CHOICES, MAX_PASSES, MAX_ROUNDS, MAX_TARGET_TIME_S, MIN_ROUNDS_PER_PASS, TimingPolicy
 from .preflight import LONG_RUN_S, format_duration
 from .spec import MODES
-from .timing import CLOCK_CHOICES, MIN_ROUNDS_PER_PASS, TimingPolicy
 
 DESCRIPTION = (
     "Measure the complexity table of sequence layers (Vaswani et al. 2017, Table 1) on this machine: FLOPs, "
@@ -38,10 +38,6 @@ class _Parser(argparse.ArgumentParser):
         raise BadInput(message)
 
 
-# A value beyond these passes argparse's type but makes every point an error or the run hang: bad input (exit 2).
-MAX_TARGET_TIME_S = 60.0  # seconds of rounds per point: infinity overflows the round count; a minute is ample
-MAX_ROUNDS = 10_000  # each round lasts at least min_round_s, and timings.jsonl keeps every round
-MAX_PASSES = 100  # each pass visits every point and times at least MIN_ROUNDS_PER_PASS rounds of it
 MAX_SEED = 2**32 - 1  # what torch, numpy's legacy seeding and random all take (the claims' seed·1000 + i too)
 
 
@@ -164,24 +160,7 @@ def _no_progress(parser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    common = _Parser(add_help=False)
-    common.add_argument("--debug", action="store_true", help="show tracebacks of failures")
-    parser = _Parser(prog="python -m bench", description=DESCRIPTION, parents=[common])
-    sub = parser.add_subparsers(
-        dest="command",
-        required=True,
-        parser_class=_Parser,
-        metavar="COMMAND",
-        help="one of these; `python -m bench COMMAND --help` gives its options",
-    )
-
-    def command(name: str) -> argparse.ArgumentParser:
-        help, description = COMMAND_TEXT[name]
-        return sub.add_parser(name, parents=[common], help=help, description=description)
-
-    run = command("run")
-    _grid_options(run, "a preset from presets.toml (see `list`)", "64,128,256", "(required for it)")
+def _run_sizes(run: argparse.ArgumentParser) -> None:
     run.add_argument("--d", type=_int_list("d"), help="widths")
     run.add_argument(
         "--dilation", type=_int_list("dilation"), help="dilations of conv_dilated, e.g. 1,4 (default: k itself)"
@@ -204,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--causal", action="store_true", help="the layers' causal form: output i from inputs 0..i (a grid's)"
     )
+
+
+def _run_timing(run: argparse.ArgumentParser) -> None:
     logical_cores = psutil.cpu_count() or 1
     run.add_argument(
         "--threads",
@@ -247,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"seed of the layers' weights, the inputs and the shuffled order of the passes, 0 to {MAX_SEED} "
         "(default 0)",
     )
+
+
+def _run_output(run: argparse.ArgumentParser) -> None:
     run.add_argument("--out", type=Path, help="a new or empty folder for the run (default results/<run-id>)")
     run.add_argument(
         "--resume",
@@ -273,14 +258,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --ray: a GPU point's worker holds its whole node (all its GPUs and CPUs), not one GPU and its "
         "share of the CPUs; a CPU point's worker always holds all of its node's CPUs",
     )
+
+
+def _run_options(run: argparse.ArgumentParser) -> None:
+    _grid_options(run, "a preset from presets.toml (see `list`)", "64,128,256", "(required for it)")
+    _run_sizes(run)
+    _run_timing(run)
+    _run_output(run)
     _no_progress(run)
 
-    paths = command("paths")
+
+def _paths_options(paths: argparse.ArgumentParser) -> None:
     _grid_options(paths, "take layers, n, k and window from a preset", f"64,256 (2 to {MAX_PATHS_N})", "(default 16)")
     paths.add_argument("--out", type=Path, help="a run folder to add paths.csv to, or a new folder")
     _no_progress(paths)
 
-    claims = command("claims")
+
+def _claims_options(claims: argparse.ArgumentParser) -> None:
     claims.add_argument(
         "--seed",
         type=_bounded_int(0, MAX_SEED, "what torch, numpy and random all accept as a seed"),
@@ -290,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     claims.add_argument("--out", type=Path, help="a run folder to add claims.csv to, or a new folder")
     _no_progress(claims)
 
-    report = command("report")
+
+def _report_options(report: argparse.ArgumentParser) -> None:
     report.add_argument(
         "--results",
         type=Path,
@@ -313,7 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="set the reference runs (results/reference/) beside the others: each machine apart, never averaged",
     )
 
-    cite = command("cite")
+
+def _cite_options(cite: argparse.ArgumentParser) -> None:
     cite.add_argument(
         "key",
         nargs="?",
@@ -337,7 +333,30 @@ def build_parser() -> argparse.ArgumentParser:
         "a key in both is read from the first)",
     )
 
-    command("list")
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show tracebacks of failures")
+    parser = _Parser(prog="python -m bench", description=DESCRIPTION, parents=[common])
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        parser_class=_Parser,
+        metavar="COMMAND",
+        help="one of these; `python -m bench COMMAND --help` gives its options",
+    )
+    for name, options in (
+        ("run", _run_options),
+        ("paths", _paths_options),
+        ("claims", _claims_options),
+        ("report", _report_options),
+        ("cite", _cite_options),
+        ("list", None),
+    ):
+        words, description = COMMAND_TEXT[name]
+        command = sub.add_parser(name, parents=[common], help=words, description=description)
+        if options is not None:
+            options(command)
     return parser
 
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .timing import CPU, DEVICE, THREAD, WALL
+from .policy import CPU, DEVICE, THREAD, WALL
+from .probes.timed import column
 
 # clock -> (median, interval low, interval high, IQR) columns of points.csv
 TIME_COLUMNS = {
-    WALL: ("time_median_s", "time_ci_low_s", "time_ci_high_s", "time_iqr_s"),
-    CPU: ("time_cpu_median_s", "time_cpu_ci_low_s", "time_cpu_ci_high_s", "time_cpu_iqr_s"),
-    DEVICE: ("time_device_median_s", "time_device_ci_low_s", "time_device_ci_high_s", "time_device_iqr_s"),
+    c: tuple(column(c, s) for s in ("median_s", "ci_low_s", "ci_high_s", "iqr_s")) for c in (WALL, CPU, DEVICE)
 }
-FLAG_COLUMN = {WALL: "time_wall_flag", CPU: "time_cpu_flag", DEVICE: "time_device_flag"}
+FLAG_COLUMN = {c: column(c, "flag") for c in (WALL, CPU, DEVICE)}
 
 
 def has_graph(points: pd.DataFrame) -> pd.Series:

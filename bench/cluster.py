@@ -15,11 +15,12 @@ from contextlib import contextmanager
 
 from .errors import BadInput, RunFailed
 from .folder import RunFolder
+from .policy import TimingPolicy
 from .progress import progress_bar
 from .ray_phase import Phase, Sweep
 from .ray_worker import plural
+from .result import skip_if_blocked
 from .spec import PointSpec
-from .timing import TimingPolicy
 
 INSTALL_HINT = 'pip install -e ".[ray]"'
 CONNECT_TIMEOUT_S = 5.0  # the TCP check of a HOST:PORT before ray.init, which would retry for minutes
@@ -138,7 +139,7 @@ class Cluster:
             machines=meta.get("machines", {}),
             threads_reason=reason if reason.startswith(ON_RAY) else f"{ON_RAY}; {meta.get('threads_reason')}",
         )
-        pending = [s for s in specs if not folder.skip_if_blocked(s)]
+        pending = [s for s in specs if not skip_if_blocked(folder, s, int(folder.meta["threads"]))]
         self.log(f"{self.describe()}; {plural(len(pending), 'point')} to measure; placement: {PLACEMENT}")
         bar = progress_bar(len(pending), "points", "stored", show=progress)
         sweep = Sweep(folder, policy, seed, threads)

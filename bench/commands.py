@@ -12,11 +12,11 @@ import models
 
 from . import folder, interrupts, machine, storage
 from .errors import BadInput, RunFailed
+from .policy import CPU, TimingPolicy
 from .preflight import before_measuring, print_lines, wide_kernel_warnings
 from .presets import Preset, get_preset, load_presets
 from .progress import progress_bar
 from .spec import DEFAULT_MODE, SIZES, PointSpec, expand_grid
-from .timing import CPU, TimingPolicy
 
 MAX_PATHS_N = 16_384  # the paths study runs a stack of up to n−1 layers over n positions; attention_math holds n²
 MAX_PATHS_POSITIONS = 2**22  # conv_dilated is probed inside k·n extra positions each side (bench/paths.py)

@@ -1,5 +1,4 @@
-"""Which output positions of a layer depend on which inputs, and through how many steps: pure probes of one module
-on one input (NaN and tangent reachability, a recurrence's cell steps, operator depth). Method: docs/method.md."""
+"""Pure probes of which outputs depend on which inputs, in how many steps: NaN, tangents, cell steps, operator depth."""
 
 from __future__ import annotations
 
@@ -102,7 +101,7 @@ class CellStepMode(TorchDispatchMode):
         out = func(*args, **kwargs)
         self.step = args[2] % self.x.shape[1]
         if self.step == self.source:
-            self.tags[out] = (0, self.step)  # x_0 enters here
+            self.tags[out] = (0, self.step)
         return out
 
 

@@ -1,5 +1,4 @@
-"""A run's duration and its largest point's memory, estimated from the plan and one compute rate per device and dtype
-(bench.peak), said before the run by bench/preflight.py. Method: docs/method.md."""
+"""A run's duration and largest point's memory, from the plan and a compute rate per device and dtype (bench.peak)."""
 
 from __future__ import annotations
 
@@ -14,8 +13,8 @@ from models.recurrent import onednn_takes
 
 from . import peak
 from .formats import stored_peaks
+from .policy import WARMUP_ROUNDS, TimingPolicy
 from .spec import DECODE_MODE, PointSpec, device_key
-from .timing import WARMUP_ROUNDS, TimingPolicy
 
 # Fitted to the reference runs (results/reference/): CPU ones to the quick preset's, CUDA ones to the H200's.
 CALL_OVERHEAD_S = {"cpu": 50e-6, "cuda": 50e-6}

@@ -13,7 +13,7 @@ from scipy import optimize, stats
 import models
 
 from . import clock as clocks
-from . import timing
+from . import policy
 from .spec import DECODE_MODE, DEFAULT_MODE
 from .sweeps import (
     ELEMENTWISE_SHARE_THRESHOLD,
@@ -82,7 +82,7 @@ def method_text() -> str:
         f"Exponents are least-squares slopes on log-log data. Each has a {_g(100 * CONFIDENCE)} % interval "
         f"e ± sqrt(h_reg² + h_meas²): h_reg from the regression (t distribution, m − 2 degrees of freedom), "
         f"h_meas from the points' own uncertainty, for time only (FLOPs and memory are exact per point): each "
-        f"point's stored {_g(100 * timing.CONFIDENCE)} % interval of its median time gives the spread of its "
+        f"point's stored {_g(100 * policy.CONFIDENCE)} % interval of its median time gives the spread of its "
         f"log time, propagated exactly through the slope. A time fit uses one clock for all its points, the CPU "
         f"clock where any of them was timed on it (bench.clock), and says which. Verdicts ({marks}): with the band "
         f"predicted {tolerances}, consistent when the whole interval lies inside the band, inconsistent when it "
@@ -113,7 +113,7 @@ def _z(confidence: float) -> float:
     return float(stats.norm.ppf(0.5 + confidence / 2))
 
 
-def log_sigma_from_interval(ci_low, ci_high, confidence: float = timing.CONFIDENCE) -> np.ndarray:
+def log_sigma_from_interval(ci_low, ci_high, confidence: float = policy.CONFIDENCE) -> np.ndarray:
     """σ of a log median implied by its interval: (log high − log low) / (2·z); NaN where there is none."""
     low, high = np.asarray(ci_low, float), np.asarray(ci_high, float)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -178,7 +178,7 @@ def _measurement_sigma(data: pd.DataFrame) -> tuple[np.ndarray | None, str]:
     stored = int(np.isfinite(sigma).sum())
     if stored == 0:
         return None, "none stored"
-    text = f"per-point {_g(100 * timing.CONFIDENCE)} % intervals"
+    text = f"per-point {_g(100 * policy.CONFIDENCE)} % intervals"
     if stored < len(sigma):
         text += f", stored for {stored} of {len(sigma)} points"
     return np.nan_to_num(sigma, nan=0.0), text

@@ -1,5 +1,4 @@
-"""The FLOP counter's tables (bench.flops): a formula for each operator torch's FlopCounterMode misses, the
-operators that do no matrix work, and element-wise estimates for fused kernels. Method: docs/method.md."""
+"""bench.flops' tables: formulas FlopCounterMode lacks, ops without matrix work, fused kernels' element-wise work."""
 
 from __future__ import annotations
 
@@ -128,7 +127,7 @@ FLOP_FORMULAS: dict[OpOverloadPacket, Callable[..., int]] = {
     aten._scaled_dot_product_fused_attention_overrideable: sdpa_flop,  # out-of-tree backends (XPU, ...)
     aten._scaled_dot_product_attention_math_for_mps: sdpa_flop,  # Apple GPU
     # Backward (mode "train"): fused kernels' backward, and torch's grouped-convolution formula corrected.
-    aten.mkldnn_rnn_layer_backward: mkldnn_rnn_layer_backward_flop,  # CPU nn.LSTM (oneDNN)
+    aten.mkldnn_rnn_layer_backward: mkldnn_rnn_layer_backward_flop,
     aten._cudnn_rnn_backward: cudnn_rnn_backward_flop,
     aten.miopen_rnn_backward: cudnn_rnn_backward_flop,
     aten._scaled_dot_product_flash_attention_for_cpu_backward: cpu_flash_attention_backward_flop,
@@ -227,8 +226,7 @@ def mkldnn_rnn_layer_elementwise(
 
 
 def cudnn_rnn_elementwise(input_shape: Shape, weight: list[Shape], weight_stride0: int, *args, **kwargs) -> int:
-    # One group of weight_stride0 tensors per layer and direction: w_ih (g·h, in), w_hh (g·h, h or proj),
-    # then b_ih, b_hh if weight_stride0 is 4 or 5, then w_hr (proj, h) if it is 3 or 5 (projections).
+    # weight_stride0 tensors per layer and direction: w_ih (g·h, in), w_hh (g·h, h or proj), b_ih, b_hh, w_hr (proj, h)
     has_bias, has_proj = weight_stride0 in (4, 5), weight_stride0 in (3, 5)
     total = 0
     for first in range(0, len(weight), weight_stride0):

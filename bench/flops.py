@@ -1,5 +1,4 @@
-"""Counted FLOPs of one call: torch's FlopCounterMode with bench.flop_formulas for the kernels it misses; an
-operator that ran without a formula is reported, never counted as 0. Method: docs/method.md."""
+"""One call's FLOPs by FlopCounterMode and bench.flop_formulas; an op without a formula is reported, never counted 0."""
 
 from __future__ import annotations
 

@@ -3,7 +3,6 @@ plan.json, every append to its files, and what a resume finds stored. method: do
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
@@ -19,12 +18,11 @@ import pandas as pd
 import torch
 from filelock import FileLock, Timeout
 
-from . import formats, machine, storage
+from . import formats, machine, schema, storage
 from .deaths import at_start
 from .errors import BadInput, RunFailed
-from .point import unmeasured_row
+from .policy import TimingPolicy
 from .spec import IDENTITY, PointSpec, validate
-from .timing import TimingPolicy
 
 META, PLAN, POINTS, TIMINGS, STARTED, ERRORS = (
     "meta.json",
@@ -277,32 +275,33 @@ class RunFolder:
         return self.path / name
 
     def point_columns(self) -> list[str]:
-        return formats.points_header(self.path / POINTS, storage.POINT_COLUMNS)
+        return formats.points_header(self.path / POINTS, schema.names())
 
     def points(self) -> pd.DataFrame:
         return read_points(self.path)
 
     def append_point(self, row: dict) -> None:
         """A row in points.csv; a point stored already, or a value in a column an older folder lacks, is refused."""
-        extra = set(row) - set(storage.POINT_COLUMNS)
+        known = schema.names()
+        extra = set(row) - set(known)
         if extra:
             raise ValueError(f"row has columns not in the schema: {sorted(extra)}")
         path, columns = self.path / POINTS, self.point_columns()
-        lost = sorted(c for c in set(storage.POINT_COLUMNS) - set(columns) if row.get(c) not in (None, ""))
+        lost = sorted(c for c in set(known) - set(columns) if row.get(c) not in (None, ""))
         if lost:
             raise RunFailed(
                 f"{path}: stored without the columns {lost}, which this row fills; measure into a new folder"
             )
         complete = storage.complete_row(columns)
         storage.repair_tail(path, complete)
-        if path.exists() and any(r.get("point_id") == row["point_id"] for r in _csv_rows(path)):
+        if row["point_id"] in self._rows:  # what read_stored found, and every row stored since: no re-read
             raise RunFailed(f"{path}: point {row['point_id']} ({row.get('layer')}, n={row.get('n')}) is already stored")
         storage.append_row(path, {c: row.get(c) for c in columns}, columns, complete)
+        self._rows[row["point_id"]] = row
 
     def store_row(self, spec: PointSpec, row: dict) -> None:
         row = dict(row, finished_utc=storage.utc_now())
         self.append_point(row)
-        self._rows[spec.point_id] = row
         if row["status"] in ("oom", "killed"):
             self._blockers.append(spec)
         self._tell("row", row)
@@ -383,23 +382,9 @@ class RunFolder:
         """A smaller point of the same sweep that ran out of memory or was killed."""
         return next((b for b in self._blockers if _larger(spec, b)), None)
 
-    def skip_if_blocked(self, spec: PointSpec) -> bool:
-        """Store `spec` as `skipped` if a smaller point of its sweep ran out of memory or was killed."""
-        blocker = self.blocked_by(spec)
-        if blocker is None:
-            return False
-        reason = f"larger than n={blocker.n} d={blocker.d} batch={blocker.batch}, which ran out of memory or was killed"
-        self.store_row(spec, unmeasured_row(spec, int(self.meta["threads"]), "skipped", reason))
-        return True
-
 
 def _plan_digest(plan: dict) -> str:
     return hashlib.sha1(json.dumps(plan["specs"], sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _csv_rows(path: Path):
-    with open(path, newline="") as f:
-        yield from csv.DictReader(f)
 
 
 def check_side_table_out(kind: str, out: Path | None) -> None:

@@ -1,5 +1,4 @@
-"""Ctrl-C (SIGINT) and SIGTERM, at any moment: one line on stderr, exit 130 or 143. Stdlib alone: bench/__main__.py
-installs it before torch is imported."""
+"""Ctrl-C, SIGTERM: one stderr line, exit 130/143. Stdlib alone: bench/__main__.py installs it before torch."""
 
 from __future__ import annotations
 

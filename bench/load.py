@@ -1,5 +1,4 @@
-"""The machine's load, measured with psutil: the cores other processes keep busy, and the thread count that
-leaves us. Pure probes; the run stores what they return. Method: docs/method.md."""
+"""Pure probes of the machine's load by psutil: the cores other processes keep busy, the thread count that leaves us."""
 
 from __future__ import annotations
 

@@ -23,8 +23,7 @@ GENERATED_PATHS = ("reports", "results")
 
 
 def commit_info() -> dict:
-    """pytest-benchmark's commit_info of the harness's repository, `dirty` only outside GENERATED_PATHS. Not
-    pure: pytest-benchmark asks git in the cwd, so this changes into the repository and back."""
+    """pytest-benchmark's commit_info, `dirty` only outside GENERATED_PATHS; not pure: it asks git in the cwd."""
     with chdir(REPO_ROOT):
         info = get_commit_info("seqlayer-bench")
         if info.get("id") is not None:

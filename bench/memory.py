@@ -1,5 +1,4 @@
-"""Peak memory of one call: `mem_peak_bytes` from the allocator (CUDA statistics, or the profiler's CPU
-allocation events replayed), `mem_rss_peak_bytes` from the OS. Method: docs/method.md."""
+"""Peak memory of one call: the allocator's (CUDA statistics, or CPU profiler events replayed) and the OS's RSS."""
 
 from __future__ import annotations
 
@@ -32,10 +31,10 @@ _CPU_EVENT_DEVICES = frozenset({"cpu", "mkldnn", "ideep"})
 
 @dataclass(frozen=True)
 class MemoryPeak:
-    peak_bytes: int  # -> mem_peak_bytes: peak bytes fn allocated above what was live before it
-    rss_peak_bytes: int | None  # -> mem_rss_peak_bytes: peak resident set of the process during fn
-    rss_base_bytes: int | None  # resident set just before fn
-    method: str  # how peak_bytes was read: METHOD_CUDA or METHOD_CPU
+    peak_bytes: int
+    rss_peak_bytes: int | None
+    rss_base_bytes: int | None
+    method: str
     rss_method: str | None = None  # how rss_peak_bytes was read: "vmhwm-reset", "vmhwm-grew", "rss-sampled"
     end_bytes: int = 0  # bytes fn allocated and had not freed when it returned, its result included
 
@@ -58,7 +57,7 @@ def measure_memory(fn: Callable[[], object], device: str | torch.device) -> Memo
 
 def live_bytes(events: Iterable[AllocationEvent]) -> tuple[int, int]:
     """(peak, end) of the bytes allocated inside the window and not yet freed (docs/method.md)."""
-    live: dict[int, int] = {}  # address -> bytes, blocks allocated inside the window
+    live: dict[int, int] = {}
     current = peak = 0
     for event in sorted(events, key=lambda e: e.time_ns):
         if event.nbytes > 0:
@@ -149,8 +148,6 @@ def _kineto_quiet():
 
 
 class _RssWatch:
-    """Context manager: the process's peak RSS while its body runs."""
-
     def __init__(self) -> None:
         self.base_bytes: int | None = None
         self.peak_bytes: int | None = None

@@ -1,5 +1,4 @@
-"""The path-length and sequential-depth study of Vaswani et al. 2017, Table 1 (`paths.csv`): measured on the real
-layers (models.build), never from the formula, with the closed form beside each value. Method: docs/method.md."""
+"""Table 1's path lengths and sequential depths (`paths.csv`), measured on the real layers, never from the formula."""
 
 from __future__ import annotations
 
@@ -123,7 +122,7 @@ def layers_to_cross(
             return depth
         # A stack of one fixed structure that adds no position never will; growing dilations may later.
         same_structure = rule.dilation is None or k == 1
-        if same_structure and torch.equal(now, reached):  # the same map every layer: a fixed point
+        if same_structure and torch.equal(now, reached):
             raise NeverCrosses(
                 f"{_describe(name, n, k, window)}: layer {depth} adds no position (input 0 reaches "
                 f"{_span(reached, source)}), so no stack of these layers links input 0 to output n-1={n - 1}"
@@ -235,7 +234,6 @@ def paths_row(name: str, n: int, k: int | None, window: int = DEFAULT_WINDOW, d:
 
 
 def paths_cases(layers: Sequence[str], ns: Sequence[int], ks: Sequence[int]) -> list[tuple[str, int, int | None]]:
-    """(layer, n, k) of every row: per k for the layers that use k, k None for the others."""
     return [(name, n, k) for name in layers for k in (ks if _uses_k(name) else [None]) for n in ns]
 
 

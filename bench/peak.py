@@ -12,7 +12,8 @@ import models
 
 from . import cgroup, hierarchy
 from .graphs import device_rounds
-from .timing import CPU, DEVICE, THREAD, WALL_ONLY, Clocks, TimingPolicy, interleaved
+from .policy import CPU, DEVICE, THREAD, TimingPolicy
+from .timing import WALL_ONLY, Clocks, interleaved
 
 # Square matmuls large enough to reach the plateau of a BLAS / cuBLAS.
 MATMUL_SIZES = {"cpu": (512, 1024), "cuda": (4096, 8192, 16384)}
@@ -45,7 +46,6 @@ def _graph_min_s(fn: Callable[[], object]) -> float:
 
 
 def _timed(device: str, fns: dict, policy: TimingPolicy) -> dict:
-    """`interleaved` without autograd: synchronised on a GPU, on both clocks on a CPU."""
     on_gpu = device.startswith("cuda")
     clocks = WALL_ONLY if on_gpu else Clocks.for_call(torch.get_num_threads())
     with torch.inference_mode():
@@ -86,7 +86,7 @@ def _kernels(device: str, dtype: torch.dtype, quick: bool = False) -> dict[str, 
         out[f"matmul {m}x{m}"] = (2 * m**3, lambda a=a, b=b: a @ b)
     conv = models.ROLES.convolution
     for batch, n, d, k in CONV_SHAPES[kind][:1] if quick else CONV_SHAPES[kind]:
-        cfg = models.LayerConfig(d=d, k=k, dtype=str(dtype).removeprefix("torch."))  # the layer's weights: dtype
+        cfg = models.LayerConfig(d=d, k=k, dtype=str(dtype).removeprefix("torch."))
         layer = models.build(conv, cfg, device=device)
         x = torch.randn(batch, n, d, device=device, dtype=dtype)
         out[f"{conv} batch={batch} n={n} d={d} k={k}"] = (
@@ -235,7 +235,6 @@ def with_bandwidth(entry: dict | None, when: str, value: dict) -> dict:
 
 
 def bandwidth_on(entry: dict, clock: str, in_cache: bool = False) -> float | None:
-    """A stored bandwidth entry's bytes/s on `clock` (in memory, or in the cache)."""
     return _on_clock((entry.get("cache") or {}) if in_cache else entry, "bytes_per_s", clock)
 
 

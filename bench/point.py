@@ -1,5 +1,5 @@
-"""One pass over one point of a sweep: build its layer, time a share of its rounds, and on its first pass count
-FLOPs and measure memory after them (both probes slow the call). bench.run schedules and stores the passes."""
+"""One pass over one point of a sweep: build its layer, prepare its call, time a share of its rounds, and on its
+first pass run the probes after them (they slow the call). bench.run schedules and stores the passes."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import torch
 
 import models
 
-from .flops import count_flops
 from .graphs import device_rounds
 from .load import LoadMeter
-from .memory import measure_memory
-from .spec import DECODE_MODE, DEFAULT_MODE, RECOMPUTE_MODE, PointSpec
-from .timing import Clocks, ClockStats, Timing, TimingPolicy, calibrate, plain_flag, record_of, synced, time_rounds
+from .policy import TimingPolicy
+from .probes import PROBES, Call
+from .spec import DECODE_MODE, RECOMPUTE_MODE, PointSpec
+from .timing import Clocks, calibrate, record_of, synced, time_rounds
 
 OOM_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
@@ -37,7 +37,7 @@ class PassResult:
     iterations: int
     record: dict  # pytest-benchmark's JSON of this pass's rounds (bench.timing.record_of)
     others_busy_cores: float  # CPU other processes took while this pass timed the point
-    probes: dict | None = None  # FLOPs and memory, on a point's first pass only
+    probes: dict | None = None  # the probes' values (bench.probes), on a point's first pass only
 
 
 @dataclass(frozen=True)
@@ -132,19 +132,8 @@ def measure_pass(
             load = meter.read()
             probes = None
             if with_probes:
-                counted = count_flops(call)
-                memory = measure_memory(call, spec.device)
-                probes = dict(
-                    flops_counted=counted.total,
-                    flops_uncounted_ops=";".join(counted.uncounted_ops),
-                    flops_elementwise=counted.elementwise,
-                    mem_peak_bytes=memory.peak_bytes,
-                    mem_saved_bytes=saved_bytes(forward, spec) if spec.trains else None,
-                    mem_state_bytes=state_bytes,
-                    mem_rss_peak_bytes=memory.rss_peak_bytes,
-                    mem_rss_base_bytes=memory.rss_base_bytes,
-                    mem_method=memory.method,
-                )
+                prepared = Call(call, forward, state_bytes)
+                probes = {k: v for probe in PROBES for k, v in probe.measured(prepared, spec).items()}
             graph_error = None
             if on_gpu:  # last: the probes above measure the eager call as a user runs it
                 try:
@@ -166,78 +155,3 @@ def measure_pass(
     finally:
         layer = x = call = forward = target = None  # noqa: F841 - drop references so the memory is freed before the next point
         _free(spec.device, collect=failed)
-
-
-def saved_bytes(forward: Callable[[], object], spec: PointSpec) -> int:
-    """What a training forward pass leaves allocated for its backward: its output and what autograd saved."""
-    return measure_memory(forward, spec.device).end_bytes
-
-
-def base_row(spec: PointSpec, threads: int) -> dict:
-    """The columns every row has, measured or not."""
-    cfg = spec.config()
-    return dict(
-        spec.as_row(),
-        point_id=spec.point_id,
-        threads=threads,
-        flops_analytic=models.analytic_flops(spec.layer, spec.batch, spec.n, cfg, spec.mode, spec.device),
-        flops_useful=models.analytic_useful_flops(spec.layer, spec.batch, spec.n, cfg, spec.mode, spec.device),
-        # the layers' estimate is of an inference forward pass's activations
-        mem_analytic_bytes=(
-            None if spec.mode != DEFAULT_MODE else models.analytic_activation_bytes(spec.layer, spec.batch, spec.n, cfg)
-        ),
-    )
-
-
-def unmeasured_row(spec: PointSpec, threads: int | None, status: str, error: str) -> dict:
-    """The row of a point stored without a measurement: out of memory, killed, skipped, an error."""
-    return dict(base_row(spec, threads), status=status, error=error)
-
-
-def _clock_columns(name: str, stats: ClockStats | None, missing: str) -> dict:
-    return {
-        f"time_{name}_median_s": stats.median_s if stats else None,
-        f"time_{name}_iqr_s": stats.iqr_s if stats else None,
-        f"time_{name}_min_s": stats.min_s if stats else None,
-        f"time_{name}_ci_low_s": stats.ci_low_s if stats else None,
-        f"time_{name}_ci_high_s": stats.ci_high_s if stats else None,
-        f"time_{name}_pass_spread": round(stats.pass_spread, 4) if stats else None,
-        f"time_{name}_flag": stats.flag if stats else missing,
-    }
-
-
-def point_row(
-    spec: PointSpec, threads: int, timing: Timing, probes: dict, clock: tuple[str, str], others_busy_cores: float
-) -> dict:
-    """The points.csv row of a point whose passes are all done; `clock`: bench.timing.choose_clock's."""
-    wall, cpu, device = timing.wall, timing.cpu, timing.device
-    chosen = timing.on(clock[0])
-    on_gpu = spec.device.startswith("cuda")
-    return dict(
-        base_row(spec, threads),
-        **probes,
-        time_median_s=wall.median_s,
-        time_iqr_s=wall.iqr_s,
-        time_mean_s=wall.mean_s,
-        time_min_s=wall.min_s,
-        time_ci_low_s=wall.ci_low_s,
-        time_ci_high_s=wall.ci_high_s,
-        time_pass_spread=round(wall.pass_spread, 4),
-        time_noisy=wall.noisy,
-        time_wall_flag=wall.flag,
-        time_cpu_clock=timing.cpu_clock,
-        **_clock_columns("cpu", cpu, "no CPU clock"),
-        **_clock_columns("device", device, "no CUDA graph of the call" if on_gpu else "not a GPU"),
-        time_graph_calls=timing.graph_calls or None,
-        time_clock=clock[0],
-        time_clock_why=clock[1],
-        time_reliable=chosen.reliable,
-        time_flag=plain_flag(chosen, clock[0], timing.passes, on_gpu),
-        faults_per_call=None if timing.faults_per_call is None else round(timing.faults_per_call, 2),
-        rounds=timing.rounds,
-        iterations=timing.iterations,
-        passes=timing.passes,
-        load_others_cores=round(others_busy_cores, 3),
-        status="ok",
-        error="",
-    )

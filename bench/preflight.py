@@ -1,5 +1,4 @@
-"""What `run` says before it measures: the plan's warnings, its estimated duration and peak memory (bench.estimate),
-and whether it goes ahead, is asked about on a terminal, or is refused. Method: docs/method.md."""
+"""What `run` says before it measures (warnings, estimated time and memory) and whether it goes, asks, or refuses."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ import models
 from . import cgroup, estimate, machine
 from .errors import BadInput
 from .estimate import PlanEstimate, PointEstimate, device_kind
+from .policy import TimingPolicy
 from .spec import DECODE_MODE, LAYER_SIZES, SIZES, PointSpec, expand_grid
 from .sweeps import (
     MIN_FIT_POINTS,
@@ -26,7 +26,6 @@ from .sweeps import (
     sweep_keys,
     sweeps,
 )
-from .timing import TimingPolicy
 
 PLAN_SIZES = (*(s for s in SIZES if s != "batch"), "batch")  # the sizes a warning names, in its order
 LONG_RUN_S = 30 * 60  # above this estimate `run` asks before measuring (or wants --yes without a terminal)
@@ -91,9 +90,9 @@ def _sizes_that_serve(fixed: dict, sweep: pd.DataFrame, kept: pd.DataFrame, vari
     ratio = models.LAYERS[layer].table1.fit_n_over_d
     first = sweep.iloc[0]
     values = sorted(int(v) for v in sweep[variable])
-    chosen = sorted(int(v) for v in kept[variable])  # the sizes the rule keeps already
+    chosen = sorted(int(v) for v in kept[variable])
     alternative = ""
-    if ratio is not None and variable == "d":  # d <= n / ratio: smaller widths, or a longer sequence
+    if ratio is not None and variable == "d":
         limit = int(first["n"]) // ratio
         chosen = chosen or ([limit] if limit >= 1 else [])
         while chosen and len(chosen) < MIN_FIT_POINTS and chosen[0] // 2 >= 1:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BadInput
+from .policy import TimingPolicy
 from .spec import DECODE_MODES, DEFAULT_MODE, SIZES, WHERE, PointSpec, expand_grid
-from .timing import TimingPolicy
 
 PRESETS_FILE = Path(__file__).with_name("presets.toml")
 GRID_KEYS = {"what", "layers", *SIZES, *WHERE} - {"device"}  # the device is the command line's

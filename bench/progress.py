@@ -1,5 +1,4 @@
-"""What a run shows while it measures, on stderr: tqdm's bar on a terminal; in a log file or a pipe, where a bar's
-carriage returns pile up into one unreadable line, a plain line every PROGRESS_EVERY_S."""
+"""Progress on stderr: tqdm's bar on a terminal, ProgressLines in a log or pipe (where carriage returns pile up)."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ OPEN_LINE_FORMAT = "{desc}: {n_fmt} {unit} so far, {elapsed} elapsed{postfix}"  
 
 
 class ProgressLines:
-    """A bar for a log: every `every_s` (on a thread of its own once started, as tqdm's monitor), a line with
-    the items done of the total, the time elapsed and the time left at the pace so far; a last line on close."""
+    """For a log: every `every_s` (own thread, as tqdm's monitor) items done, time elapsed and left; a last on close."""
 
     def __init__(
         self,

@@ -12,11 +12,11 @@ from .deaths import KILLED_AFTER_WORKER as KILLED_AFTER
 from .errors import RunFailed
 from .folder import RunFolder
 from .peak import with_measurement
-from .point import unmeasured_row
+from .policy import TimingPolicy
 from .ray_worker import NodeWorker, Placement, chunks, death_reason, node_columns, placements, plural
+from .result import PointResult, skip_if_blocked
 from .spec import PointSpec, device_key
 from .storage import utc_now
-from .timing import TimingPolicy
 
 START_TIMEOUT_S = 300.0  # a busy cluster may hold the CPUs a first worker needs until its other jobs end
 POLL_S = 5.0  # how often the driver looks for nodes that joined or died while it waits for results
@@ -288,7 +288,7 @@ class Phase:
             row = worker.rows.get(spec.point_id)
             if row is None:
                 why = f"{worker.tag}: the worker's chunk ended without a row for this point"
-                row = unmeasured_row(spec, None, "error", why)
+                row = PointResult(spec, None, "error", why).as_row()
             self.folder.store_row(spec, {**row, **node_columns(facts, spec.device)})
         self.bar.update(len(chunk.specs))
         stored = {"chunk": chunk.name, "points": len(chunk.specs), "utc": utc_now(), **done}
@@ -320,11 +320,11 @@ class Phase:
         for spec, why in failed.items():
             text = f"its Ray worker died {len(why)} times while measuring it: " + "; ".join(why)
             self.folder.store_error(spec, text)
-            row = unmeasured_row(spec, None, status, text[:500])
+            row = PointResult(spec, None, status, text[:500]).as_row()
             self.folder.store_row(spec, {**row, **node_columns(worker.facts or {"node": node}, spec.device)})
             self.bar.update(1)
         chunk.specs = [s for s in chunk.specs if s not in failed]
-        skipped = [s for s in chunk.specs if self.folder.skip_if_blocked(s)]
+        skipped = [s for s in chunk.specs if skip_if_blocked(self.folder, s, int(self.folder.meta["threads"]))]
         self.bar.update(len(skipped))
         chunk.specs = [s for s in chunk.specs if s not in skipped]
         then = f"{plural(len(chunk.specs), 'point')} of {chunk.name} go to another node" if chunk.specs else "stored"

@@ -18,11 +18,11 @@ import torch
 
 import models
 
-from . import allocator, machine, peak
+from . import allocator, machine, peak, schema
+from .policy import TimingPolicy
 from .run import Run
 from .spec import PointSpec, device_key
 from .threads import pinned_threads
-from .timing import TimingPolicy
 
 REASON_NOISE = ("class_name:", "actor_id:", "pid:", "namespace:", "ip:")  # Ray's lines that only name the actor
 CHUNK_PREFIX = "seqlayer-chunk-"  # a chunk's temporary folder: seqlayer-chunk-<worker pid>-<random>
@@ -77,12 +77,8 @@ def node_columns(facts: dict, device: str) -> dict:
     """The points.csv columns that say where a point ran."""
     kind = device.split(":")[0]
     dev = next((d for d in facts.get("devices", []) if str(d.get("device", "")).split(":")[0] == kind), {})
-    return {
-        "node": facts.get("node"),
-        "host": facts.get("host"),
-        "device_name": dev.get("name"),
-        "device_memory_bytes": dev.get("memory_bytes"),
-    }
+    values = (facts.get("node"), facts.get("host"), dev.get("name"), dev.get("memory_bytes"))
+    return dict(zip((c.name for c in schema.NODE), values, strict=True))
 
 
 def node_facts(cpus: float, gpus: float) -> dict:

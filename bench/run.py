@@ -18,11 +18,13 @@ from .errors import BadInput, RunFailed
 from .folder import META_KEYS, RunFolder, is_run_dir
 from .load import Load, LoadMeter, busy_warning, choose_threads, physical_cores, sample_load
 from .peak import compute_peak, memory_bandwidth, op_latency, with_bandwidth, with_latency, with_measurement
-from .point import PassFailure, measure_pass, point_row, unmeasured_row
+from .point import PassFailure, measure_pass
+from .policy import TimingPolicy, method_constants
 from .progress import progress_bar
+from .result import PointResult, skip_if_blocked
 from .spec import PointSpec, device_key
 from .threads import pinned_threads
-from .timing import Timing, TimingPolicy, choose_clock, method_constants, pass_order, rounds_of, summarize
+from .timing import pass_order, rounds_of
 
 
 class Elsewhere(Protocol):
@@ -62,7 +64,7 @@ class Run:
     log: Callable[[str], None] = _stderr
     cluster: Elsewhere | None = None  # measures the points on a Ray cluster; None: this process
     measure_peaks: bool = True  # False in a Ray worker's chunk: its node measures the peak
-    _timings: dict[str, tuple[int, Timing]] = field(default_factory=dict, init=False, repr=False)
+    _results: dict[str, tuple[int, PointResult]] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def dir(self) -> Path:
@@ -232,9 +234,9 @@ class Run:
     def _sample_until_known(self, pending: list[PointSpec], progress: bool) -> None:
         """Extra passes over the points whose time is not known yet, within budget, from the stored records alone."""
         measured = [s for s in pending if not self.folder.stored(s.point_id)]
-        budget_s = self.policy.extra_budget * self._visits_s(measured, FIRST)
+        budget_s = self.policy.extra_budget_s(self._visits_s(measured, FIRST))
         for extra in range(self.policy.extra_passes):
-            unknown = [s for s in measured if not self.folder.stored(s.point_id) and not self._known(s)]
+            unknown = [s for s in measured if not self.folder.stored(s.point_id) and not self._result(s).known]
             if not unknown:
                 return
             spent_s = self._visits_s(measured, EXTRA)
@@ -252,11 +254,6 @@ class Run:
         records = self.folder.records_of(*(s.point_id for s in specs))
         return sum(formats.visit_s(r) for r in records if r["attempt"] == attempt)
 
-    def _known(self, spec: PointSpec) -> bool:
-        timing = self._timing(spec)
-        clock, _ = choose_clock(timing, self._others(spec), self.policy.clock)
-        return timing.on(clock).reliable
-
     def _store_killed(self) -> None:
         """Points whose process died too often (bench.deaths) stored `killed`, their reasons in errors.log."""
         oom_kills_now = deaths.oom_kills()
@@ -268,7 +265,7 @@ class Run:
             reason, why = verdict
             self.log(f"{spec.layer} n={spec.n} d={spec.d} batch={spec.batch}: {reason}")
             self.folder.store_error(spec, why)
-            self.folder.store_row(spec, unmeasured_row(spec, self.threads, "killed", reason))
+            self.folder.store_row(spec, PointResult(spec, self.threads, "killed", reason).as_row())
 
     def _measure_peaks(self, when: str) -> None:
         """Each device's ceilings (bench.peak) at the run's start or end; the better is kept."""
@@ -322,14 +319,14 @@ class Run:
     def _visit(self, spec: PointSpec, attempt: int, p: int) -> None:
         first = attempt == FIRST and p == 0
         started_s = time.monotonic()
-        if first and self.folder.skip_if_blocked(spec):
+        if first and skip_if_blocked(self.folder, spec, self.threads):
             return
         plan = None if first else self._plan(spec)
         self.folder.note_start(spec.point_id, attempt, p)
         result = measure_pass(spec, self.policy, plan, seed=self.seed, with_probes=first)
         if isinstance(result, PassFailure):
             self.folder.store_error(spec, result.traceback)
-            self.folder.store_row(spec, unmeasured_row(spec, self.threads, result.status, result.error))
+            self.folder.store_row(spec, PointResult(spec, self.threads, result.status, result.error).as_row())
             return
         record = dict(
             result.record,
@@ -361,41 +358,38 @@ class Run:
     def _records(self, spec: PointSpec) -> list[dict]:
         return self.folder.records_of(spec.point_id)
 
-    def _others(self, spec: PointSpec) -> float:
-        return fmean(r["others_busy_cores"] for r in self._records(spec))
-
-    def _timing(self, spec: PointSpec) -> Timing:
-        """The point's statistics over all its stored passes (summarized again when one is added)."""
+    def _result(self, spec: PointSpec) -> PointResult:
+        """The point over all its stored passes (made again when a pass is added)."""
         records = self._records(spec)
-        cached = self._timings.get(spec.point_id)
+        cached = self._results.get(spec.point_id)
         if cached is None or cached[0] != len(records):
-            if not records or self.folder.record(spec.point_id, FIRST, 0) is None:
+            first = self.folder.record(spec.point_id, FIRST, 0)
+            if not records or first is None:
                 raise RunFailed(f"{self.dir}: point {spec.key} has no stored first pass")
-            template = {k: v for k, v in records[0].items() if k not in PASS_ONLY_KEYS}
-            timing = summarize([rounds_of(r) for r in records], int(records[0]["iterations"]), spec.key, template)
-            cached = self._timings[spec.point_id] = (len(records), timing)
+            result = PointResult(
+                spec,
+                self.threads,
+                passes=tuple(rounds_of(r) for r in records),
+                iterations=int(first["iterations"]),
+                probes=first["probes"],
+                others_busy_cores=fmean(r["others_busy_cores"] for r in records),
+                clock_policy=self.policy.clock,
+                record={k: v for k, v in first.items() if k not in PASS_ONLY_KEYS},
+            )
+            cached = self._results[spec.point_id] = (len(records), result)
         return cached[1]
 
     def _final_row(self, spec: PointSpec) -> dict:
         missing = [p for p in range(self.policy.passes) if self.folder.record(spec.point_id, FIRST, p) is None]
         if missing:
             raise RunFailed(f"{self.dir}: point {spec.key} lacks its passes {missing}")
-        timing = self._timing(spec)
-        others = self._others(spec)
-        return point_row(
-            spec,
-            self.threads,
-            timing,
-            self.folder.record(spec.point_id, FIRST, 0)["probes"],
-            clock=choose_clock(timing, others, self.policy.clock),
-            others_busy_cores=others,
-        )
+        return self._result(spec).as_row()
 
     def _finish(self, elapsed_s: float) -> dict:
         df = self.folder.points()
         ok = df[df["status"] == "ok"]
         by_id = {s.point_id: s for s in self.specs}
-        benchmarks = [self._timing(by_id[pid]).record for pid in ok["point_id"] if pid in by_id]
+        benchmarks = [self._result(by_id[pid]).timing.record for pid in ok["point_id"] if pid in by_id]
         self.folder.save_json(
             "pytest-benchmark.json",
             {

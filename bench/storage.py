@@ -1,5 +1,5 @@
-"""Durable files (JSON written atomically, lines appended whole, tables read back with any damage named) and the
-columns of points.csv: what bench.folder, a run folder's one writer, writes with. method: docs/method.md"""
+"""Durable files (JSON written atomically, lines appended whole, tables read back with any damage named): what
+bench.folder, a run folder's one writer, writes with, and points.csv read back against bench.schema."""
 
 from __future__ import annotations
 
@@ -15,88 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import formats
+from . import formats, schema
 from .errors import RunFailed
 from .spec import LAYER_SIZES, SIZES
 
-# A point's identity (bench.spec.IDENTITY) in points.csv's column order, which bench/interface.md fixes.
-IDENTITY_COLUMNS = ("layer", "device", "dtype", "batch", "n", "d", *LAYER_SIZES, "mode", "causal")
-POINT_COLUMNS = [
-    *IDENTITY_COLUMNS,
-    "time_median_s",
-    "time_iqr_s",
-    "time_mean_s",
-    "time_min_s",
-    "time_ci_low_s",
-    "time_ci_high_s",
-    "rounds",
-    "iterations",
-    "passes",
-    "time_pass_spread",
-    "time_noisy",
-    "time_wall_flag",
-    "time_cpu_clock",
-    "time_cpu_median_s",
-    "time_cpu_iqr_s",
-    "time_cpu_min_s",
-    "time_cpu_ci_low_s",
-    "time_cpu_ci_high_s",
-    "time_cpu_pass_spread",
-    "time_cpu_flag",
-    "time_device_median_s",
-    "time_device_iqr_s",
-    "time_device_min_s",
-    "time_device_ci_low_s",
-    "time_device_ci_high_s",
-    "time_device_pass_spread",
-    "time_device_flag",
-    "time_graph_calls",
-    "time_clock",
-    "time_clock_why",
-    "time_reliable",
-    "time_flag",
-    "faults_per_call",
-    "flops_analytic",
-    "flops_counted",
-    "flops_useful",
-    "flops_uncounted_ops",
-    "flops_elementwise",
-    "mem_peak_bytes",
-    "mem_saved_bytes",
-    "mem_rss_peak_bytes",
-    "mem_rss_base_bytes",
-    "mem_analytic_bytes",
-    "mem_state_bytes",
-    "mem_method",
-    "threads",
-    "load_others_cores",
-    "status",
-    "error",
-    "point_id",
-    # where a point of a cluster sweep ran; empty for one measured in the run's own process
-    "node",
-    "host",
-    "device_name",
-    "device_memory_bytes",
-    "finished_utc",
-]
-STATUSES = ("ok", "oom", "killed", "error", "skipped")
-SPEC_COLUMNS = (*IDENTITY_COLUMNS, "node")
+SPEC_COLUMNS = (*(c.name for c in schema.IDENTITY), "node")
 SIZE_COLUMNS = tuple(s for s in SIZES if s not in LAYER_SIZES)
-TEXT_COLUMNS = (
-    "time_flag",
-    "time_wall_flag",
-    "time_cpu_flag",
-    "time_cpu_clock",
-    "time_device_flag",
-    "time_clock",
-    "time_clock_why",
-    "flops_uncounted_ops",
-    "mem_method",
-)
-NUMBER_COLUMNS = [
-    c for c in POINT_COLUMNS if c.startswith(("time_", "flops_", "mem_", "faults_")) and c not in TEXT_COLUMNS
-]
 RESULTS_ROOT = Path(__file__).resolve().parent.parent / "results"
 
 
@@ -267,8 +191,8 @@ def check_points(df: pd.DataFrame, path: Path, plan: dict[str, dict] | None = No
         return repr(value) if isinstance(value, str) else str(value)
 
     for index, status in df["status"].items():
-        if status not in STATUSES:
-            raise bad(index, f"status {status!r}, expected one of {', '.join(STATUSES)}")
+        if status not in schema.STATUSES:
+            raise bad(index, f"status {status!r}, expected one of {', '.join(schema.STATUSES)}")
     ids, has_id = df["point_id"].astype(str), formats.identified(df)
     for index in df.index[has_id & ids.duplicated()]:
         raise bad(index, f"point {ids[index]} stored twice (a point is stored once)")
@@ -285,7 +209,7 @@ def check_points(df: pd.DataFrame, path: Path, plan: dict[str, dict] | None = No
         for index in df.index[~(values.notna() & (values >= 1) & (values == values.round()))]:
             raise bad(index, f"{column} = {shown(df[column][index])}, expected a positive integer")
     df = df.copy()
-    for column in [c for c in NUMBER_COLUMNS if c in df]:
+    for column in [c for c in schema.number_names() if c in df]:
         values = pd.to_numeric(df[column], errors="coerce")
         given = df[column].notna() & (df[column].astype(str).str.strip() != "")
         for index in df.index[given & ~values.map(lambda v: isinstance(v, float | int) and math.isfinite(v))]:

@@ -1,5 +1,4 @@
-"""Sweeps: points that differ in one size only, what Table 1 predicts over them, and the range of each that a
-fit uses (FLOPs and memory: a fixed rule; time: the measured asymptotic regime). Method: docs/method.md."""
+"""Sweeps: points differing in one size only, what Table 1 predicts over them, the range a fit uses (docs/method.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import pandas as pd
 import models
 
 from . import clock as clocks
-from . import timing
+from . import policy
 from .spec import (
     DECODE_MODE,
     DECODE_MODES,
@@ -33,7 +32,7 @@ PLATEAU_FRACTION = 0.8  # a time sweep is asymptotic from the first point within
 PER_CALL_SHARE_THRESHOLD = 0.2  # a per-call cost above this share of the time explains a time exponent
 ELEMENTWISE_SHARE_THRESHOLD = 0.05  # element-wise work above this share of all FLOPs may set the time
 # per point, the device's compute peak on each clock (bench.peak), where the caller adds it
-PEAK_COLUMNS = {timing.WALL: "peak_flops_per_s", timing.CPU: "peak_cpu_flops_per_s"}
+PEAK_COLUMNS = {policy.WALL: "peak_flops_per_s", policy.CPU: "peak_cpu_flops_per_s"}
 SWEEP_KEYS = ["layer", *WHERE, "batch", *(s for s in SIZES if s != "batch")]  # a point's identity (bench.spec)
 FIXED_SIZES = tuple(s for s in SIZES if s != "batch")  # what fits.csv's `fixed` names; batch has its own column
 
@@ -59,8 +58,7 @@ def _dilation_beside_k(points: pd.DataFrame) -> pd.Series:
 
 
 def sweep_keys(points: pd.DataFrame) -> pd.DataFrame:
-    """Per point, what a sweep holds fixed: SWEEP_KEYS and any `source`. A dilated convolution's dilation moves
-    with k along a k-sweep, so the key holds only a dilation other than k's (NaN: k's)."""
+    """Per point, what a sweep holds fixed: SWEEP_KEYS, any `source`, a dilation only where not k's (NaN: k's)."""
     keys = (["source"] if "source" in points else []) + SWEEP_KEYS
     missing = {c: np.nan for c in (*LAYER_SIZES, "mode", "causal") if c not in points}
     frame = points.assign(**missing)
@@ -121,7 +119,6 @@ def metric_column(metric: str, mode: str) -> str:
 
 
 def row_config(row) -> models.LayerConfig:
-    """The layer config of a points.csv row."""
     return models.LayerConfig.of(row.d, row.dtype, **{s: getattr(row, s, None) for s in LAYER_SIZES})
 
 
@@ -171,8 +168,7 @@ def asymptotic_range(sweep: pd.DataFrame, variable: str, layer: str) -> pd.DataF
 
 
 def table1_regime_start(sweep: pd.DataFrame, variable: str, layer: str) -> int | None:
-    """Index of the first point (sweep sorted) from which every local FLOP exponent is within
-    TOLERANCE["flops"] of Table 1's, over at least MIN_FIT_POINTS points; None where there is no such suffix."""
+    """Start of the last ≥ MIN_FIT_POINTS points with local FLOP exponents within TOLERANCE["flops"] of Table 1's."""
     x = sweep[variable].to_numpy(float)
     flops = sweep["flops_counted"].to_numpy(float)
     within = []
@@ -235,17 +231,17 @@ class TimeRange:
     data: pd.DataFrame  # the points to fit (may be fewer than MIN_FIT_POINTS), their time on `clock` in time_s
     sweep: pd.DataFrame  # the sweep's reliable points with a time, sorted
     rule: str
-    left_out: int  # unreliable points left out
+    left_out: int
     reason: str  # why there is no fit ("" when there is one)
     overhead: OverheadFit | None
     plateau_size: float  # where "not asymptotic yet": the size that would reach the plateau
-    clock: str = timing.WALL  # the clock of every time in it (bench.clock.group_clock)
+    clock: str = policy.WALL  # the clock of every time in it (bench.clock.group_clock)
 
 
 def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
     """The measured asymptotic range of one time sweep, on one clock for all its points."""
     sweep = clocks.on_clock(sweep.sort_values(variable))
-    on = sweep["clock"].iloc[0] if len(sweep) else timing.WALL
+    on = sweep["clock"].iloc[0] if len(sweep) else policy.WALL
     timed = sweep[sweep["time_s"].notna() & (sweep["time_s"] > 0)]
     keep = timed["time_ok"].astype(bool)
     reliable = timed[keep]
@@ -277,7 +273,7 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
     data = reliable.iloc[max(plateau_start(rates), regime) :]
     if len(data) >= MIN_FIT_POINTS:
         return result(data, "plateau", "", overhead)
-    peak_column = PEAK_COLUMNS.get(on, PEAK_COLUMNS[timing.WALL])  # a GPU's ceilings are timed synchronised
+    peak_column = PEAK_COLUMNS.get(on, PEAK_COLUMNS[policy.WALL])  # a GPU's ceilings are timed synchronised
     peak = reliable[peak_column].to_numpy(float) if peak_column in reliable else np.full(len(rates), np.nan)
     if np.isfinite(peak).all():
         shares, of = useful_flops(reliable).to_numpy(float) / t / peak, "peak"

@@ -36,12 +36,12 @@ LAYERS: dict[str, type[nn.Module]] = {
 class Roles:
     """The layers the report's and the claims' comparisons name, by role (the only other place names are spelt)."""
 
-    attention: str = "attention"  # Table 1's self-attention row, run by the fused kernel
-    attention_explicit: str = "attention_math"  # the same computation with the n×n scores stored
-    recurrent: str = "lstm"  # the recurrent layer attention is compared with
-    convolution: str = "conv"  # the contiguous convolution
+    attention: str = "attention"
+    attention_explicit: str = "attention_math"
+    recurrent: str = "lstm"
+    convolution: str = "conv"
     attention_linear: str = "attention_linear"  # kernelized attention, O(n·d²): the crossover with attention
-    attention_restricted: str = "attention_local"  # Table 1's self-attention restricted to r neighbours
+    attention_restricted: str = "attention_local"
 
 
 ROLES = Roles()

@@ -221,9 +221,9 @@ class Blocks:
     """How `AttentionLocal` tiles n queries: `count` blocks of w queries, block β scoring keys from β·w − offset on."""
 
     queries: int  # w, queries per block
-    count: int  # blocks: ceil(n / w)
+    count: int
     keys: int  # s, the keys of one block's span
-    offset: int  # block β's span starts at key β·w − offset
+    offset: int
 
     @property
     def padded_n(self) -> int:
@@ -247,7 +247,7 @@ def _parts(total: int, step: int) -> list[tuple[int, int]]:
     return [(step, total // step)] + ([(total % step, 1)] if total % step else [])
 
 
-MASKS_KEPT = 4  # block masks an AttentionLocal keeps, by sequence length and device
+MASKS_KEPT = 4
 
 
 class AttentionLocal(SelfAttention):
@@ -356,7 +356,7 @@ class AttentionLocal(SelfAttention):
         poison = v_seen.amax(-1, keepdim=True) * 0 + v_seen.amin(-1, keepdim=True) * 0
         k_own.add_(poison)
         v_rows.nan_to_num_(0.0, 0.0, 0.0)
-        keys, values = self._spans(k_rows, g), self._spans(v_rows, g)  # (B·h·count, s, d_head) each
+        keys, values = self._spans(k_rows, g), self._spans(v_rows, g)
         masked = self._masked(n, g, q.device)
         heads_per, blocks_per = self.chunk(g, q.element_size(), q.device.type)
         queries, keys, values = (t.unflatten(0, (b * h, g.count)) for t in (queries, keys, values))

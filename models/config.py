@@ -1,5 +1,4 @@
-"""The config every matched layer is built from, and the records a layer states about itself: its Table 1
-row and its path rule. A layer ignores the sizes it does not list in `uses`."""
+"""LayerConfig (a layer ignores the sizes not in its `uses`), and a layer's Table 1 row and path rule."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ class LayerConfig:
     k: int = 3  # kernel size of the convolutions (odd: centered 'same' padding)
     heads: int = 1  # attention heads; d % heads == 0
     window: int | None = None  # r, the positions a restricted-attention query sees
-    dilation: int = 1  # dilation of one `conv_dilated` layer
+    dilation: int = 1
     dtype: str = "float32"
     causal: bool = False  # output i from inputs 0..i only
 
@@ -45,9 +44,8 @@ class LayerConfig:
 
 @dataclass(frozen=True)
 class PathRule:
-    """`layers(n, k, window)`: the fewest stacked layers linking input 0 to output n-1 (None: none do), `text` as
-    a formula; `dilation(index, k)`: layer `index`'s dilation in the measured stack; `margin(n, k)`: positions
-    added on each side when measuring."""
+    """`layers(n, k, window)`: fewest stacked layers linking input 0 to output n-1 (None: none do), `text` its
+    formula; `dilation(index, k)`: layer `index`'s in the measured stack; `margin(n, k)`: positions added each side."""
 
     layers: Callable[[int, int, int], int | None]
     text: str
@@ -90,10 +88,9 @@ def growth_local_exponent(sequential_text: str, n_low: float, n_high: float) -> 
 
 @dataclass(frozen=True)
 class Table1Row:
-    """A layer's row of Vaswani et al. 2017, Table 1: `compute(n, d, k, window)` the complexity with constants
-    dropped, reading `sizes` besides n and d; the three cells as text. `fit_n_over_d`: the table's term carries
-    the counted FLOPs only from n >= fit_n_over_d·d on, so fits keep those points. A row beyond the paper names
-    its `source` and says in `note` what it changes."""
+    """A layer's row of Vaswani et al. 2017, Table 1: `compute(n, d, k, window)`, constants dropped, reading `sizes`
+    besides n and d; cells as text. Fits keep n >= `fit_n_over_d`·d, where the table's term carries the counted FLOPs.
+    A row beyond the paper names its `source` and says in `note` what it changes."""
 
     compute: Callable[..., np.ndarray]
     compute_text: str

@@ -1,5 +1,4 @@
-"""Convolutional layers: centered 'same', dilated and separable (Vaswani et al. 2017, Table 1), convolving a
-channels-last view of the (batch, n, d) tensor, as oneDNN convolves it without copies (method: docs/method.md)."""
+"""Table 1's convolutions (centered 'same', dilated, separable) on a channels-last view: oneDNN copies nothing."""
 
 from __future__ import annotations
 

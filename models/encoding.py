@@ -1,5 +1,4 @@
-"""The sinusoidal positional encoding (Vaswani et al. 2017, §3.5), PE(pos, 2i) = sin(pos·ω_i), PE(pos, 2i+1) =
-cos(pos·ω_i), ω_i = 10000^(-2i/d), as the PyTorch recipe computes it, so float32 rounds as in real models."""
+"""Sinusoidal positional encoding (Vaswani et al. 2017, §3.5) as PyTorch's recipe: float32 rounds as in real models."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Linear attention (Katharopoulos et al. 2020): φ(q)·φ(k), φ(x) = elu(x) + 1, in place of exp(q·k), never forming
-the n×n matrix: O(n·d²) work. It shares `SelfAttention`'s projections (the same seed, `attention`'s weights)."""
+"""Linear attention (Katharopoulos et al. 2020), sharing `SelfAttention`'s projections: `attention`'s weights."""
 
 from __future__ import annotations
 
@@ -51,7 +50,7 @@ class AttentionLinear(SelfAttention):
         kv = k.transpose(-2, -1) @ v  # (B, h, e, e): Σ_j φ(k_j) v_jᵀ
         k_sum = k.sum(dim=-2).unsqueeze(-1)  # (B, h, e, 1): φ(K)ᵀ 1
         # matmul, not einsum or a broadcast product: a product over e = 1 stays a counted matrix product.
-        return (q @ kv) / (q @ k_sum)  # (B, h, n, e) / (B, h, n, 1)
+        return (q @ kv) / (q @ k_sum)
 
     def prefill(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         k, v = feature_map(self._split(self.k_proj(x))), self._split(self.v_proj(x))

@@ -30,7 +30,7 @@ class _Recurrent(nn.Module):
     table1 = Table1Row(lambda n, d, k, r: n * d**2, "O(n·d²)", "O(n)", "O(n)")
     decode = recurrent_step("Vaswani et al. 2017, Table 1 (a recurrence's step)")
     hidden_states = 1
-    path = CONSTANT_PATH  # causal: x_0 reaches every later output within one layer
+    path = CONSTANT_PATH
     check = staticmethod(accept_any)
 
     def __init__(self, cfg: LayerConfig):
@@ -52,7 +52,6 @@ class _Recurrent(nn.Module):
         return out
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
-        """The same weights as an explicit loop over time steps."""
         state = self._initial_state(x)
         outputs = []
         for t in range(x.shape[1]):

@@ -1,5 +1,4 @@
-"""A diagonal linear recurrence h_t = a ⊙ h_{t−1} + B x_t, y_t = C h_t (S4D/S5, the LRU, Mamba without input
-dependence): associative, so a parallel scan computes it in ⌈log₂ n⌉ levels (Blelloch 1990). Method: docs/method.md."""
+"""A diagonal linear recurrence (S4D/S5, the LRU): associative, so a parallel scan computes it (Blelloch 1990)."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ def parallel_scan(u: torch.Tensor, decay: torch.Tensor, levels: int | None = Non
     b, n, d = u.shape
     height = scan_levels(n) if levels is None else levels
     block = 1 << height
-    padded = -(-n // block) * block  # n rounded up to whole blocks
+    padded = -(-n // block) * block
     # Zeros after position n−1 change no h_t before them (the recurrence is causal).
     h = F.pad(u, (0, 0, 0, padded - n)).reshape(-1, block, d)  # (R, block, d), R = B·blocks
     evens = []
@@ -58,7 +57,7 @@ class Scan(nn.Module):
         ),
     )
     decode = recurrent_step("Smith et al. 2023; Orvieto et al. 2023 (a diagonal linear recurrence's step)")
-    path = CONSTANT_PATH  # causal: x_0 reaches every later output within one layer
+    path = CONSTANT_PATH
     check = staticmethod(accept_any)
     scan_levels = staticmethod(scan_levels)
 
@@ -72,14 +71,13 @@ class Scan(nn.Module):
 
     @property
     def decay(self) -> torch.Tensor:
-        return torch.sigmoid(self.decay_logit)  # (d,), in (0, 1)
+        return torch.sigmoid(self.decay_logit)
 
     def forward(self, x: torch.Tensor, levels: int | None = None) -> torch.Tensor:
         h = parallel_scan(self.in_proj(x), self.decay, levels)
         return self.out_proj(h)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
-        """The same weights as an explicit loop over time steps."""
         a = self.decay
         batch, n, d = x.shape
         h = x.new_zeros(batch, d)

@@ -1,5 +1,4 @@
-"""Split-KV decode attention (Flash-Decoding, Dao et al. 2023) in PyTorch: one query's cache cut into S chunks whose
-partial softmaxes are combined by their log-sum-exp. Method: docs/method.md."""
+"""Split-KV decode (Flash-Decoding, Dao et al. 2023): S chunks of the cache, their softmaxes merged by log-sum-exp."""
 
 from __future__ import annotations
 

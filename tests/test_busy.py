@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 
 import bench.point
-import bench.timing as T
+import bench.policy as P
 from bench import allocator, clock, fits
 from bench.cli import main
 from bench.load import Load
-from bench.timing import CPU, THREAD, WALL
+from bench.policy import CPU, THREAD, WALL
 
 FAST = ["--rounds", "6", "--target-time", "0.01", "--passes", "3", "--no-progress"]
 
@@ -96,7 +96,7 @@ def busy_run(tmp_path_factory):
     patch = pytest.MonkeyPatch()
     patch.setattr(bench.point, "LoadMeter", _Busy)
     for threshold in ("STALL_RATIO", "PASS_SPREAD_RATIO", "CI_RELATIVE_WIDTH"):
-        patch.setattr(T, threshold, 1e9)
+        patch.setattr(P, threshold, 1e9)
     try:
         grid = ["run", "--layers", "conv,lstm,attention", "--n", "128,256,512,1024,2048", "--d", "16", "--heads", "2"]
         assert main([*grid, "--device", "cpu", "--threads", "1", "--out", str(root / "run"), *FAST]) == 0

@@ -18,9 +18,10 @@ from torch import nn
 import models
 from bench import claims as C
 from bench.errors import RunFailed
+from bench.policy import TimingPolicy
 from bench.report.claims import VERDICT_WORDS, _cell, claims_section, parse_details, parse_measured
 from bench.report.context import ReportContext
-from bench.timing import Clocks, TimingPolicy
+from bench.timing import Clocks
 from models import LayerConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

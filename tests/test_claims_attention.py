@@ -1,4 +1,4 @@
-"""The attention families' claims (scaled_dot_product, multi_head, masks_permutation): each returns the
+"""The attention families' claims (scaled_dot_product, attention_weights, multi_head, masks_permutation): each returns the
 verdict the catalogue expects, multihead_cost gives the same verdict run after run, and the helpers the new
 claims use are right on cases whose answer is known."""
 
@@ -11,6 +11,7 @@ import torch
 
 import models
 from bench import claims as C
+from bench.claims import attention_weights as AW
 from bench.claims import masks_permutation as MP
 from bench.claims import multi_head as MH
 from bench.claims import scaled_dot_product as SDP
@@ -36,20 +37,20 @@ EXPECTED = {  # claim id -> verdict (the catalogue's `expected` for the statemen
     "rnn_cnn_order_sensitive": "holds",
 }
 FUNCTIONS = {
-    "softmax_positive": SDP._claim_softmax_positive,
-    "softmax_distribution": SDP._claim_softmax_distribution,
-    "unscaled_gradient_update": SDP._claim_unscaled_gradient_update,
-    "attention_shapes": SDP._claim_attention_shapes,
-    "attention_convex_combination": SDP._claim_attention_convex_combination,
-    "attention_linearity": SDP._claim_attention_linearity,
-    "self_focus": MH._claim_self_focus,
-    "multihead_dims": MH._claim_multihead_dims,
-    "multihead_params": MH._claim_multihead_params,
-    "multihead_fused_projection": MH._claim_multihead_fused_projection,
-    "causal_mask_scope": MP._claim_causal_mask_scope,
-    "permutation_invariance": MP._claim_permutation_invariance,
-    "constant_pe_ineffective": MP._claim_constant_pe_ineffective,
-    "rnn_cnn_order_sensitive": MP._claim_rnn_cnn_order_sensitive,
+    "softmax_positive": AW.softmax_positive,
+    "softmax_distribution": AW.softmax_distribution,
+    "unscaled_gradient_update": SDP.unscaled_gradient_update,
+    "attention_shapes": AW.attention_shapes,
+    "attention_convex_combination": AW.attention_convex_combination,
+    "attention_linearity": AW.attention_linearity,
+    "self_focus": MH.self_focus,
+    "multihead_dims": MH.multihead_dims,
+    "multihead_params": MH.multihead_params,
+    "multihead_fused_projection": MH.multihead_fused_projection,
+    "causal_mask_scope": MP.causal_mask_scope,
+    "permutation_invariance": MP.permutation_invariance,
+    "constant_pe_ineffective": MP.constant_pe_ineffective,
+    "rnn_cnn_order_sensitive": MP.rnn_cnn_order_sensitive,
 }
 
 
@@ -71,11 +72,11 @@ def test_new_claims_measured_numbers(claim_results):
     assert r["causal_mask_scope"].measured == MP.SCOPE_SIZE["n"]  # every position sees itself
     assert r["causal_mask_scope"].details["numbers"]["future_dependencies"]["value"] == 0
     assert r["permutation_invariance"].details["numbers"]["equivariance_error"]["value"] <= MP.EQUIVARIANT_ATOL
-    assert r["attention_linearity"].details["numbers"]["homogeneity_error"]["value"] >= SDP.NONLINEAR_MIN
+    assert r["attention_linearity"].details["numbers"]["homogeneity_error"]["value"] >= AW.NONLINEAR_MIN
     assert r["softmax_positive"].details["numbers"]["underflow_gap_float32"]["value"] > 17
     assert 0.1 < r["softmax_positive"].measured < 0.5  # unscaled d_k = 1024 scores: many weights exactly 0.0
     numbers = {k: v["value"] for k, v in r["attention_linearity"].details["numbers"].items()}
-    assert numbers["homogeneity_error_V"] < SDP.LINEAR_ATOL < SDP.NONLINEAR_MIN < numbers["homogeneity_error_Q"]
+    assert numbers["homogeneity_error_V"] < AW.LINEAR_ATOL < AW.NONLINEAR_MIN < numbers["homogeneity_error_Q"]
     update = r["unscaled_gradient_update"]
     assert update.measured > 1  # ‖∂L/∂W_Q‖ unscaled / scaled: larger, not near zero
     assert (
@@ -89,7 +90,7 @@ def test_new_claims_measured_numbers(claim_results):
 @pytest.mark.slow
 def test_multihead_cost_verdict_is_stable():
     with pinned_threads(C.CLAIMS_THREADS):
-        runs = [MH._claim_multihead_cost(0) for _ in range(3)]
+        runs = [MH.multihead_cost(0) for _ in range(3)]
     assert {r.verdict for r in runs} == {"holds"}
     assert {r.measured for r in runs} == {1.0}  # the verdict's number: exact counts, not times
     d = runs[0].details
@@ -100,16 +101,16 @@ def test_multihead_cost_verdict_is_stable():
 
 def test_softmax_underflow_gap():
     # float32: exp(−g) drops below the smallest subnormal (1.4e-45 = e^−103.3) from g = 104.
-    assert SDP.softmax_underflow_gap(torch.float32) == 104
-    assert SDP.softmax_underflow_gap(torch.float64) is None  # e^−256 is still representable
+    assert AW.softmax_underflow_gap(torch.float32) == 104
+    assert AW.softmax_underflow_gap(torch.float64) is None  # e^−256 is still representable
 
 
 def test_linearity_errors_of_a_linear_and_a_nonlinear_map():
     x1, x2 = torch.randn(3, 4), torch.randn(3, 4)
     w = torch.randn(4, 4, dtype=torch.float64)
-    add, hom = SDP._linearity_errors(lambda x: x @ w, x1.double(), x2.double())
+    add, hom = AW._linearity_errors(lambda x: x @ w, x1.double(), x2.double())
     assert add < 1e-12 and hom < 1e-12
-    add, hom = SDP._linearity_errors(torch.square, x1, x2)
+    add, hom = AW._linearity_errors(torch.square, x1, x2)
     assert add > 0.1 and hom == pytest.approx(1.0)  # (2x)² − 2x² = 2x², over ‖2x²‖
 
 

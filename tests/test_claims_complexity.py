@@ -1,4 +1,4 @@
-"""bench.claims.complexity: the helpers against hand-written formulas, and every claim's verdict."""
+"""bench.claims' complexity modules: the helpers against hand-written formulas, and every claim's verdict."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import models
-from bench.claims import CLAIMS, CLAIMS_THREADS, STATEMENTS, catalog
+from bench.claims import CLAIMS, CLAIMS_THREADS, STATEMENTS, catalog, path_length, sequential_ops, slow_attention
 from bench.claims import complexity as X
 from bench.threads import pinned_threads
 from models import LayerConfig
@@ -70,20 +70,20 @@ def test_receptive_field_of_a_hand_made_window():
         return padded[:, :-3] + 2 * padded[:, 3:]
 
     gen = torch.Generator().manual_seed(0)
-    assert X.receptive_field(fn, 10, 2, 5, gen) == [4, 7]
-    assert X.receptive_field(fn, 10, 2, 0, gen) == [2]
-    assert X.receptive_field(fn, 10, 2, 9, gen) == [8]
+    assert sequential_ops.receptive_field(fn, 10, 2, 5, gen) == [4, 7]
+    assert sequential_ops.receptive_field(fn, 10, 2, 0, gen) == [2]
+    assert sequential_ops.receptive_field(fn, 10, 2, 9, gen) == [8]
 
 
 @pytest.mark.parametrize(("k", "dilations"), [(3, [1]), (3, [1, 1, 1]), (5, [1, 1]), (3, [1, 2, 4]), (3, [1, 3, 9])])
 def test_stacked_receptive_field_is_one_plus_k_minus_1_times_dilations(k, dilations):
     gen = torch.Generator().manual_seed(1)
-    field = X.stacked_receptive_field(X._dilated_conv(), k, dilations, 101, gen)
+    field = path_length.stacked_receptive_field(path_length._dilated_conv(), k, dilations, 101, gen)
     assert field == 1 + (k - 1) * sum(dilations)
 
 
 def test_dilated_conv_is_the_registered_k_power_stack():
-    name = X._dilated_conv()
+    name = path_length._dilated_conv()
     assert name in models.LAYERS and models.LAYERS[name].path.stack_dilation(2, 3) == 9
 
 
@@ -104,7 +104,8 @@ EXPECTED = {
     "receptive_field_one_layer": "holds",
     "attention_slow_long_sequences": "holds",
 }
-FUNCTIONS = {claim_id: getattr(X, f"_claim_{claim_id}") for claim_id in EXPECTED}
+MODULES = (X, sequential_ops, path_length, slow_attention)
+FUNCTIONS = {claim_id: getattr(m, claim_id) for m in MODULES for claim_id in EXPECTED if hasattr(m, claim_id)}
 
 
 def test_every_complexity_statement_of_the_catalogue_is_measured():
@@ -124,7 +125,7 @@ def test_claim_verdict(claim_results, claim_id):
 
 def test_claims_are_deterministic(claim_results):
     with pinned_threads(CLAIMS_THREADS):  # measured again, as measure_claims measures
-        again = X._claim_path_conv_contiguous(0)
+        again = path_length.path_conv_contiguous(0)
     assert again.measured == claim_results["path_conv_contiguous"].measured
 
 
@@ -134,12 +135,12 @@ def test_known_measurements(claim_results):
     assert claim_results["rnn_complexity"].measured == pytest.approx(2, abs=1e-6)
     assert claim_results["conv_complexity"].measured == pytest.approx(2, abs=1e-6)
     assert claim_results["path_attention"].measured == 1
-    assert claim_results["path_rnn"].measured == X.PATH_RNN_NS[-1] - 1
-    assert claim_results["conv_receptive_field"].measured == X.RF_LAYERS[-1] * (X.RF_KS[0] - 1) + 1
-    assert claim_results["receptive_field_one_layer"].measured == X.ONE_LAYER_N
+    assert claim_results["path_rnn"].measured == path_length.PATH_RNN_NS[-1] - 1
+    assert claim_results["conv_receptive_field"].measured == path_length.RF_LAYERS[-1] * (path_length.RF_KS[0] - 1) + 1
+    assert claim_results["receptive_field_one_layer"].measured == path_length.ONE_LAYER_N
     # Doubling dilations, k = 3, L = 5: 1 + 2·(2^5 − 1) = 63, not 3^5 = 243.
     assert claim_results["path_conv_dilated"].measured == 63
     contiguous = claim_results["path_conv_contiguous"]
-    n, k = X.PATH_CONV_RANGE[-1], X.PATH_CONV_KS[0]
+    n, k = path_length.PATH_CONV_RANGE[-1], path_length.PATH_CONV_KS[0]
     assert contiguous.measured == pytest.approx(math.ceil((n - 1) / ((k - 1) // 2)) / (n / k), rel=1e-5)
     assert claim_results["path_conv_dilated"].details["layers_to_cross_k_power"] == [2 + i for i in range(1, 6)]

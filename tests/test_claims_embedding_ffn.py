@@ -179,9 +179,9 @@ def test_ffn_nonlinear_numbers(claim_results):
 
 
 def test_claims_are_deterministic():
-    assert E._claim_embed_qk_variance(3).measured == E._claim_embed_qk_variance(3).measured
-    assert E._claim_embed_qk_variance(3).measured != E._claim_embed_qk_variance(4).measured
-    assert math.isfinite(F._claim_ffn_nonlinear(3).measured)
+    assert E.embed_qk_variance(3).measured == E.embed_qk_variance(3).measured
+    assert E.embed_qk_variance(3).measured != E.embed_qk_variance(4).measured
+    assert math.isfinite(F.ffn_nonlinear(3).measured)
 
 
 def test_residual_gradient_path(claim_results):

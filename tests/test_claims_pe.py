@@ -1,4 +1,4 @@
-"""bench.claims.positional_encoding: the helpers against hand-written formulas, then each claim's verdict
+"""bench.claims' positional-encoding modules (pe_*): the helpers against hand-written formulas, then each claim's verdict
 (each claim takes well under a second)."""
 
 from __future__ import annotations
@@ -8,8 +8,16 @@ import math
 import pytest
 import torch
 
-from bench.claims import CLAIMS, CLAIMS_THREADS, STATEMENTS, catalog
-from bench.claims import positional_encoding as P
+from bench.claims import (
+    CLAIMS,
+    CLAIMS_THREADS,
+    STATEMENTS,
+    catalog,
+    pe_extrapolation,
+    pe_formula,
+    pe_frequency,
+    pe_geometry,
+)
 from bench.threads import pinned_threads
 from models.encoding import sinusoidal_encoding
 
@@ -18,76 +26,78 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 # ------------------------------------------------------------------------ helpers
 def test_d2l_table_matches_the_formula_written_by_hand():
-    table = P.d2l_positional_table(4, max_len=10)[0].double()
+    table = pe_formula.d2l_positional_table(4, max_len=10)[0].double()
     pos = torch.arange(10, dtype=torch.float64)
     by_hand = torch.stack([pos.sin(), pos.cos(), (pos / 100).sin(), (pos / 100).cos()], -1)
     assert table.shape == (10, 4)
     assert torch.allclose(table, by_hand, atol=1e-6)
-    assert torch.allclose(P.formula_table(10, 4), by_hand, atol=1e-15)
+    assert torch.allclose(pe_formula.formula_table(10, 4), by_hand, atol=1e-15)
 
 
 def test_d2l_forward_adds_the_first_rows_and_stops_at_max_len():
-    table = P.d2l_positional_table(6, max_len=5)
+    table = pe_formula.d2l_positional_table(6, max_len=5)
     x = torch.ones(1, 3, 6)
-    assert torch.equal(P.d2l_positional_forward(table, x), x + table[:, :3])
+    assert torch.equal(pe_formula.d2l_positional_forward(table, x), x + table[:, :3])
     with pytest.raises(RuntimeError):
-        P.d2l_positional_forward(table, torch.ones(1, 6, 6))
-    assert P._error_text(lambda: P.d2l_positional_table(5)).startswith("RuntimeError")
-    assert P._error_text(lambda: None) == "ok"
+        pe_formula.d2l_positional_forward(table, torch.ones(1, 6, 6))
+    assert pe_formula._error_text(lambda: pe_formula.d2l_positional_table(5)).startswith("RuntimeError")
+    assert pe_formula._error_text(lambda: None) == "ok"
 
 
 def test_column_coverage():
-    counts, beyond = P.column_coverage(4, range(2))  # i = 0, 1: columns 0, 1 and 2, 3
+    counts, beyond = pe_formula.column_coverage(4, range(2))  # i = 0, 1: columns 0, 1 and 2, 3
     assert counts.tolist() == [1, 1, 1, 1] and beyond == 0
-    counts, beyond = P.column_coverage(4, range(4))  # i = 2, 3 address columns 4 .. 7
+    counts, beyond = pe_formula.column_coverage(4, range(4))  # i = 2, 3 address columns 4 .. 7
     assert counts.tolist() == [1, 1, 1, 1] and beyond == 4
 
 
 def test_pair_rotation_error_of_the_notes_matrix_and_its_transpose():
-    assert P.pair_rotation_error(3, 8, 50) < 1e-13
+    assert pe_formula.pair_rotation_error(3, 8, 50) < 1e-13
     # The transpose rotates the other way: at k = 1 the fastest pair (ω = 1) is off by |2 sin(1)| in sin.
-    assert P.pair_rotation_error(1, 8, 50, transpose=True) == pytest.approx(2 * math.sin(1.0), rel=1e-2)
+    assert pe_formula.pair_rotation_error(1, 8, 50, transpose=True) == pytest.approx(2 * math.sin(1.0), rel=1e-2)
 
 
 def test_difference_features_and_readout_scores():
     a, k = torch.tensor([0.0, 5.0]), torch.tensor([1.0, 3.0])
-    feats = P.difference_features(a, k, 4)
+    feats = pe_formula.difference_features(a, k, 4)
     expected = sinusoidal_encoding(a + k, 4, torch.float64) - sinusoidal_encoding(a, 4, torch.float64)
     assert torch.equal(feats[:, :4], expected) and torch.equal(feats[:, 4], torch.ones(2, dtype=torch.float64))
     y = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
-    assert P.readout_scores(y, y) == (1.0, 0.0)
-    r2, rmse = P.readout_scores(torch.full((4,), 2.5, dtype=torch.float64), y)  # predicting the mean
+    assert pe_formula.readout_scores(y, y) == (1.0, 0.0)
+    r2, rmse = pe_formula.readout_scores(torch.full((4,), 2.5, dtype=torch.float64), y)  # predicting the mean
     assert r2 == pytest.approx(0.0) and rmse == pytest.approx(math.sqrt(1.25))
 
 
 def test_squared_step_is_the_squared_distance_for_every_position():
     d, k = 16, torch.tensor([0, 1, 7])
     table = sinusoidal_encoding(300, d, torch.float64)
-    for kk, value in zip(k.tolist(), P.squared_step(k, d)):
+    for kk, value in zip(k.tolist(), pe_formula.squared_step(k, d)):
         distance = ((table[kk:] - table[: len(table) - kk]) ** 2).sum(-1)
         assert torch.allclose(distance, torch.full_like(distance, float(value)), atol=1e-12)
 
 
 def test_wavelengths_exact_and_step_sizes():
-    assert torch.allclose(P.pe_wavelengths_exact(4), torch.tensor([2 * math.pi, 200 * math.pi], dtype=torch.float64))
+    assert torch.allclose(
+        pe_frequency.pe_wavelengths_exact(4), torch.tensor([2 * math.pi, 200 * math.pi], dtype=torch.float64)
+    )
     d = 8
     omega = 10000 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    steps = P.pair_step_sizes(sinusoidal_encoding(100, d, torch.float64))
+    steps = pe_frequency.pair_step_sizes(sinusoidal_encoding(100, d, torch.float64))
     assert torch.allclose(steps, 2 * torch.sin(omega / 2), atol=1e-12)
     table = torch.tensor([[0.0, 1.0], [2.0, 1.0], [1.0, 1.0]])
-    assert P.column_mean_steps(table).tolist() == [1.5, 0.0]
+    assert pe_frequency.column_mean_steps(table).tolist() == [1.5, 0.0]
 
 
 def test_binary_helpers():
-    assert P.bit_strings(2) == ["0101", "0011"]
-    assert P.bit_periods(3) == [2, 4, 8]
-    assert P.pattern_bits(("0101", "0011", "00001111", "0110"), 3) == [0, 1, 2, None]
+    assert pe_frequency.bit_strings(2) == ["0101", "0011"]
+    assert pe_frequency.bit_periods(3) == [2, 4, 8]
+    assert pe_frequency.pattern_bits(("0101", "0011", "00001111", "0110"), 3) == [0, 1, 2, None]
 
 
 def test_far_window_near_and_at_the_float32_limit():
-    rotation, rounding, neighbour = P.far_window(512, 64)
+    rotation, rounding, neighbour = pe_extrapolation.far_window(512, 64)
     assert rotation < 1e-3 and rounding < 1e-3 and neighbour > 1
-    assert P.far_window(2**24, 64)[2] == 0.0  # pos + 1 rounds to pos in float32
+    assert pe_extrapolation.far_window(2**24, 64)[2] == 0.0  # pos + 1 rounds to pos in float32
 
 
 # ------------------------------------------------------------------------ the claims
@@ -107,19 +117,19 @@ EXPECTED = {
     "extrapolation": "holds",
 }
 MEASURES = {
-    "pe_formula_code": P._claim_pe_formula_code,
-    "pe_index_range": P._claim_pe_index_range,
-    "pe_index_range_full": P._claim_pe_index_range_full,
-    "pe_bounded": P._claim_pe_bounded,
-    "pe_rotation_matrix": P._claim_pe_rotation_matrix,
-    "pe_relative_from_difference": P._claim_pe_relative_from_difference,
-    "pe_wavelength_growth": P._claim_pe_wavelength_growth,
-    "pe_wavelengths": P._claim_pe_wavelengths,
-    "pe_max_wavelength": P._claim_pe_max_wavelength,
-    "pe_frequency_decreasing": P._claim_pe_frequency_decreasing,
-    "pe_binary_periods": P._claim_pe_binary_periods,
-    "pe_binary_analogy_exact": P._claim_pe_binary_analogy_exact,
-    "extrapolation": P._claim_extrapolation,
+    "pe_formula_code": pe_formula.pe_formula_code,
+    "pe_index_range": pe_formula.pe_index_range,
+    "pe_index_range_full": pe_formula.pe_index_range_full,
+    "pe_bounded": pe_formula.pe_bounded,
+    "pe_rotation_matrix": pe_formula.pe_rotation_matrix,
+    "pe_relative_from_difference": pe_formula.pe_relative_from_difference,
+    "pe_wavelength_growth": pe_geometry.pe_wavelength_growth,
+    "pe_wavelengths": pe_geometry.pe_wavelengths,
+    "pe_max_wavelength": pe_frequency.pe_max_wavelength,
+    "pe_frequency_decreasing": pe_frequency.pe_frequency_decreasing,
+    "pe_binary_periods": pe_frequency.pe_binary_periods,
+    "pe_binary_analogy_exact": pe_frequency.pe_binary_analogy_exact,
+    "extrapolation": pe_extrapolation.extrapolation,
 }
 
 
@@ -132,7 +142,7 @@ def test_claim_verdict(claim_results, claim_id):
 
 
 def test_claim_measurements(claim_results):
-    assert claim_results["pe_formula_code"].measured <= P.FORMULA_ATOL
+    assert claim_results["pe_formula_code"].measured <= pe_formula.FORMULA_ATOL
     assert claim_results["pe_formula_code"].details["longer_input_outcome"].startswith("RuntimeError")
     assert claim_results["pe_index_range"].measured == 512
     assert claim_results["pe_index_range_full"].measured == 0.5
@@ -146,19 +156,19 @@ def test_claim_measurements(claim_results):
     assert top == pytest.approx(claim_results["pe_max_wavelength"].measured, rel=1e-4)
     assert claim_results["pe_wavelength_growth"].measured == pytest.approx(10000 ** (2 / 512), rel=1e-4)
     relative = claim_results["pe_relative_from_difference"]
-    assert relative.measured > P.READOUT_RMSE_MAX  # beyond the fitted positions the readout is lost
-    assert relative.details["numbers"]["rmse_same_range"]["value"] < P.READOUT_RMSE_MAX
-    assert relative.details["numbers"]["quadratic_spread"]["value"] < P.QUADRATIC_SPREAD_ATOL
+    assert relative.measured > pe_formula.READOUT_RMSE_MAX  # beyond the fitted positions the readout is lost
+    assert relative.details["numbers"]["rmse_same_range"]["value"] < pe_formula.READOUT_RMSE_MAX
+    assert relative.details["numbers"]["quadratic_spread"]["value"] < pe_formula.QUADRATIC_SPREAD_ATOL
     extrapolation = claim_results["extrapolation"]
     assert extrapolation.measured.startswith("learned: IndexError")
     assert extrapolation.details["numbers"]["identical_from"]["value"] == 2**24
-    assert extrapolation.details["numbers"]["rotation_off_from"]["value"] > P.EXTRAPOLATION_CHECK_LEN
+    assert extrapolation.details["numbers"]["rotation_off_from"]["value"] > pe_extrapolation.EXTRAPOLATION_CHECK_LEN
 
 
 def test_claims_are_deterministic(claim_results):
     # measured again, on measure_claims's threads: the least-squares fit's last digits depend on the thread count
     with pinned_threads(CLAIMS_THREADS):
-        again = P._claim_pe_relative_from_difference(0)
+        again = pe_formula.pe_relative_from_difference(0)
     assert again.measured == claim_results["pe_relative_from_difference"].measured
     assert again.details == claim_results["pe_relative_from_difference"].details
 

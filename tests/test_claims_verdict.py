@@ -220,13 +220,13 @@ def registry(monkeypatch):
     return record
 
 
-def test_claim_makes_the_outcome_a_claim_result_naming_its_id_once(registry):
-    @registry.claim("toy_bound", "A toy statement.", "a toy source", notes=None)
-    def measure(seed: int) -> Outcome:
+def test_claim_makes_the_outcome_a_claim_result_named_by_its_function(registry):
+    @registry.claim("A toy statement.", "a toy source", notes=None)
+    def toy_bound(seed: int) -> Outcome:
         value = 0.25 * seed
         return Outcome(value, some_met(at_most("value", value, 0.4), at_least("value", value, 0.4)), {"seed": seed})
 
-    r = measure(1)
+    r = toy_bound(1)
     assert (r.claim_id, r.statement, r.source, r.seed_ref, r.quote) == (
         "toy_bound",
         "A toy statement.",
@@ -241,23 +241,25 @@ def test_claim_makes_the_outcome_a_claim_result_naming_its_id_once(registry):
         {"sentence": "value is 0.25, expected at least 0.4: not met", "met": False, "tier": "graded"},
     ]
     assert r.expected == "value: ≤ 0.4; value: ≥ 0.4 (holds if all are met, partly if some)"
-    assert measure(2).verdict == "partly" and math.isclose(measure(2).measured, 0.5)
-    assert registry.MEASURES == [measure] and registry.STATEMENTS["toy_bound"].notes is None
-    assert isinstance(measure.__wrapped__(1), Outcome)  # the measuring function itself
+    assert toy_bound(2).verdict == "partly" and math.isclose(toy_bound(2).measured, 0.5)
+    assert registry.MEASURES == [toy_bound] and registry.STATEMENTS["toy_bound"].notes is None
+    assert isinstance(toy_bound.__wrapped__(1), Outcome)  # the measuring function itself
     with pytest.raises(ValueError, match="declared twice"):
-        registry.claim("toy_bound", "again", "src", notes=None)(lambda seed: None)
+        registry.claim("again", "src", notes=None, claim_id="toy_bound")(lambda seed: None)
 
 
 def test_claim_takes_note_lines_from_the_catalogue(registry):
     entry = next(e for e in record.catalog()["statement"] if e["seed_ref"])
 
-    @registry.claim("toy_noted", "A statement the notes make.", "src", notes=(entry["id"],))
     def measure(seed: int) -> Outcome:
         return Outcome(0, all_met(equals("n", 0, 0)), {}, unit="positions")
 
-    r = measure(0)
-    assert r.seed_ref.split("; ")[0] == entry["seed_ref"][0] and r.quote == entry["quote"]
-    assert (r.verdict, r.unit) == ("holds", "positions")
+    noted = registry.claim("A statement the notes make.", "src", notes=(entry["id"],), claim_id="toy_noted")(measure)
+    own = registry.claim("The same, by default.", "src", claim_id=entry["id"])(measure)  # notes: its own id
+    assert registry.STATEMENTS["toy_noted"].notes == registry.STATEMENTS[entry["id"]].notes == (entry["id"],)
+    for r in (noted(0), own(0)):
+        assert r.seed_ref.split("; ")[0] == entry["seed_ref"][0] and r.quote == entry["quote"]
+        assert (r.verdict, r.unit) == ("holds", "positions")
 
 
 def test_check_sentences_say_measured_expected_and_met():

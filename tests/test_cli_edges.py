@@ -11,16 +11,16 @@ import psutil
 import pytest
 
 from bench import machine, preflight
-from bench.cli import MAX_PASSES, MAX_ROUNDS, MAX_SEED, MAX_TARGET_TIME_S, build_parser, main
+from bench.cli import MAX_SEED, build_parser, main
 from bench.commands import MAX_PATHS_N, RESUME_READS, check_preset_device
 from bench.errors import BadInput
 from bench.estimate import PlanEstimate, PointEstimate
 from bench.folder import RunFolder
+from bench.policy import MAX_PASSES, MAX_ROUNDS, MAX_TARGET_TIME_S, TimingPolicy
 from bench.preflight import confirm_plan, wide_kernel_warnings
 from bench.presets import get_preset
 from bench.run import Run
 from bench.spec import PointSpec
-from bench.timing import TimingPolicy
 
 GRID = ["run", "--layers", "conv", "--n", "64", "--d", "8", "--device", "cpu"]
 

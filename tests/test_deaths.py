@@ -8,9 +8,9 @@ import psutil
 
 from bench import cgroup, deaths
 from bench.folder import RunFolder
+from bench.policy import TimingPolicy
 from bench.run import Run
 from bench.spec import PointSpec
-from bench.timing import TimingPolicy
 
 SPEC = PointSpec(layer="conv", n=8, d=4, k=3)
 PLENTY = 64 * 2**30

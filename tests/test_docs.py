@@ -9,7 +9,7 @@ import pytest
 from small_report import write_run
 
 import models
-from bench import fits, load, timing
+from bench import fits, load, policy
 from bench.cli import main
 from bench.presets import get_preset
 from bench.report import numbers
@@ -26,15 +26,15 @@ QUICK = get_preset("quick").timing
     [
         f"at least {QUICK.min_round_s * 1e3:g} ms of repeated calls in the quick preset",
         f"split over {QUICK.passes} passes",
-        f"its IQR exceeds {timing.NOISY_IQR_RATIO:.0%}".replace("%", " %"),
-        f"more than {timing.STALL_RATIO:g}x its fastest round",
-        f"more than {timing.PASS_SPREAD_RATIO:g}x its fastest pass",
-        f"wider than {timing.CI_RELATIVE_WIDTH:.0%} of it".replace("%", " %"),
-        f"{timing.CONFIDENCE:.0%} interval from order statistics".replace("%", " %"),
+        f"its IQR exceeds {policy.NOISY_IQR_RATIO:.0%}".replace("%", " %"),
+        f"more than {policy.STALL_RATIO:g}x its fastest round",
+        f"more than {policy.PASS_SPREAD_RATIO:g}x its fastest pass",
+        f"wider than {policy.CI_RELATIVE_WIDTH:.0%} of it".replace("%", " %"),
+        f"{policy.CONFIDENCE:.0%} interval from order statistics".replace("%", " %"),
         f"watches the machine for {load.SAMPLE_WINDOW_S:g} s",
         f"less {load.RESERVED_CORES} left to the system",
         f"take at least {load.BUSY_CORES:g} cores",
-        f"took at least {timing.BUSY_CORES:g} cores while it was timed",
+        f"took at least {policy.BUSY_CORES:g} cores while it was timed",
         f"at most {QUICK.extra_passes} more passes and together at most {QUICK.extra_budget:.0%} of the first "
         "passes' time".replace("%", " %"),
         f"within {fits.PLATEAU_FRACTION:.0%} of the sweep's best".replace("%", " %"),

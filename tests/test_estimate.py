@@ -29,8 +29,9 @@ from bench.estimate import (
     point_memory_bytes,
     rates_from_meta,
 )
+from bench.policy import TimingPolicy
 from bench.spec import PointSpec
-from bench.timing import Clocks, TimingPolicy, calibrate, time_rounds
+from bench.timing import Clocks, calibrate, time_rounds
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK_POLICY = TimingPolicy(min_rounds=10, max_rounds=60, target_s=0.25, min_round_s=0.005, passes=5)

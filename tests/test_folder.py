@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 
 import bench.run
-from bench import deaths, formats, storage
+from bench import deaths, formats, schema, storage
 from bench import folder as F
 from bench.errors import BadInput, RunFailed
+from bench.policy import TimingPolicy
 from bench.run import Run
 from bench.spec import PointSpec
-from bench.timing import TimingPolicy
 
 FAKE_PEAK = {"flops_per_s": 1e11, "size": 512, "time_median_s": 2.7e-3, "time_iqr_s": 0.0, "time_ci_s": [2.7e-3] * 2}
 SPECS = [PointSpec(layer="conv", n=n, d=4, k=3) for n in (8, 16)]
@@ -104,7 +104,7 @@ def _older_folder(tmp_path, header: list[str]):
 
 
 def test_an_older_folder_is_read_and_appended_to_in_its_own_columns(tmp_path):
-    header = [c for c in storage.POINT_COLUMNS if c not in ("mode", "node", "mem_saved_bytes")]
+    header = [c for c in schema.names() if c not in ("mode", "node", "mem_saved_bytes")]
     run = _older_folder(tmp_path, header)
     assert formats.schema_of(F.read_meta(run), run) == 1
     folder = F.RunFolder(run)

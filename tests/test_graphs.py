@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from bench import clock
-from bench.point import measure_pass, point_row
+from bench.point import measure_pass
+from bench.policy import DEVICE, WALL, TimingPolicy, choose_clock, plain_flag
+from bench.result import PointResult
 from bench.spec import PointSpec
-from bench.timing import DEVICE, WALL, Rounds, TimingPolicy, choose_clock, plain_flag, record_of, rounds_of, summarize
+from bench.timing import Rounds, record_of, rounds_of, summarize
 
 
 def _rounds(wall, device=(), graph_calls=0):
@@ -92,8 +94,8 @@ def test_a_gpu_point_is_timed_as_a_graph_and_stored_on_the_device_clock(mode):
     policy = TimingPolicy(min_rounds=4, max_rounds=4, target_s=0.01, passes=1)
     result = measure_pass(spec, policy, None, with_probes=True)
     assert not hasattr(result, "status"), result
-    timing = summarize([rounds_of(result.record)], result.iterations, spec.key, result.record)
-    assert timing.device is not None and timing.graph_calls >= 1
-    row = point_row(spec, 1, timing, result.probes, choose_clock(timing, 0.0), 0.0)
+    point = PointResult(spec, 1, passes=(rounds_of(result.record),), iterations=result.iterations, probes=result.probes)
+    assert point.timing.device is not None and point.timing.graph_calls >= 1
+    row = point.as_row()
     assert row["time_clock"] == DEVICE and row["time_device_median_s"] > 0
     assert row["time_device_median_s"] <= 1.5 * row["time_median_s"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import deaths, folder, storage
+from bench import deaths, folder, schema, storage
 from bench.cli import main
 from bench.errors import BadInput
 
@@ -430,7 +430,7 @@ def test_resume_of_a_finished_run_changes_nothing(tmp_path, capsys):
 
 def test_a_whole_last_row_without_its_newline_is_kept(tmp_path):
     path, run = tmp_path / "points.csv", folder.RunFolder(tmp_path)
-    row = {c: None for c in storage.POINT_COLUMNS} | {"layer": "conv", "n": 8, "d": 4, "batch": 1, "status": "ok"}
+    row = {c: None for c in schema.names()} | {"layer": "conv", "n": 8, "d": 4, "batch": 1, "status": "ok"}
     run.append_point(row | {"point_id": "a", "finished_utc": storage.utc_now()})
     path.write_text(path.read_text().rstrip("\n"))  # a hand edit drops the final newline
     run.append_point(row | {"point_id": "b", "finished_utc": storage.utc_now()})

@@ -10,10 +10,10 @@ from tqdm import tqdm
 
 from bench import cluster as C
 from bench import progress
+from bench.policy import TimingPolicy
 from bench.progress import PROGRESS_EVERY_S, ProgressLines, progress_bar
 from bench.run import Run
 from bench.spec import PointSpec
-from bench.timing import TimingPolicy
 
 
 class FakeClock:

@@ -9,6 +9,7 @@ import pytest
 
 from bench.cli import main
 from bench.machine import machine_identity
+from bench.report import sections
 from bench.report.numbers import cite_sentence
 from bench.report.publish import OWN_FILES
 
@@ -73,7 +74,7 @@ def test_report_writes_the_interface_files(two_runs, tmp_path, capsys):
     # every file it writes is its own, so the next report replaces it (a user's files are kept: bench/report/publish)
     written = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     figures = {name for name in written if name.startswith("figures/")}
-    assert written - figures <= set(OWN_FILES)
+    assert written - figures <= set(OWN_FILES) | sections.written()
     assert all(name in (out / "report.md").read_text() for name in figures)
     roofline = pd.read_csv(out / "roofline.csv")
     assert (roofline["mode"] == "inference").all() and roofline["fraction"].notna().any()

@@ -7,11 +7,11 @@ import re
 import pandas as pd
 import pytest
 
+from bench import policy as P
 from bench import progress
-from bench import timing as T
 from bench.cli import main
 from bench.folder import read_timing_records
-from bench.run import Run
+from bench.result import PointResult
 from bench.spec import PointSpec
 
 GRID = [
@@ -66,7 +66,7 @@ def test_first_pass_in_plan_order_then_shuffled_passes(tmp_path):
 def test_points_are_sampled_until_known_and_no_further(tmp_path, monkeypatch):
     """A point whose time is not known gets one more pass at a time, interleaved over the unknown points alone,
     and no more once it is known: here a point is known once it has 5 passes, 2 more than the plan's 3."""
-    monkeypatch.setattr(Run, "_known", lambda run, spec: len(run._records(spec)) >= 5)
+    monkeypatch.setattr(PointResult, "known", property(lambda result: len(result.passes) >= 5))
     out = tmp_path / "run"
     assert main([*GRID, "--out", str(out)]) == 0
     records = read_timing_records(out)
@@ -80,7 +80,7 @@ def test_points_are_sampled_until_known_and_no_further(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_points_that_stay_unreliable_stop_at_the_budget_and_stay_flagged(tmp_path, monkeypatch):
-    monkeypatch.setattr(T, "CI_RELATIVE_WIDTH", -1.0)  # every interval is "too wide": no point is ever known
+    monkeypatch.setattr(P, "CI_RELATIVE_WIDTH", -1.0)  # every interval is "too wide": no point is ever known
     out = tmp_path / "run"
     assert main([*GRID, "--out", str(out)]) == 0
     df = pd.read_csv(out / "points.csv")
@@ -94,7 +94,7 @@ def test_points_that_stay_unreliable_stop_at_the_budget_and_stay_flagged(tmp_pat
     records = read_timing_records(out)
     first = sum(r["visit_s"] for r in records if r["attempt"] == 0)
     extra = [r for r in records if r["attempt"] == 1]
-    policy = T.TimingPolicy.stored(json.loads((out / "plan.json").read_text())["timing_policy"])
+    policy = P.TimingPolicy.stored(json.loads((out / "plan.json").read_text())["timing_policy"])
     passes = {r["pass"] for r in extra}
     assert passes == set(range(len(passes))) and 1 <= len(passes) <= policy.extra_passes
     last = [r for r in extra if r["pass"] == max(passes)]
@@ -148,7 +148,7 @@ def test_a_run_into_a_log_shows_progress_lines_and_none_with_no_progress(tmp_pat
     """stderr captured (not a terminal), a line every 5 ms: 2 points x 2 passes, then one extra pass over both (a
     point is known once it has 3 passes), its 2 visits of at least 2 rounds of 5 ms (min_round_s) each."""
     monkeypatch.setattr(progress, "PROGRESS_EVERY_S", 0.005)
-    monkeypatch.setattr(Run, "_known", lambda run, spec: len(run._records(spec)) >= 3)
+    monkeypatch.setattr(PointResult, "known", property(lambda result: len(result.passes) >= 3))
     grid = ["run", "--layers", "conv", "--n", "8,16", "--d", "4", "--device", "cpu", "--rounds", "6"]
     grid += ["--target-time", "0.01", "--passes", "2", "--out", str(tmp_path / "run")]
     assert main([*grid, *(["--no-progress"] if quiet else [])]) == 0

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bench import folder, storage
+from bench import folder, schema, storage
 from bench.errors import BadInput, RunFailed
 
 
@@ -61,5 +61,6 @@ def test_out_dir_must_be_new_or_empty(tmp_path):
 def test_points_csv_begins_with_a_points_identity():
     from bench.spec import IDENTITY  # noqa: PLC0415
 
-    assert sorted(storage.IDENTITY_COLUMNS) == sorted(IDENTITY)
-    assert storage.POINT_COLUMNS[: len(IDENTITY)] == list(storage.IDENTITY_COLUMNS)
+    identity = [c.name for c in schema.IDENTITY]
+    assert sorted(identity) == sorted(IDENTITY)
+    assert schema.names()[: len(IDENTITY)] == identity and schema.names()[-1] == "finished_utc"

@@ -9,8 +9,10 @@ import pytest
 import torch
 import torch.utils.benchmark as tb
 
+from bench import policy as P
 from bench import timing as T
-from bench.timing import Clocks, Rounds, TimingPolicy, interleaved, median_interval, pass_order, summarize
+from bench.policy import TimingPolicy
+from bench.timing import Clocks, Rounds, interleaved, median_interval, pass_order, summarize
 
 
 class FakeClock:
@@ -39,7 +41,7 @@ def test_rounds_are_shared_over_the_passes_with_a_floor():
     policy = TimingPolicy(passes=5)
     assert policy.rounds_per_pass(60) == 12
     assert policy.rounds_per_pass(61) == 13  # rounded up: never fewer rounds than planned
-    assert policy.rounds_per_pass(3) == T.MIN_ROUNDS_PER_PASS
+    assert policy.rounds_per_pass(3) == P.MIN_ROUNDS_PER_PASS
 
 
 def test_bad_policy_is_refused():
@@ -73,7 +75,7 @@ def test_interleaved_passes_on_a_fake_clock():
     timings = interleaved({"a": costs("a", 0.002), "b": costs("b", 0.005)}, policy, clocks=clocks)
     a, b = timings["a"], timings["b"]
     assert a.wall.median_s == pytest.approx(0.002) and b.wall.median_s == pytest.approx(0.005)
-    assert a.cpu.median_s == pytest.approx(0.002) and a.cpu_clock == T.THREAD
+    assert a.cpu.median_s == pytest.approx(0.002) and a.cpu_clock == P.THREAD
     assert a.iterations == 5 and b.iterations == 2  # calls per round: at least min_round_s = 10 ms
     assert a.passes == 3 and a.rounds == 6 and [len(p) for p in a.pass_times_s] == [2, 2, 2]
     assert a.wall.iqr_s == pytest.approx(0) and a.wall.reliable and a.wall.flag == ""
@@ -117,11 +119,11 @@ def test_the_cpu_clock_has_statistics_of_its_own_and_faults_are_per_call():
         _rounds((2 * ms, 4 * ms, 4 * ms, 2 * ms), (2 * ms, 2.1 * ms, 2 * ms, 2 * ms), calls=8, faults=4),
         _rounds((4 * ms, 4 * ms, 4 * ms, 2 * ms), (2 * ms, 2 * ms, 2.1 * ms, 2 * ms), calls=8, faults=0),
     ]
-    timing = summarize(passes, iterations=2, template={"extra_info": {"cpu_clock": T.THREAD}})
+    timing = summarize(passes, iterations=2, template={"extra_info": {"cpu_clock": P.THREAD}})
     assert timing.wall.median_s == pytest.approx(4 * ms) and not timing.wall.reliable
     assert "stalled" in timing.wall.flag
     assert timing.cpu.median_s == pytest.approx(2 * ms) and timing.cpu.reliable
-    assert timing.cpu_clock == T.THREAD and timing.on(T.CPU) is timing.cpu and timing.on(T.WALL) is timing.wall
+    assert timing.cpu_clock == P.THREAD and timing.on(P.CPU) is timing.cpu and timing.on(P.WALL) is timing.wall
     assert timing.faults_per_call == pytest.approx(4 / 16)
     assert timing.record["extra_info"]["cpu_data"] == [t for p in passes for t in p.cpu_s]
 
@@ -147,7 +149,7 @@ def test_a_record_from_before_the_cpu_clock_reads_as_wall_only():
     assert T.rounds_of(old) == Rounds((0.001, 0.002), (), 6, None)
 
 
-def _timing(wall_flag: bool, cpu_clock: str = T.THREAD):
+def _timing(wall_flag: bool, cpu_clock: str = P.THREAD):
     ms = 1e-3
     wall = (1 * ms, 3 * ms, 3 * ms, 3 * ms) if wall_flag else (1 * ms,) * 4
     passes = [_rounds(wall * 2, (1 * ms,) * 8)] * 3
@@ -155,45 +157,45 @@ def _timing(wall_flag: bool, cpu_clock: str = T.THREAD):
 
 
 def test_the_wall_clock_is_kept_where_it_measures_the_layer():
-    assert T.choose_clock(_timing(False), others_busy_cores=0.1) == (T.WALL, "")
+    assert P.choose_clock(_timing(False), others_busy_cores=0.1) == (P.WALL, "")
     # several threads: the process's CPU time counts spinning threads; the wall clock, even when busy
-    assert T.choose_clock(_timing(True, T.PROCESS), others_busy_cores=1.5) == (T.WALL, "")
+    assert P.choose_clock(_timing(True, P.PROCESS), others_busy_cores=1.5) == (P.WALL, "")
 
 
 def test_the_cpu_clock_is_chosen_where_others_took_cores_or_the_wall_clock_failed():
-    clock, why = T.choose_clock(_timing(False), others_busy_cores=T.BUSY_CORES)
-    assert clock == T.CPU and "other programs took 0.5 cores" in why
-    clock, why = T.choose_clock(_timing(True), others_busy_cores=0.0)
-    assert clock == T.CPU and "stalled" in why
+    clock, why = P.choose_clock(_timing(False), others_busy_cores=P.BUSY_CORES)
+    assert clock == P.CPU and "other programs took 0.5 cores" in why
+    clock, why = P.choose_clock(_timing(True), others_busy_cores=0.0)
+    assert clock == P.CPU and "stalled" in why
 
 
 def test_a_clock_asked_for_is_used_where_it_can_be_had():
-    assert T.choose_clock(_timing(True), 0.0, "wall")[0] == T.WALL
-    assert T.choose_clock(_timing(False), 0.0, "cpu")[0] == T.CPU
-    clock, why = T.choose_clock(_timing(False, T.PROCESS), 0.0, "cpu")
-    assert clock == T.WALL and "several threads" in why
+    assert P.choose_clock(_timing(True), 0.0, "wall")[0] == P.WALL
+    assert P.choose_clock(_timing(False), 0.0, "cpu")[0] == P.CPU
+    clock, why = P.choose_clock(_timing(False, P.PROCESS), 0.0, "cpu")
+    assert clock == P.WALL and "several threads" in why
 
 
 def test_a_point_that_stays_unreliable_says_why_in_words_first():
     stats = _timing(True).wall
-    text = T.plain_flag(stats, T.WALL, 7)
+    text = P.plain_flag(stats, P.WALL, 7)
     assert text.startswith("its rounds kept losing the CPU to other programs after 7 passes on the wall clock")
     assert stats.flag in text
-    assert T.plain_flag(_timing(False).wall, T.WALL, 5) == ""
+    assert P.plain_flag(_timing(False).wall, P.WALL, 5) == ""
 
 
 def test_a_stored_policy_from_before_sampling_until_known_is_read():
-    assert T.TimingPolicy.stored({"passes": 3, "remeasure": True}) == TimingPolicy(passes=3)
-    assert T.TimingPolicy.stored({"remeasure": False}).extra_passes == 0
+    assert P.TimingPolicy.stored({"passes": 3, "remeasure": True}) == TimingPolicy(passes=3)
+    assert P.TimingPolicy.stored({"remeasure": False}).extra_passes == 0
     with pytest.raises(TypeError, match="bogus"):
-        T.TimingPolicy.stored({"bogus": 1})
+        P.TimingPolicy.stored({"bogus": 1})
 
 
 def test_the_method_says_the_clocks_and_the_budget_from_the_constants():
-    text = T.method_text(TimingPolicy(extra_passes=4, extra_budget=0.25).as_dict())
-    assert "two clocks" in text and f"at least {T.BUSY_CORES:g} cores" in text
+    text = P.method_text(TimingPolicy(extra_passes=4, extra_budget=0.25).as_dict())
+    assert "two clocks" in text and f"at least {P.BUSY_CORES:g} cores" in text
     assert "at most 4 more, together at most 25% of the first passes' time" in text
-    old = T.method_text({"passes": 5, "remeasure": True})
+    old = P.method_text({"passes": 5, "remeasure": True})
     assert "measured again in a second set of passes" in old and "two clocks" not in old
 
 
@@ -219,11 +221,11 @@ def test_stalled_rounds_are_flagged():
     # Most rounds lost a 4 ms time slice: the median is far above the fastest round.
     stalled = _flags([[0.002, 0.006, 0.006, 0.0061], [0.006, 0.0062, 0.002, 0.006], [0.006, 0.006, 0.0061, 0.006]])
     assert not stalled.reliable and "stalled" in stalled.flag
-    assert stalled.median_s / stalled.min_s > T.STALL_RATIO
+    assert stalled.median_s / stalled.min_s > P.STALL_RATIO
 
 
 def test_passes_that_disagree_are_flagged():
-    slow = T.PASS_SPREAD_RATIO * 1.2
+    slow = P.PASS_SPREAD_RATIO * 1.2
     # One slow pass of five: the median of the rounds is untouched, nothing to flag (interleaving at work).
     assert _flags([[0.010] * 6, [0.010 * slow] * 6, [0.010] * 6, [0.010] * 6, [0.010] * 6]).reliable
     # Two of three: the median pass is slow.
@@ -238,7 +240,7 @@ def test_too_few_rounds_for_an_interval_is_flagged():
 
 def test_noisy_flag_uses_the_named_threshold():
     assert not _flags([[0.01] * 8]).noisy
-    wide = 1 + 4 * T.NOISY_IQR_RATIO
+    wide = 1 + 4 * P.NOISY_IQR_RATIO
     assert _flags([[0.01, 0.01 * wide] * 4]).noisy
 
 

@@ -12,13 +12,14 @@ import pytest
 import torch
 
 import models
-from bench import storage
+from bench import schema, storage
 from bench.cli import main
 from bench.errors import BadInput, RunFailed
 from bench.flops import FLOP_FORMULAS, count_flops
 from bench.folder import RunFolder
-from bench.point import grad_mode, one_call, saved_bytes
+from bench.point import grad_mode, one_call
 from bench.presets import get_preset
+from bench.probes.memory import saved_bytes
 from bench.spec import PointSpec, expand_grid, source_key, validate
 
 aten = torch.ops.aten
@@ -189,9 +190,9 @@ def test_modes_in_grids_and_presets():
 
 
 def test_a_train_row_is_refused_by_a_folder_stored_without_the_mode_column(tmp_path):
-    old_columns = [c for c in storage.POINT_COLUMNS if c not in ("mode", "mem_saved_bytes")]
+    old_columns = [c for c in schema.names() if c not in ("mode", "mem_saved_bytes")]
     (tmp_path / "points.csv").write_text(",".join(old_columns) + "\n")
-    row = {c: None for c in storage.POINT_COLUMNS} | {
+    row = {c: None for c in schema.names()} | {
         "layer": "conv",
         "n": 8,
         "d": 4,

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout: the workers' working directory
+ROOT = Path(__file__).resolve().parents[2]
 
 PLAN = ["run", "--layers", "conv,rnn,gru,lstm,attention,attention_math", "--n", "64,128,256,512,1024"]
 PLAN += ["--d", "32", "--device", "cpu", "--target-time", "0.5", "--passes", "3", "--no-progress", "--yes"]

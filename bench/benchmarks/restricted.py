@@ -102,7 +102,7 @@ class Row:
     time_iqr_s: float
     flops: int
     useful_flops: int | None
-    others_busy_cores: float  # what other processes took while the point was timed
+    others_busy_cores: float
     attempts: int
 
 

@@ -1,5 +1,4 @@
-"""The embeddings: weight sharing, the one-hot lookup, and the √d_model scaling against the positional encoding,
-as the study notes state them, one step of their chain at a time."""
+"""The embeddings: weight sharing, the one-hot lookup, the √d_model scaling against the positional encoding."""
 
 from __future__ import annotations
 
@@ -74,13 +73,11 @@ def about(label: str, value: float, target: float, target_text: str | None = Non
 
 
 @claim(
-    "weight_sharing_params",
     "Sharing one weight matrix between the embedding and the pre-softmax linear layer (W_o = W_eᵀ) reduces the "
     "number of parameters (by vocab · d_model).",
     SECTION,
-    notes=("weight_sharing_params",),
 )
-def _claim_weight_sharing_params(seed: int) -> Outcome:
+def weight_sharing_params(seed: int) -> Outcome:
     vocab, d = SHARING_VOCAB, D_MODEL
     separate = unique_parameters(nn.Embedding(vocab, d, device="meta"), nn.Linear(d, vocab, bias=False, device="meta"))
     shared = unique_parameters(*tied_pair(vocab, d))
@@ -112,12 +109,10 @@ def _claim_weight_sharing_params(seed: int) -> Outcome:
 
 
 @claim(
-    "embedding_lookup_onehot",
     "Each component of an embedding vector is the dot product of a row of W_e with a one-hot vector.",
     SECTION,
-    notes=("embedding_lookup_onehot",),
 )
-def _claim_embedding_lookup_onehot(seed: int) -> Outcome:
+def embedding_lookup_onehot(seed: int) -> Outcome:
     gen = generator_for(seed, 102)
     table = embedding_table(LOOKUP_VOCAB, LOOKUP_D, LOOKUP_D**-0.5, gen)
     tokens = torch.randint(LOOKUP_VOCAB, (LOOKUP_VOCAB,), generator=gen)
@@ -156,13 +151,12 @@ def _claim_embedding_lookup_onehot(seed: int) -> Outcome:
 
 
 @claim(
-    "embedding_init_variance",
     "With W_e ~ N(0, 1/d_model) an embedding vector has variance about 1, and multiplying by √d_model raises it "
     "to about d_model.",
     SECTION,
     notes=("embedding_init_variance", "embedding_scaled_variance"),
 )
-def _claim_embedding_init_variance(seed: int) -> Outcome:
+def embedding_init_variance(seed: int) -> Outcome:
     gen = generator_for(seed, 103)
     d = D_MODEL
     table = embedding_table(EMBEDDING_VOCAB, d, d**-0.5, gen)
@@ -189,12 +183,10 @@ def _claim_embedding_init_variance(seed: int) -> Outcome:
 
 
 @claim(
-    "embedding_scale_init_variance",
     "Multiplying W_e by √d_model is equivalent to raising its initialisation variance from 1/d_model to 1.",
     SECTION,
-    notes=("embedding_scale_init_variance",),
 )
-def _claim_embedding_scale_init_variance(seed: int) -> Outcome:
+def embedding_scale_init_variance(seed: int) -> Outcome:
     d = D_MODEL
     table = embedding_table(EMBEDDING_VOCAB, d, d**-0.5, generator_for(seed, 104))
     var_table, var_scaled = variance(table), variance(table * math.sqrt(d))
@@ -209,13 +201,11 @@ def _claim_embedding_scale_init_variance(seed: int) -> Outcome:
 
 
 @claim(
-    "unscaled_embedding_drowns_pe",
     "Without scaling, the embedding's variance (about 1) is far larger than the positional encoding's (about 1/3), "
     "so adding them would drown the position signal.",
     SECTION,
-    notes=("unscaled_embedding_drowns_pe",),
 )
-def _claim_unscaled_embedding_drowns_pe(seed: int) -> Outcome:
+def unscaled_embedding_drowns_pe(seed: int) -> Outcome:
     gen = generator_for(seed, 105)
     d = D_MODEL
     var_pe = variance(sinusoidal_encoding(PE_POSITIONS, d))
@@ -244,13 +234,12 @@ def _claim_unscaled_embedding_drowns_pe(seed: int) -> Outcome:
 
 
 @claim(
-    "embedding_scale",
     "Multiplying the embedding by √d_model makes the embedding and the positional encoding comparable in scale, "
     "preventing the position information from being drowned by the embedding.",
     SECTION,
     notes=("embedding_scale_balances_pe",),
 )
-def _claim_embedding_scale(seed: int) -> Outcome:
+def embedding_scale(seed: int) -> Outcome:
     gen = generator_for(seed, 10)
     tokens = torch.randint(EMBEDDING_VOCAB, (EMBEDDING_TOKENS,), generator=gen)
     pe = sinusoidal_encoding(PE_POSITIONS, D_MODEL)
@@ -291,13 +280,12 @@ def _claim_embedding_scale(seed: int) -> Outcome:
 
 
 @claim(
-    "embed_qk_variance",
     "With d_k = d_model and Q, K components of variance about d_model, the dot products QKᵀ have variance about "
     "d_model², and dividing by √d_model brings it back to about d_model.",
     SECTION,
     notes=("embed_qk_variance", "embed_scaled_qk_variance"),
 )
-def _claim_embed_qk_variance(seed: int) -> Outcome:
+def embed_qk_variance(seed: int) -> Outcome:
     d = D_MODEL
     var_qk = sampled_dot_variance(d, d, QK_PAIRS, generator_for(seed, 106))
     var_scaled = var_qk / d

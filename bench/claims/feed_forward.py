@@ -1,5 +1,4 @@
-"""The position-wise feed-forward network: its size, FLOPs and position-wise action, and the residual path around
-it, as the study notes state them."""
+"""The position-wise feed-forward network: its size, FLOPs and position-wise action, the residual path around it."""
 
 from __future__ import annotations
 
@@ -9,7 +8,8 @@ from torch import nn
 import models
 from models import LayerConfig
 
-from .record import PAPER, claim, counted_flops, generator_for, numbers_of, parameter_count, rounded, seeded
+from .measure import counted_flops, parameter_count
+from .record import PAPER, claim, generator_for, numbers_of, rounded, seeded
 from .verdict import Outcome, above, all_met, at_least, at_most, equals, some_met, within
 
 SECTION = f"{PAPER}, §3.3 (Position-wise Feed-Forward Networks)"
@@ -77,13 +77,11 @@ def collapse_affine(layers: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor
 
 
 @claim(
-    "ffn_params",
     "With d_model = 512 and d_ff = 2048 the FFN has weights 512×2048 and 2048×512, about 512·2048·2 ≈ 2.1 M "
     "parameters.",
     SECTION,
-    notes=("ffn_params",),
 )
-def _claim_ffn_params(seed: int) -> Outcome:
+def ffn_params(seed: int) -> Outcome:
     d, d_ff = FFN_D, FFN_D_FF
     net = _seeded_ffn(seed, d, d_ff)
     params = parameter_count(net)
@@ -108,12 +106,10 @@ def _claim_ffn_params(seed: int) -> Outcome:
 
 
 @claim(
-    "ffn_vs_mha_params",
     "The FFN's parameter count is comparable to, or even more than, that of the multi-head attention layer.",
     SECTION,
-    notes=("ffn_vs_mha_params",),
 )
-def _claim_ffn_vs_mha_params(seed: int) -> Outcome:
+def ffn_vs_mha_params(seed: int) -> Outcome:
     d, d_ff, h = FFN_D, FFN_D_FF, FFN_HEADS
     ffn_params = parameter_count(_seeded_ffn(seed, d, d_ff))
     attention = models.build(models.ROLES.attention, LayerConfig(d=d, heads=h), seed=seed)
@@ -135,12 +131,10 @@ def _claim_ffn_vs_mha_params(seed: int) -> Outcome:
 
 
 @claim(
-    "ffn_conv1x1",
     "The FFN can be seen as two convolutions with kernel size 1.",
     SECTION,
-    notes=("ffn_conv1x1",),
 )
-def _claim_ffn_conv1x1(seed: int) -> Outcome:
+def ffn_conv1x1(seed: int) -> Outcome:
     b, n, d, d_ff = SMALL["batch"], SMALL["n"], SMALL["d"], SMALL["d_ff"]
     net = _seeded_ffn(seed, d, d_ff)
     x = torch.randn(b, n, d, generator=generator_for(seed, 112))
@@ -156,13 +150,11 @@ def _claim_ffn_conv1x1(seed: int) -> Outcome:
 
 
 @claim(
-    "ffn_position_wise",
     "The FFN is applied at every position with the same parameters, independently: the output at position i "
     "depends only on the input at position i.",
     SECTION,
-    notes=("ffn_position_wise",),
 )
-def _claim_ffn_position_wise(seed: int) -> Outcome:
+def ffn_position_wise(seed: int) -> Outcome:
     n, d, d_ff = SMALL["n"], SMALL["d"], SMALL["d_ff"]
     net = _seeded_ffn(seed, d, d_ff)
     gen = generator_for(seed, 113)
@@ -188,13 +180,12 @@ def _claim_ffn_position_wise(seed: int) -> Outcome:
 
 
 @claim(
-    "ffn_nonlinear",
     "FFN(x) = max(0, xW₁ + b₁)W₂ + b₂ is a two-layer network whose ReLU makes it nonlinear; without it, any "
     "number of stacked linear layers is equivalent to a single linear transformation.",
     SECTION,
     notes=("ffn_nonlinear", "linear_stack_collapses"),
 )
-def _claim_ffn_nonlinear(seed: int) -> Outcome:
+def ffn_nonlinear(seed: int) -> Outcome:
     n, d, d_ff = SMALL["n"], SMALL["d"], SMALL["d_ff"]
     gen = generator_for(seed, 114)
     x1, x2 = (torch.randn(n, d, generator=gen, dtype=torch.float64) for _ in range(2))
@@ -246,13 +237,11 @@ def input_gradient_norm(depth: int, residual: bool, norm: bool, seed: int) -> fl
 
 
 @claim(
-    "residual_gradient_path",
     "The residual connection lets information bypass the FFN and so solves the vanishing-gradient problem of "
     "deep networks.",
     f"{PAPER}, §3.1; He et al. 2016",
-    notes=("residual_gradient_path",),
 )
-def _claim_residual_gradient_path(seed: int) -> Outcome:
+def residual_gradient_path(seed: int) -> Outcome:
     grads = {
         (form, residual, depth): input_gradient_norm(depth, residual, form == "post-LN", seed)
         for form in ("plain", "post-LN")

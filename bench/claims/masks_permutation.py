@@ -1,5 +1,4 @@
-"""Masks and permutations: self-attention's permutation equivariance (not invariance), the causal mask and
-what it hides, a constant encoding, and the order-sensitive recurrent and convolutional layers."""
+"""Masks and permutations: equivariance (not invariance), the causal mask, a constant encoding, RNN and conv order."""
 
 from __future__ import annotations
 
@@ -66,13 +65,11 @@ def _equivariance_outcome(
 
 
 @claim(
-    "permutation_equivariance",
     "Self-attention without positional information is permutation-equivariant: permuting the input "
     "permutes the output; with sinusoidal encodings added it is not.",
     f"{PAPER}, §3.5; {D2L_SELF_ATTENTION}",
-    notes=("permutation_equivariance",),
 )
-def _claim_permutation_equivariance(seed: int) -> Outcome:
+def permutation_equivariance(seed: int) -> Outcome:
     x, perm = permuted_input(generator_for(seed, 5), EQUIVARIANCE_SIZE)
     return _equivariance_outcome(seed, x, perm, None, ("error_no_pe", "error_with_pe"), "float32 rounding")
 
@@ -94,12 +91,10 @@ def future_weight_max(weights: torch.Tensor) -> float:
 
 
 @claim(
-    "causal_mask",
     "A causal mask (−∞ on future positions before the softmax) gives exactly zero weight to future positions.",
     f"{PAPER}, §3.2.3",
-    notes=("causal_mask",),
 )
-def _claim_causal_mask(seed: int) -> Outcome:
+def causal_mask(seed: int) -> Outcome:
     s = CAUSAL_SIZE
     gen = generator_for(seed, 11)
     q, k, v = (torch.randn(s["batch"], s["heads"], s["n"], s["d_head"], generator=gen) for _ in range(3))
@@ -153,13 +148,11 @@ def causal_dependencies(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 @claim(
-    "causal_mask_scope",
     "With the decoder's mask, the output at position i cannot see position i and later, so it depends only on "
     "positions 1 to i−1.",
     f"{PAPER}, §3.2.3 and §3.1 (outputs shifted right)",
-    notes=("causal_mask_scope",),
 )
-def _claim_causal_mask_scope(seed: int) -> Outcome:
+def causal_mask_scope(seed: int) -> Outcome:
     """The mask alone lets output i see itself; the right shift does the rest: "partly"."""
     s = SCOPE_SIZE
     gen = generator_for(seed, 41)
@@ -202,12 +195,11 @@ INVARIANT_ATOL = EQUIVARIANT_ATOL  # max |f(Px) − f(x)| for "unchanged"
 
 
 @claim(
-    "permutation_invariance",
     "Self-attention is permutation-invariant: shuffling the input words leaves its output unchanged.",
     f"{PAPER}, §3.5; {D2L_SELF_ATTENTION}",
     notes=("permutation_invariance_wording",),
 )
-def _claim_permutation_invariance(seed: int) -> Outcome:
+def permutation_invariance(seed: int) -> Outcome:
     """The output rows move with the input; equivariance and the mean's invariance are reported beside it."""
     s = EQUIVARIANCE_SIZE
     x, perm = permuted_input(generator_for(seed, 42), s)
@@ -242,13 +234,11 @@ CONSTANT_PE_SCALE = 1.0  # the constant vector c ~ N(0, I), the size of a token 
 
 
 @claim(
-    "constant_pe_ineffective",
     "A positional embedding that is the same vector at every position carries no position information: "
     "self-attention stays permutation-equivariant.",
     f"{PAPER}, §3.5",
-    notes=("constant_pe_ineffective",),
 )
-def _claim_constant_pe_ineffective(seed: int) -> Outcome:
+def constant_pe_ineffective(seed: int) -> Outcome:
     s = EQUIVARIANCE_SIZE
     gen = generator_for(seed, 43)
     x, perm = permuted_input(gen, s)
@@ -261,13 +251,11 @@ ORDER_SIZE = {"batch": 2, "n": 64, "d": 32, "heads": 4, "k": 3}
 
 
 @claim(
-    "rnn_cnn_order_sensitive",
     "A recurrent layer keeps word order through its recurrence and a convolution's sliding kernel sees local "
     "order, unlike self-attention: neither is permutation-equivariant.",
     f"{PAPER}, §4; {D2L_SELF_ATTENTION}",
-    notes=("rnn_cnn_order_sensitive",),
 )
-def _claim_rnn_cnn_order_sensitive(seed: int) -> Outcome:
+def rnn_cnn_order_sensitive(seed: int) -> Outcome:
     s = ORDER_SIZE
     x, perm = permuted_input(generator_for(seed, 44), s)
     cfg = LayerConfig(d=s["d"], heads=s["heads"], k=s["k"])

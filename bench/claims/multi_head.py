@@ -1,5 +1,4 @@
-"""Multi-head attention: its cost against single-head attention of full width, the head and concatenation
-widths, its parameter count, the one-matrix projection split into heads, and whether a position attends to itself."""
+"""Multi-head attention: its cost and widths, its parameters, the projection split into heads, self-focus."""
 
 from __future__ import annotations
 
@@ -8,17 +7,8 @@ import torch
 import models
 from models import LayerConfig
 
-from .record import (
-    PAPER,
-    TIME_THREADS,
-    claim,
-    counted_flops,
-    generator_for,
-    interleaved_times_s,
-    numbers_of,
-    parameter_count,
-    rounded,
-)
+from .measure import TIME_THREADS, counted_flops, interleaved_times_s, parameter_count
+from .record import PAPER, claim, generator_for, numbers_of, rounded
 from .verdict import Outcome, all_met, at_least, at_most, equals, some_met
 
 MULTIHEAD_HEADS = (1, 2, 4, 8, 16)
@@ -30,12 +20,10 @@ TIME_SIMILAR_RATIO = 1.25  # (informative) slowest / fastest time over h that wo
 
 
 @claim(
-    "multihead_cost",
     "Multi-head attention with d_k = d_v = d/h costs about the same as single-head attention of full width d.",
     f"{PAPER}, §3.2.2",
-    notes=("multihead_cost",),
 )
-def _claim_multihead_cost(seed: int) -> Outcome:
+def multihead_cost(seed: int) -> Outcome:
     """Exact counts decide; the h·n² softmax elements the count leaves out and the times are reported."""
     explicit, fused = models.ROLES.attention_explicit, models.ROLES.attention
     gen = generator_for(seed, 3)
@@ -121,13 +109,12 @@ DIMS_LABELS = {
 
 
 @claim(
-    "multihead_dims",
     "In the base model (d_model = 512, h = 8) each head's Q, K, V are (batch, n, 64), d_k = d_v = 512/8; "
     "the 8 head outputs concatenate to 8·64 = 512 and W_O (512 × 512) projects them back to d_model.",
     f"{PAPER}, §3.2.2",
     notes=("head_dim", "multihead_concat_dim"),
 )
-def _claim_multihead_dims(seed: int) -> Outcome:
+def multihead_dims(seed: int) -> Outcome:
     """Shapes read off the real layer, the concatenated heads by a hook on W_O."""
     b, n = BASE_SHAPE
     layer = models.build(models.ROLES.attention_explicit, LayerConfig(d=BASE_D, heads=BASE_HEADS), seed=seed)
@@ -174,12 +161,10 @@ PARAMS_HEADS = (1, 2, 4, 8, 16)
 
 
 @claim(
-    "multihead_params",
     "Single-head and multi-head attention of the same total width have a similar number of parameters.",
     f"{PAPER}, §3.2.2",
-    notes=("multihead_params",),
 )
-def _claim_multihead_params(seed: int) -> Outcome:
+def multihead_params(seed: int) -> Outcome:
     """Not merely similar: W_Q, W_K, W_V, W_O are d×d whatever h is."""
     counts = {
         name: [parameter_count(models.build(name, LayerConfig(d=BASE_D, heads=h), seed=seed)) for h in PARAMS_HEADS]
@@ -208,13 +193,11 @@ FUSED_SPLIT_ATOL = 1e-5  # float32: one 512-wide matmul against eight 64-wide on
 
 
 @claim(
-    "multihead_fused_projection",
     "Projecting with one d_model × h·d_k matrix and reshaping into h heads equals h separate d_model × d_k "
     "projections.",
     f"{PAPER}, §3.2.2",
-    notes=("multihead_fused_projection",),
 )
-def _claim_multihead_fused_projection(seed: int) -> Outcome:
+def multihead_fused_projection(seed: int) -> Outcome:
     """The layer's own projection and split against each head computed alone from its rows of the weight."""
     b, n = BASE_SHAPE
     d_head = BASE_D // BASE_HEADS
@@ -255,13 +238,11 @@ def self_weight(q: torch.Tensor, k: torch.Tensor) -> float:
 
 
 @claim(
-    "self_focus",
     "When encoding a position, self-attention puts too much weight on that position itself, and multiple heads "
     "were introduced to fix this.",
     "study notes; cf. " + f"{PAPER}, §3.2.2",
-    notes=("self_focus",),
 )
-def _claim_self_focus(seed: int) -> Outcome:
+def self_focus(seed: int) -> Outcome:
     """At initialisation, over 1/n: the paper's layer (own W_Q, W_K) and Q = K = X, one head and eight."""
     s = SELF_FOCUS_SIZE
     x = torch.randn(s["batch"], s["n"], s["d"], generator=generator_for(seed, 33))

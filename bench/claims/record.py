@@ -1,12 +1,11 @@
-"""What every claim shares: the result record, the registry of claims (`@claim`), and the helpers every family uses:
-seeded generators, interleaved timing, FLOP counting, the numbers the report cites (`details["numbers"]`)."""
+"""What every claim shares: the result record, the registry (`@claim`), seeded generators, the report's numbers."""
 
 from __future__ import annotations
 
 import json
 import math
 import tomllib
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import cache, wraps
@@ -14,11 +13,6 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-
-from bench.flops import count_flops
-from bench.point import autograd_mode
-from bench.threads import pinned_threads
-from bench.timing import CPU, Clocks, TimingPolicy, interleaved
 
 from .verdict import Graded, Outcome, Rule
 
@@ -38,14 +32,12 @@ CATALOG_PATH = Path(__file__).with_name("catalog.toml")
 
 PAPER = "Vaswani et al. 2017, Attention Is All You Need"
 D2L_SELF_ATTENTION = "d2l.ai §11.6 Self-Attention and Positional Encoding"
+D2L_ATTENTION_SCORING = "d2l.ai §11.3 Attention Scoring Functions"
+TABLE1 = f"{PAPER}, §4 and Table 1"
+D2L_CNN_RNN_SA = f"{D2L_SELF_ATTENTION} (§11.6.2 Comparing CNNs, RNNs, and Self-Attention)"
 
 D_KS = (16, 64, 256, 1024)
 D_MODEL = 512  # the paper's d_model
-
-# Times compare variants, so only ratios matter: interleaved passes, one thread, its CPU clock (docs/method.md).
-TIME_POLICY = TimingPolicy(min_rounds=9, max_rounds=9, target_s=0.1, min_round_s=0.015, passes=3)
-TIME_THREADS = 1
-CLAIMS_THREADS = 1  # measure_claims as a whole
 
 
 @dataclass(frozen=True)
@@ -89,39 +81,48 @@ STATEMENTS: dict[str, Statement] = {}  # by claim_id, filled by `claim`
 MEASURES: list[Callable[[int], ClaimResult]] = []  # in the order they were declared
 
 
-def claim(claim_id: str, text: str, source: str, notes: tuple[str, ...] | None):
-    """Declare `measure(seed) -> Outcome` as claim `claim_id`, returning its ClaimResult."""
+_OWN_ID = object()
+
+
+def claim(text: str, source: str, notes: tuple[str, ...] | None | object = _OWN_ID, claim_id: str | None = None):
+    """Declare `measure(seed) -> Outcome` a claim, returning its ClaimResult; its id is the function's name (or
+    `claim_id`, for one declared in a loop), and `notes` defaults to the catalogue statement of that id."""
 
     def declare(measure: Callable[[int], Outcome]) -> Callable[[int], ClaimResult]:
-        if claim_id in STATEMENTS:
-            raise ValueError(f"claim {claim_id!r} declared twice")
-        STATEMENTS[claim_id] = Statement(text, source, notes)
-
-        @wraps(measure)
-        def result(seed: int) -> ClaimResult:
-            outcome = measure(seed)
-            seed_ref, quote = note_refs(claim_id)
-            return ClaimResult(
-                claim_id,
-                text,
-                outcome.measured,
-                outcome.expected,
-                outcome.verdict,
-                source,
-                seed_ref,
-                quote,
-                outcome.unit,
-                {
-                    **outcome.details,
-                    "checks": checks_of(outcome.rule),
-                    "statements": list(STATEMENTS[claim_id].notes or ()),
-                },
-            )
-
-        MEASURES.append(result)
-        return result
+        own_id = claim_id or measure.__name__
+        return _registered(own_id, Statement(text, source, (own_id,) if notes is _OWN_ID else notes), measure)
 
     return declare
+
+
+def _registered(claim_id: str, said: Statement, measure: Callable[[int], Outcome]) -> Callable[[int], ClaimResult]:
+    if claim_id in STATEMENTS:
+        raise ValueError(f"claim {claim_id!r} declared twice")
+    STATEMENTS[claim_id] = said
+
+    @wraps(measure)
+    def result(seed: int) -> ClaimResult:
+        outcome = measure(seed)
+        seed_ref, quote = note_refs(claim_id)
+        return ClaimResult(
+            claim_id,
+            said.text,
+            outcome.measured,
+            outcome.expected,
+            outcome.verdict,
+            said.source,
+            seed_ref,
+            quote,
+            outcome.unit,
+            {
+                **outcome.details,
+                "checks": checks_of(outcome.rule),
+                "statements": list(STATEMENTS[claim_id].notes or ()),
+            },
+        )
+
+    MEASURES.append(result)
+    return result
 
 
 def checks_of(rule: Rule | Graded) -> list[dict]:
@@ -180,28 +181,3 @@ def seeded(seed: int):
 def generator_for(seed: int, offset: int) -> torch.Generator:
     # One stream per claim, so adding a claim never changes another's numbers.
     return torch.Generator().manual_seed(seed * 1000 + offset)
-
-
-def interleaved_times_s(
-    fns: dict[Hashable, Callable[[], object]],
-    policy: TimingPolicy = TIME_POLICY,
-    clocks: Clocks | None = None,
-    autograd: bool = False,
-) -> dict[Hashable, float]:
-    """Median seconds per call of each callable, interleaved, on the CPU clock (`clocks`: the tests' seam)."""
-    with pinned_threads(TIME_THREADS), autograd_mode(autograd):
-        timings = interleaved(fns, policy, clocks=clocks or Clocks.for_call(TIME_THREADS))
-    return {name: t.on(CPU).median_s for name, t in timings.items()}
-
-
-def parameter_count(module: torch.nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
-def counted_flops(fn: Callable[[], object], autograd: bool = False) -> int:
-    """FLOPs of one call of `fn`; an operator without a formula is an error, since claims compare counts."""
-    with autograd_mode(autograd):
-        count = count_flops(fn)
-    if count.uncounted_ops:
-        raise RuntimeError(f"FLOP count is a lower bound: no formula for {', '.join(count.uncounted_ops)}")
-    return count.total

@@ -1,5 +1,4 @@
-"""Training: "the backward pass costs about twice the forward", one claim per layer, on the harness's training
-call; counted FLOPs decide, the time ratio is reported. Method: docs/method.md."""
+"""Training: "the backward pass costs about twice the forward", one claim per layer; counted FLOPs decide."""
 
 from __future__ import annotations
 
@@ -9,7 +8,8 @@ import models
 from bench.point import one_call
 from bench.spec import TRAIN_MODE, PointSpec, expand_grid
 
-from .record import claim, counted_flops, generator_for, interleaved_times_s, numbers_of, rounded
+from .measure import counted_flops, interleaved_times_s
+from .record import claim, generator_for, numbers_of, rounded
 from .verdict import Outcome, all_met, within
 
 KAPLAN = "Kaplan et al. 2020, Scaling Laws for Neural Language Models, §2.1 (backward ≈ 2 × forward)"
@@ -50,12 +50,12 @@ def backward_over_forward(spec: PointSpec, seed: int, offset: int) -> dict:
 
 def _declare(name: str, offset: int) -> None:
     @claim(
-        f"backward_twice_forward_{name}",
         f"The backward pass of {name} costs about twice its forward pass (training ≈ 3 × inference).",
         KAPLAN,
         notes=None,
+        claim_id=f"backward_twice_forward_{name}",
     )
-    def _claim_backward_twice_forward(seed: int) -> Outcome:
+    def backward_twice_forward(seed: int) -> Outcome:
         spec = train_point(name)
         m = backward_over_forward(spec, seed, offset)
         flops_ratio = m["flops_backward"] / m["flops_forward"]

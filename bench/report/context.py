@@ -1,5 +1,4 @@
-"""What every report section gets: the stored data, `cite` (every number shown, registered for numbers.json
-with its provenance) and `figure` (a PNG under figures/, embedded)."""
+"""What every report section gets: the stored data, `cite` (a number shown, for numbers.json) and `figure`."""
 
 from __future__ import annotations
 
@@ -73,6 +72,8 @@ class ReportContext:
     notes: list[str] = field(default_factory=list)
     on_figure: Callable[[], object] | None = None  # told of each figure drawn (progress)
     decode: pd.DataFrame | None = None
+    fit_rows: pd.DataFrame | None = None
+    fit_texts: dict = field(default_factory=dict)
     decode_texts: dict = field(default_factory=dict)
     generate: pd.DataFrame | None = None
 

@@ -1,5 +1,4 @@
-"""Where attention becomes the costlier layer: the crossover length n* by time, by counted FLOPs and by the
-closed form, against the recurrent layer, the convolution and linear attention (method: docs/method.md)."""
+"""Where attention becomes costlier than another layer: n* by time, counted FLOPs, closed form (docs/method.md)."""
 
 from __future__ import annotations
 
@@ -91,6 +90,57 @@ def _crossover_rule(other: str) -> str:
     return "-"
 
 
+def _crossing(ctx: ReportContext, group: pd.DataFrame, att: pd.DataFrame, other: str, at: tuple) -> tuple[str, list]:
+    source, d, batch, heads = at
+    attention = models.ROLES.attention
+    with_heads = other in models.LAYERS and "heads" in models.LAYERS[other].uses
+    oth = group[(group["layer"] == other) & ((group["k"] == CROSSOVER_K) | group["k"].isna())]
+    if with_heads:
+        oth = oth[oth["heads"] == heads]
+    oth = oth.set_index("n")
+    common = sorted(set(att.index) & set(oth.index))
+    if len(common) < 3:
+        return "", []
+    run_id = att["run_id"].iloc[-1]
+    measured, timed, on, att_t, oth_t = fits.time_crossing(att, oth, min_points=3)
+    counted = fits.crossover_n(common, att.loc[common, "flops_counted"], oth.loc[common, "flops_counted"])
+    cfg = models.LayerConfig(d=int(d), k=CROSSOVER_K, heads=int(heads))
+    predicted = fits.closed_form_crossover_n(attention, other, int(batch), cfg)
+    base = f"{source}.crossover.{attention}_vs_{other}.d{int(d)}.batch{int(batch)}"
+    if with_heads:  # compared at the same heads: the heads are part of what the number means
+        base += f".heads{int(heads)}"
+
+    def fmt(value, what):
+        if what == "time" and len(timed) < 3:
+            return f"not computed: {len(common) - len(timed)} of {len(common)} lengths with an unreliable time"
+        if value is None:
+            ns, a, b = (timed, att_t, oth_t) if what == "time" else (common, att, oth)
+            column = "time_s" if what == "time" else "flops_counted"
+            below = a.loc[ns[0], column] >= b.loc[ns[0], column]
+            return f"none in n = {ns[0]}..{ns[-1]} ({attention} {'costlier' if below else 'cheaper'} throughout)"
+        on_clock = on if what == "time" else ""
+        return ctx.cite(f"{base}.{what}_n", int(round(value)), "positions", run_id, clock=on_clock)
+
+    if predicted is None:
+        closed = f"none: {attention} costs fewer FLOPs at every n"
+    elif predicted == 1:
+        closed = f"none: {attention} costs more FLOPs at every n"
+    else:
+        closed = ctx.cite(base + ".predicted_n", predicted, "positions", run_id)
+    line = (
+        f"| {source} | {int(d)} | {int(batch)} | {other} | {fmt(measured, 'time')} | {fmt(counted, 'flops')} | "
+        f"{_crossover_rule(other)} | {closed} |"
+    )
+    solved = predicted if predicted is not None and predicted > 1 else None
+    found = ((measured, "time, measured"), (counted, "FLOPs, counted"), (solved, "closed form"))
+    rows = [
+        {"source": source, "d": d, "other": other, "batch": int(batch), "n*": value, "kind": kind}
+        for value, kind in found
+        if value is not None
+    ]
+    return line, rows
+
+
 def crossover_section(ctx: ReportContext) -> str:
     ok = ctx.points[ctx.points["status"] == "ok"]
     attention = models.ROLES.attention
@@ -98,54 +148,11 @@ def crossover_section(ctx: ReportContext) -> str:
     rows, lines = [], []
     for (source, d, batch, heads), att in ok[ok["layer"] == attention].groupby(["source", "d", "batch", "heads"]):
         group = ok[(ok["source"] == source) & (ok["d"] == d) & (ok["batch"] == batch)]
-        att = att.set_index("n")
         for other in others:
-            with_heads = other in models.LAYERS and "heads" in models.LAYERS[other].uses
-            oth = group[(group["layer"] == other) & ((group["k"] == CROSSOVER_K) | group["k"].isna())]
-            if with_heads:
-                oth = oth[oth["heads"] == heads]
-            oth = oth.set_index("n")
-            common = sorted(set(att.index) & set(oth.index))
-            if len(common) < 3:
-                continue
-            run_id = att["run_id"].iloc[-1]
-            measured, timed, on, att_t, oth_t = fits.time_crossing(att, oth, min_points=3)
-            counted = fits.crossover_n(common, att.loc[common, "flops_counted"], oth.loc[common, "flops_counted"])
-            cfg = models.LayerConfig(d=int(d), k=CROSSOVER_K, heads=int(heads))
-            predicted = fits.closed_form_crossover_n(attention, other, int(batch), cfg)
-            base = f"{source}.crossover.{attention}_vs_{other}.d{int(d)}.batch{int(batch)}"
-            if with_heads:  # compared at the same heads: the heads are part of what the number means
-                base += f".heads{int(heads)}"
-
-            def fmt(value, what):
-                if what == "time" and len(timed) < 3:
-                    return f"not computed: {len(common) - len(timed)} of {len(common)} lengths with an unreliable time"
-                if value is None:
-                    ns, a, b = (timed, att_t, oth_t) if what == "time" else (common, att, oth)
-                    column = "time_s" if what == "time" else "flops_counted"
-                    below = a.loc[ns[0], column] >= b.loc[ns[0], column]
-                    return (
-                        f"none in n = {ns[0]}..{ns[-1]} ({attention} {'costlier' if below else 'cheaper'} throughout)"
-                    )
-                on_clock = on if what == "time" else ""
-                return ctx.cite(f"{base}.{what}_n", int(round(value)), "positions", run_id, clock=on_clock)
-
-            if predicted is None:
-                closed = f"none: {attention} costs fewer FLOPs at every n"
-            elif predicted == 1:
-                closed = f"none: {attention} costs more FLOPs at every n"
-            else:
-                closed = ctx.cite(base + ".predicted_n", predicted, "positions", run_id)
-            lines.append(
-                f"| {source} | {int(d)} | {int(batch)} | {other} | {fmt(measured, 'time')} | {fmt(counted, 'flops')} | "
-                f"{_crossover_rule(other)} | {closed} |"
-            )
-            solved = predicted if predicted is not None and predicted > 1 else None
-            for value, kind in ((measured, "time, measured"), (counted, "FLOPs, counted"), (solved, "closed form")):
-                if value is not None:
-                    rows.append(
-                        {"source": source, "d": d, "other": other, "batch": int(batch), "n*": value, "kind": kind}
-                    )
+            line, found = _crossing(ctx, group, att.set_index("n"), other, (source, d, batch, heads))
+            if line:
+                lines.append(line)
+                rows += found
     if not lines:
         return f"_No n-sweep with {attention} beside {', '.join(others)} at the same d._\n"
     text = (

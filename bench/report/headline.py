@@ -1,5 +1,4 @@
-"""The report's first screen: per machine and device a headline in words ("does Table 1 hold here?"), then
-a compact verdict table, from the fits and the paths study (method: docs/method.md)."""
+"""The report's first screen: per machine and device a headline in words, then a compact verdict table."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import models
 from models.config import SEQUENTIAL_GROWTH, growth_local_exponent
 
 from .. import clock, fits
-from ..timing import CPU, DEVICE
+from ..policy import CPU, DEVICE
 from .context import ReportContext
 
 METRICS = {"flops": "FLOPs", "time": "time", "memory": "memory"}

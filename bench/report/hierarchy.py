@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..timing import WALL
+from ..policy import WALL
 from . import style
 from .context import ReportContext
 from .load import newest_run

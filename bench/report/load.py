@@ -1,5 +1,4 @@
-"""Reading stored runs for the report (run folders, or folders of them to any depth), choosing which of
-them to show, and combining several runs of one machine point by point. method: docs/method.md"""
+"""Reading stored runs for the report, choosing which to show, combining one machine's runs (docs/method.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import machine, storage
+from .. import machine, schema, storage
 from ..errors import BadInput, RunFailed
 from ..fits import RUN_STARTED
 from ..folder import is_run_dir, read_meta, read_points, tables_in
@@ -132,9 +131,7 @@ def load_runs(paths: list[Path], skip_bad: bool = False, exclude: tuple[Path, ..
         for name in SIDE_TABLES
     }
     frames = {name: (pd.concat(dfs, ignore_index=True) if dfs else None) for name, dfs in tables.items()}
-    points = (
-        frames["points"] if frames["points"] is not None else pd.DataFrame(columns=storage.POINT_COLUMNS + ["run_id"])
-    )
+    points = frames["points"] if frames["points"] is not None else pd.DataFrame(columns=[*schema.names(), "run_id"])
     return points, runs, frames["paths"], frames["claims"], frames["generate"]
 
 

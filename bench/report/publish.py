@@ -16,25 +16,17 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from ..errors import BadInput, RunFailed
+from .sections import written
 
 TAG = ".report-tmp-"  # beside the output folder: .<name>.report-tmp-{lock,new,old}
-# A report's own files: these, and the figures its pages link (the manifest: written by older versions).
-OWN_FILES = (
-    "report.md",
-    "report.html",
-    "fits.csv",
-    "numbers.json",
-    "table.tex",
-    "table.csv",
-    "roofline.csv",
-    ".report-manifest.json",
-)
+# A report's own files: these, its sections' (sections.written), the figures its pages link (the manifest: older).
+OWN_FILES = ("report.md", "report.html", "fits.csv", "numbers.json", ".report-manifest.json")
 PAGES = ("report.md", "report.html")
 _FIGURE_LINK = re.compile(r"""figures/([^"'\s()<>/]+)""")
 
 
 def _own_files(folder: Path) -> set[str]:
-    own = set(OWN_FILES)
+    own = set(OWN_FILES) | written()
     for page in PAGES:
         with contextlib.suppress(OSError):
             own |= {f"figures/{name}" for name in _FIGURE_LINK.findall((folder / page).read_text(errors="replace"))}

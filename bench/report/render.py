@@ -1,5 +1,4 @@
-"""The report's two pages from one markdown text: report.md, and report.html with a first screen (headline
-beside the first figure, verdicts, contents, a strip of the sections' figures) and every `## ` section collapsible."""
+"""The report's two pages from one markdown text: report.md, and report.html with every `## ` section collapsible."""
 
 from __future__ import annotations
 

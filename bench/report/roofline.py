@@ -15,9 +15,9 @@ from .. import clock, fits, storage
 from ..formats import stored_peaks
 from ..machine import machine_identity, node_facts
 from ..peak import bandwidth_on, peak_on
+from ..policy import CPU, WALL
 from ..roofline import against_roofline
 from ..spec import IDENTITY, device_keys
-from ..timing import CPU, WALL
 from . import style
 from .context import ReportContext
 from .hierarchy import hierarchy_section
@@ -231,12 +231,34 @@ def _attention_pair(ctx: ReportContext, points: pd.DataFrame) -> str:
     )
 
 
-def peak_section(ctx: ReportContext) -> str:
-    every = ctx.points if ctx.decode is None or ctx.decode.empty else pd.concat([ctx.points, ctx.decode])
-    ok = every[(every["status"] == "ok") & every["flops_counted"].notna()]
-    peaks = _stored_peaks(ctx.runs)
-    if ok.empty or not peaks:
-        return "_No compute peak stored with the runs._\n"
+METHOD = (
+    "Each point against its roofline (Williams, Waterman and Patterson 2009). The ceilings are measured with "
+    "every run, at its start and its end on both clocks, the better kept (bench.peak): the compute peak, the "
+    "best rate of a few dense kernels (square matmuls, and convolutions, whose oneDNN kernels outrun the BLAS "
+    "matmul on some CPUs); the memory bandwidth, STREAM's triad on arrays four times the last-level cache, and "
+    "the same triad on arrays inside that cache; and the latency of one small operator waiting for the last. "
+    "A call's minimal bytes are what it must move at the least (the layer's `min_bytes`: input, weights and "
+    "output once, and what its algorithm stores and reads back where that outgrows the cache: the explicit "
+    "attention's n×n scores, a recurrence's weights at every step). Its roofline is the slowest of its "
+    "useful FLOPs at the peak, its minimal bytes at the bandwidth (the cache's where they fit in it) and, for "
+    "a loop that issues an operator per step (a recurrence run step by step, a scan's levels), that many "
+    "operator latencies; the ceiling that sets it binds. A fused recurrence (oneDNN's LSTM, cuDNN's) waits for "
+    "each step inside one kernel at a cost not measured here: it has no latency ceiling, and its low fraction "
+    "is that chain of n steps. Achieved FLOP/s = useful FLOPs (the counted ones, less "
+    "the work a kernel skips where the layer states it: a dilated convolution's taps in the zero padding) / "
+    "median time, each point on its own clock against ceilings on the same clock; points whose time is not to "
+    "be trusted are left out. A training call's minimal bytes are its forward's, the upstream gradient read, "
+    "the input's gradient and one gradient per weight written; a decode step's, the state of t positions it "
+    "reads, its weights and the token in and out; a recompute point's, its causal forward's over t + 1.\n\n"
+)
+TABLE_HEAD = (
+    "| source | layer | largest point | FLOPs per minimal byte | roofline | achieved | of the roofline "
+    "| binding ceiling | of the compute peak | clock |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+)
+
+
+def _achieved(ctx: ReportContext, ok: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     ok = clock.each_on_own_clock(ok)
     ok = ok.assign(
         peak=point_peaks(ok, ctx.runs, ok["clock"]), peak_key=device_keys(ok), peak_machine=_peak_machines(ok, ctx.runs)
@@ -246,12 +268,10 @@ def peak_section(ctx: ReportContext) -> str:
     ok = ok[ok["time_ok"].astype(bool)]
     ok = ok.assign(useful=fits.useful_flops(ok))
     ok = ok.assign(achieved=ok["useful"] / ok["time_s"])
-    ok = ok.assign(fraction_of_peak=ok["achieved"] / ok["peak"])
-    roof = against_roofline(ok, ctx.runs, ok["peak"])
-    columns = ["source", "run_id", *IDENTITY, "clock", "time_s", "useful", "achieved", "min_bytes", "intensity"]
-    columns += ["peak", "bandwidth", "ops", "bound", "ceiling", "fraction", "fraction_of_peak"]
-    storage.write_table(ctx.out_dir / "roofline.csv", roof[[c for c in columns if c in roof]])
-    bounded = roof[roof["bound"].notna()]
+    return ok.assign(fraction_of_peak=ok["achieved"] / ok["peak"]), left_out
+
+
+def _peak_lines(ctx: ReportContext, ok: pd.DataFrame, peaks: dict) -> list[str]:
     lines = []
     for (run_id, mid, key), peak in sorted(peaks.items()):
         mine = (ok["run_id"] == run_id) & (ok["peak_key"] == key) & (ok["peak_machine"] == mid)
@@ -260,87 +280,87 @@ def peak_section(ctx: ReportContext) -> str:
             newest = newest_run(ctx.runs, ok.loc[ok["source"] == source, "run_id"].unique()) == run_id
             device = "" if mid else str(ok.loc[mine, "device"].iloc[0]).split(":")[0]
             lines.append(_peak_line(ctx, source, run_id, peak, newest, device))
-    rows = []
-    for (source, layer), group in ok.groupby(["source", "layer"]):
-        top = group.sort_values(["flops_counted", "n"]).iloc[-1]
-        key = f"{source}.{layer}"
-        over = "above the measured compute peak" if top.fraction_of_peak > 1 else ""
-        if over and "kernel" not in peaks[(top.run_id, top.peak_machine, top.peak_key)]:
-            over += " (a run from before the compute peak: a matmul's median rate alone)"
-        of_peak = ctx.cite(
-            f"{key}.fraction_of_peak.largest",
-            _percent(top.fraction_of_peak),
-            "%",
+    return lines
+
+
+def _largest_row(ctx: ReportContext, source: str, layer: str, top: pd.Series, bounded: pd.DataFrame, peaks) -> str:
+    key = f"{source}.{layer}"
+    over = "above the measured compute peak" if top.fraction_of_peak > 1 else ""
+    if over and "kernel" not in peaks[(top.run_id, top.peak_machine, top.peak_key)]:
+        over += " (a run from before the compute peak: a matmul's median rate alone)"
+    of_peak = ctx.cite(
+        f"{key}.fraction_of_peak.largest",
+        _percent(top.fraction_of_peak),
+        "%",
+        top.run_id,
+        note=over,
+        clock=top.clock,
+    )
+    achieved = ctx.cite(
+        f"{key}.achieved_flops_per_s.largest", float(f"{top.achieved:.4g}"), "FLOP/s", top.run_id, clock=top.clock
+    )
+    roofed = bounded.loc[bounded.index == top.name]
+    if len(roofed):
+        r = roofed.iloc[0]
+        intensity = ctx.cite(f"{key}.intensity.largest", float(f"{r.intensity:.3g}"), "FLOP/B", top.run_id)
+        bound = ctx.cite(
+            f"{key}.roofline_bound.largest",
+            float(f"{r.bound:.4g}"),
+            "FLOP/s",
             top.run_id,
-            note=over,
+            note=r.ceiling,
             clock=top.clock,
         )
-        achieved = ctx.cite(
-            f"{key}.achieved_flops_per_s.largest", float(f"{top.achieved:.4g}"), "FLOP/s", top.run_id, clock=top.clock
+        of_roof = ctx.cite(
+            f"{key}.fraction_of_roofline.largest",
+            _percent(r.fraction),
+            "%",
+            top.run_id,
+            note=f"bound by {r.ceiling}",
+            clock=top.clock,
         )
-        roofed = bounded.loc[bounded.index == top.name]
-        if len(roofed):
-            r = roofed.iloc[0]
-            intensity = ctx.cite(f"{key}.intensity.largest", float(f"{r.intensity:.3g}"), "FLOP/B", top.run_id)
-            bound = ctx.cite(
-                f"{key}.roofline_bound.largest",
-                float(f"{r.bound:.4g}"),
-                "FLOP/s",
-                top.run_id,
-                note=r.ceiling,
-                clock=top.clock,
-            )
-            of_roof = ctx.cite(
-                f"{key}.fraction_of_roofline.largest",
-                _percent(r.fraction),
-                "%",
-                top.run_id,
-                note=f"bound by {r.ceiling}",
-                clock=top.clock,
-            )
-            ceiling = r.ceiling
-        else:
-            why = "training (minimal bytes are the forward's)" if top["mode"] == "train" else "no bandwidth stored"
-            intensity = bound = of_roof = "–"
-            ceiling = why
-        rows.append(
-            f"| {source} | {layer} | n={int(top.n)}, d={int(top.d)}, batch={int(top.batch)} | {intensity} | {bound} | "
-            f"{achieved} | {of_roof} | {ceiling} | {of_peak} | {top.clock} |"
-        )
-    text = (
-        "Each point against its roofline (Williams, Waterman and Patterson 2009). The ceilings are measured with "
-        "every run, at its start and its end on both clocks, the better kept (bench.peak): the compute peak, the "
-        "best rate of a few dense kernels (square matmuls, and convolutions, whose oneDNN kernels outrun the BLAS "
-        "matmul on some CPUs); the memory bandwidth, STREAM's triad on arrays four times the last-level cache, and "
-        "the same triad on arrays inside that cache; and the latency of one small operator waiting for the last. "
-        "A call's minimal bytes are what it must move at the least (the layer's `min_bytes`: input, weights and "
-        "output once, and what its algorithm stores and reads back where that outgrows the cache: the explicit "
-        "attention's n×n scores, a recurrence's weights at every step). Its roofline is the slowest of its "
-        "useful FLOPs at the peak, its minimal bytes at the bandwidth (the cache's where they fit in it) and, for "
-        "a loop that issues an operator per step (a recurrence run step by step, a scan's levels), that many "
-        "operator latencies; the ceiling that sets it binds. A fused recurrence (oneDNN's LSTM, cuDNN's) waits for "
-        "each step inside one kernel at a cost not measured here: it has no latency ceiling, and its low fraction "
-        "is that chain of n steps. Achieved FLOP/s = useful FLOPs (the counted ones, less "
-        "the work a kernel skips where the layer states it: a dilated convolution's taps in the zero padding) / "
-        "median time, each point on its own clock against ceilings on the same clock; points whose time is not to "
-        "be trusted are left out. A training call's minimal bytes are its forward's, the upstream gradient read, "
-        "the input's gradient and one gradient per weight written; a decode step's, the state of t positions it "
-        "reads, its weights and the token in and out; a recompute point's, its causal forward's over t + 1.\n\n"
-        + "\n".join(lines)
-        + "\n\n| source | layer | largest point | FLOPs per minimal byte | roofline | achieved | of the roofline "
-        "| binding ceiling | of the compute peak | clock |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(rows) + "\n\n"
+        ceiling = r.ceiling
+    else:
+        why = "training (minimal bytes are the forward's)" if top["mode"] == "train" else "no bandwidth stored"
+        intensity = bound = of_roof = "–"
+        ceiling = why
+    return (
+        f"| {source} | {layer} | n={int(top.n)}, d={int(top.d)}, batch={int(top.batch)} | {intensity} | {bound} | "
+        f"{achieved} | {of_roof} | {ceiling} | {of_peak} | {top.clock} |"
     )
+
+
+def _points_above(ctx: ReportContext, bounded: pd.DataFrame) -> str:
     above = ", ".join(
         f"{ctx.cite(f'{source}.roofline.points_above', int((part['fraction'] > 1 + ROOFLINE_TOLERANCE).sum()), 'points', part['run_id'].iloc[-1])} "
         f"of {len(part)} (highest {ctx.cite(f'{source}.roofline.highest_fraction', round(100 * float(part['fraction'].max()), 1), '%', part.loc[part['fraction'].idxmax(), 'run_id'])}) "
         f"on {ctx.source_label(source)}"
         for source, part in bounded.groupby("source")
     )
-    text += (
+    return (
         f"Points above their roofline by more than {100 * ROOFLINE_TOLERANCE:g} % (the timing's own spread): "
         f"{above or 'none with a roofline'}."
     )
+
+
+def peak_section(ctx: ReportContext) -> str:
+    every = ctx.points if ctx.decode is None or ctx.decode.empty else pd.concat([ctx.points, ctx.decode])
+    ok = every[(every["status"] == "ok") & every["flops_counted"].notna()]
+    peaks = _stored_peaks(ctx.runs)
+    if ok.empty or not peaks:
+        return "_No compute peak stored with the runs._\n"
+    ok, left_out = _achieved(ctx, ok)
+    roof = against_roofline(ok, ctx.runs, ok["peak"])
+    columns = ["source", "run_id", *IDENTITY, "clock", "time_s", "useful", "achieved", "min_bytes", "intensity"]
+    columns += ["peak", "bandwidth", "ops", "bound", "ceiling", "fraction", "fraction_of_peak"]
+    storage.write_table(ctx.out_dir / "roofline.csv", roof[[c for c in columns if c in roof]])
+    bounded = roof[roof["bound"].notna()]
+    lines = _peak_lines(ctx, ok, peaks)
+    rows = [
+        _largest_row(ctx, source, layer, group.sort_values(["flops_counted", "n"]).iloc[-1], bounded, peaks)
+        for (source, layer), group in ok.groupby(["source", "layer"])
+    ]
+    text = METHOD + "\n".join(lines) + "\n\n" + TABLE_HEAD + "\n".join(rows) + "\n\n" + _points_above(ctx, bounded)
     if len(left_out):
         text += f" Left out, their time not to be trusted: {len(left_out)} points."
     text += "\n\n" + _attention_pair(ctx, bounded) + hierarchy_section(ctx)

@@ -1,5 +1,4 @@
-"""Report sections on how FLOPs, time and memory scale with n, d and k: figures, fits, attention's two-term
-time model, sequential steps seen in time (method: docs/method.md)."""
+"""Sections on how FLOPs, time and memory scale with n, d and k: figures, fits, attention's two-term time model."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from .. import clock, fits
+from ..policy import WALL
 from ..spec import TRAIN_MODE, mode_of
-from ..timing import WALL
 from . import style
 
 AXIS_LABEL = {

@@ -1,5 +1,4 @@
-"""The report's training section: a training step (forward and backward, `run --mode train`) beside the
-inference forward pass of the same point: ratios, train exponents, what the forward keeps for the backward."""
+"""The training section: a training step (`run --mode train`) beside the inference forward pass of the same point."""
 
 from __future__ import annotations
 
@@ -8,8 +7,8 @@ import pandas as pd
 import models
 
 from .. import clock
+from ..policy import CPU, WALL
 from ..spec import DEFAULT_MODE, IDENTITY, TRAIN_MODE
-from ..timing import CPU, WALL
 from .context import ReportContext
 from .headline import verdict_cell
 from .sweep_plot import GUIDE_NOTE, predicted_from_formula, primary_sweeps, sweep_figure
