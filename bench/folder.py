@@ -3,6 +3,7 @@ plan.json, every append to its files, and what a resume finds stored. method: do
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
@@ -176,6 +177,7 @@ class RunFolder:
         self._meta = dict(meta or {})
         self.observer: Callable[[str, dict], None] | None = None
         self._rows: dict[str, dict] = {}
+        self._ids_on_disk: set[str] | None = None  # points.csv's ids, read once by the first append
         self._records: dict[tuple[str, int, int], dict] = {}
         self._blockers: list[PointSpec] = []  # out of memory or killed: their larger siblings are skipped
         self._deaths: dict[str, list[dict]] = {}  # point id: the started.jsonl lines of processes that died there
@@ -294,7 +296,12 @@ class RunFolder:
             )
         complete = storage.complete_row(columns)
         storage.repair_tail(path, complete)
-        if row["point_id"] in self._rows:  # what read_stored found, and every row stored since: no re-read
+        if self._ids_on_disk is None:
+            self._ids_on_disk = set()
+            if path.exists():
+                with open(path, newline="") as rows:
+                    self._ids_on_disk = {r.get("point_id") for r in csv.DictReader(rows)}
+        if row["point_id"] in self._rows or row["point_id"] in self._ids_on_disk:
             raise RunFailed(f"{path}: point {row['point_id']} ({row.get('layer')}, n={row.get('n')}) is already stored")
         storage.append_row(path, {c: row.get(c) for c in columns}, columns, complete)
         self._rows[row["point_id"]] = row

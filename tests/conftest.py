@@ -28,31 +28,45 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -slow[item.path])  # stable: the order within a file is kept
 
 
+def _shared(tmp_path_factory, worker_id, name: str, measure):
+    """measure() once per pytest session: under pytest-xdist the first worker to ask measures and stores a
+    pickle beside the workers' temporary folders, the others read it (xdist's recipe for a session fixture
+    made once); without xdist, measured here."""
+    if worker_id == "master":  # no xdist
+        return measure()
+    stored = tmp_path_factory.getbasetemp().parent / f"{name}.pickle"
+    with FileLock(f"{stored}.lock"):
+        if not stored.exists():
+            partial = stored.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_bytes(pickle.dumps(measure()))
+            partial.replace(stored)  # whole or absent, whatever happens to the process that measured
+        return pickle.loads(stored.read_bytes())
+
+
 @pytest.fixture(autouse=True, scope="session")
-def _compute_peak_measured_once():
+def _compute_peak_measured_once(tmp_path_factory, worker_id):
     """A run measures its ceilings (compute peak, memory bandwidth, operator latency) at its start and its end, about
     a second each; the dozens of runs of the suite test the run, not the ceilings: they get this machine's as first
-    measured in this process, at their device, dtype and thread count (a test that fakes them still does)."""
+    measured in this test session, at their device, dtype and thread count, by whichever worker asked first (a test
+    that fakes them still does)."""
     import bench.run  # noqa: PLC0415
 
     measured = {}
 
-    def compute_peak(device, dtype):
-        key = (device, dtype, torch.get_num_threads())
+    def once(key: tuple, measure):
         if key not in measured:
-            measured[key] = real(device, dtype)
+            name = "ceiling-" + "-".join(str(part).replace(".", "_") for part in key)
+            measured[key] = _shared(tmp_path_factory, worker_id, name, measure)
         return copy.deepcopy(measured[key])
+
+    def compute_peak(device, dtype):
+        return once(("peak", device, dtype, torch.get_num_threads()), lambda: real(device, dtype))
 
     def memory_bandwidth(device, swept=None):
-        if device not in measured:
-            measured[device] = real_bandwidth(device, swept)
-        return copy.deepcopy(measured[device])
+        return once(("bandwidth", device), lambda: real_bandwidth(device, swept))
 
     def op_latency(device):
-        key = ("latency", device, torch.get_num_threads())
-        if key not in measured:
-            measured[key] = real_latency(device)
-        return copy.deepcopy(measured[key])
+        return once(("latency", device, torch.get_num_threads()), lambda: real_latency(device))
 
     real, real_bandwidth, real_latency = bench.run.compute_peak, bench.run.memory_bandwidth, bench.run.op_latency
     with pytest.MonkeyPatch.context() as patch:
@@ -71,18 +85,13 @@ def _seeded():
 def claim_results(tmp_path_factory, worker_id):
     """Every claim's ClaimResult at seed 0 by claim id, in CLAIMS order: measured once per pytest session, by
     bench.claims.measure_claims itself (about 15 s), for every claims test that reads the claims as the
-    `claims` command measures them. A test that measures one claim under other conditions calls it itself.
-    Under pytest-xdist the first worker to ask measures them and the others read its pickle (xdist's recipe
-    for a session fixture made once)."""
+    `claims` command measures them, by the first worker to ask. A test that measures one claim under other
+    conditions calls it itself."""
     from bench.claims import measure_claims  # noqa: PLC0415
 
-    if worker_id == "master":  # no xdist
-        return {r.claim_id: r for r in measure_claims(seed=0)}
-    stored = tmp_path_factory.getbasetemp().parent / "claim_results.pickle"
-    with FileLock(f"{stored}.lock"):
-        if not stored.exists():
-            stored.write_bytes(pickle.dumps({r.claim_id: r for r in measure_claims(seed=0)}))
-        return pickle.loads(stored.read_bytes())
+    return _shared(
+        tmp_path_factory, worker_id, "claim_results", lambda: {r.claim_id: r for r in measure_claims(seed=0)}
+    )
 
 
 @pytest.fixture

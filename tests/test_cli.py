@@ -12,6 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from forked import ForkedBench
+from stand_ins import bench_argv, setup
 
 import models
 from bench import storage
@@ -229,12 +231,9 @@ def test_oom_is_recorded_and_the_sweep_goes_on(tmp_path):
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_with_every_point_exactly_once(tmp_path):
+def test_killed_run_resumes_with_every_point_exactly_once(tmp_path, capsys):
     out = tmp_path / "run"
     argv = [
-        sys.executable,
-        "-m",
-        "bench",
         "run",
         "--layers",
         "conv,rnn,lstm,attention,attention_math",
@@ -250,7 +249,7 @@ def test_killed_run_resumes_with_every_point_exactly_once(tmp_path):
         str(out),
         *FAST,
     ]
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = ForkedBench(*argv, setup=setup())  # a process of its own, killed: its start-up is not the question
     timings = out / "timings.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # kill it in its second pass: some passes of each point stored
@@ -258,19 +257,12 @@ def test_killed_run_resumes_with_every_point_exactly_once(tmp_path):
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.communicate()
     passes_before = timings.read_text()
     passes_before = passes_before[: passes_before.rfind("\n") + 1]  # a line cut off by the kill is measured again
     assert 40 <= passes_before.count("\n") < 90
     assert json.loads((out / "meta.json").read_text())["status"] == "running"  # killed: no chance to say so
-    resumed = subprocess.run(
-        [sys.executable, "-m", "bench", "run", "--resume", str(out), "--no-progress"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert resumed.returncode == 0, resumed.stderr
+    assert main(["run", "--resume", str(out), "--no-progress"]) == 0, capsys.readouterr().err
     df = pd.read_csv(out / "points.csv")
     plan = [PointSpec(**s) for s in json.loads((out / "plan.json").read_text())["specs"]]
     assert len(plan) == 30
@@ -288,10 +280,7 @@ def test_killed_run_resumes_with_every_point_exactly_once(tmp_path):
 def test_ctrl_c_ends_the_run_as_interrupted(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bench",
+        bench_argv(  # `python -m bench run ...`, its ceilings stand-ins
             "run",
             "--layers",
             "conv,lstm",
@@ -304,7 +293,7 @@ def test_ctrl_c_ends_the_run_as_interrupted(tmp_path):
             "--out",
             str(out),
             *FAST,
-        ],
+        ),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -4,6 +4,7 @@ damaged counts as stored. And a report into a place it cannot write as asked (a 
 not UTF-8): one line naming the path, the previous report kept."""
 
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -148,19 +149,40 @@ def test_resume_names_the_damage(finished, tmp_path, capsys, case):
     assert (run / "points.csv").read_bytes() == before  # nothing added to, or cut from, a damaged table
 
 
+@pytest.fixture(scope="module")
+def skipped_bad(finished, tmp_path_factory):
+    """One `report --skip-bad` of every damaged copy (DAMAGE) beside a good one, a report built once for all the
+    cases: (exit code, stderr, the damaged folder of each case, the good folder, the report folder)."""
+    root = tmp_path_factory.mktemp("skip-bad")
+    damaged = {
+        case: _damaged(finished, root / f"case-{i:02d}", damage) for i, (case, (damage, _)) in enumerate(DAMAGE.items())
+    }
+    good = root / "good"
+    shutil.copytree(finished, good)
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        code = main(
+            ["report", "--results", *map(str, damaged.values()), str(good), "--out", str(root / "r"), "--skip-bad"]
+        )
+    return code, stderr.getvalue(), damaged, good, root / "r"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(DAMAGE))
-def test_report_names_the_damage_and_skip_bad_reports_the_rest(finished, tmp_path, capsys, case):
+def test_report_names_the_damage_and_skip_bad_reports_the_rest(finished, skipped_bad, tmp_path, capsys, case):
+    """Alone, the damaged run fails the report with one line naming it and the damage; with --skip-bad beside a
+    good run (and the other cases' damaged copies), it is named, left out, and the report is the good run's."""
     damage, expected = DAMAGE[case]
+    what = expected.split(": ", 1)[-1].split(" at line")[0]
     run = _damaged(finished, tmp_path, damage)
     assert main(["report", "--results", str(run), "--out", str(tmp_path / "r1")]) == 1
     line = _one_error_line(capsys)
-    assert str(run) in line and expected.split(": ", 1)[-1].split(" at line")[0] in line, line
-    good = tmp_path / "good"
-    shutil.copytree(finished, good)
-    assert main(["report", "--results", str(run), str(good), "--out", str(tmp_path / "r2"), "--skip-bad"]) == 0
-    assert str(run) in capsys.readouterr().err
-    numbers = json.loads((tmp_path / "r2" / "numbers.json").read_text())["numbers"]
+    assert str(run) in line and what in line, line
+    code, err, damaged, good, report = skipped_bad  # this case's copy among the others, beside the good run
+    assert code == 0, err
+    named = [line for line in err.splitlines() if f"{damaged[case]}:" in line or f"{damaged[case]}/" in line]
+    assert len(named) == 1 and what in named[0], err
+    numbers = json.loads((report / "numbers.json").read_text())["numbers"]
     assert {v["run_id"] for v in numbers.values()} == {json.loads((good / "meta.json").read_text())["run_id"]}
 
 

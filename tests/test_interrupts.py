@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from forked import ForkedBench
+from stand_ins import bench_argv, setup
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ["run", "--layers", "conv", "--n", "8,16,32", "--d", "4", "--device", "cpu", "--no-progress"]
@@ -18,10 +20,11 @@ FAST = ["--rounds", "4", "--target-time", "0.005", "--passes", "2"]
 SIGNALS = {"SIGINT": (signal.SIGINT, 130), "SIGTERM": (signal.SIGTERM, 143)}
 
 
-def _bench(*args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "bench", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+def _bench(*args: str, stand_in_ceilings: bool = False) -> subprocess.Popen:
+    """`python -m bench ARGS`; with stand_in_ceilings, the ceilings at its start and end are stand-ins
+    (tests/stand_ins.py) and each pass is 0.2 s longer: a signal sent once it measures meets it measuring."""
+    argv = bench_argv(*args, pass_delay_s=0.2) if stand_in_ceilings else [sys.executable, "-m", "bench", *args]
+    return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _wait_for(path: Path, timeout_s: float = 120) -> None:
@@ -57,8 +60,9 @@ def test_a_signal_while_starting_is_one_line_and_its_exit_code(tmp_path, name, a
 @pytest.mark.parametrize("moment", ["folder made", "measuring"])
 @pytest.mark.parametrize("name", list(SIGNALS))
 def test_a_signal_once_the_folder_exists_leaves_it_interrupted(tmp_path, name, moment):
+    """Once meta.json exists (the real ceilings of the run's start are measured then), or once it measures."""
     out = tmp_path / "run"
-    child = _bench(*RUN, *FAST, "--out", str(out))
+    child = _bench(*RUN, *FAST, "--out", str(out), stand_in_ceilings=moment == "measuring")
     _wait_for(out / ("meta.json" if moment == "folder made" else "started.jsonl"))
     err = _ended_by(child, name)
     assert json.loads((out / "meta.json").read_text())["status"] == "interrupted", err
@@ -69,7 +73,9 @@ def test_a_signal_once_the_folder_exists_leaves_it_interrupted(tmp_path, name, m
 def test_a_signal_during_a_resume_leaves_it_interrupted(tmp_path, name):
     """The resume of a run killed outright (meta.json `running`), interrupted as soon as it holds the folder."""
     out = tmp_path / "run"
-    first = _bench(*RUN, "--rounds", "4", "--target-time", "0.05", "--passes", "4", "--out", str(out))
+    first = ForkedBench(
+        *RUN, "--rounds", "4", "--target-time", "0.05", "--passes", "4", "--out", str(out), setup=setup()
+    )
     _wait_for(out / "started.jsonl")
     first.send_signal(signal.SIGKILL)
     first.communicate(timeout=120)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from forked import ForkedBench
 
 from bench import deaths, folder, schema, storage
 from bench.cli import main
@@ -54,13 +55,12 @@ def _fake_peak(monkeypatch):
     monkeypatch.setattr(bench.run, "op_latency", lambda device: dict(FAKE_LATENCY))
 
 
-def _bench(*args: str, kill_at: str | None = None, delay_s: float = 0) -> subprocess.Popen:
-    """`python -m bench ARGS` in a child process; with kill_at "layer:n", the child kills itself with SIGKILL
+def _bench(*args: str, kill_at: str | None = None, delay_s: float = 0, real: bool = False):
+    """`python -m bench ARGS` in a child process (tests/forked.py, forked from this one; with real, a new
+    interpreter); with kill_at "layer:n", the child kills itself with SIGKILL
     when it starts measuring that point, as the OOM killer would; with delay_s, each pass over a point takes
     that much longer (so that a second process surely meets it at work)."""
-    # as bench/__main__.py: a signal while importing ends the child at once
-    code = "import sys\nfrom bench.interrupts import exit_at_once\nexit_at_once()\nfrom bench.cli import main\n"
-    code += PEAK_STUB
+    code = PEAK_STUB
     if delay_s:
         code += textwrap.dedent(
             f"""
@@ -87,9 +87,16 @@ def _bench(*args: str, kill_at: str | None = None, delay_s: float = 0) -> subpro
             run.measure_pass = dying
             """
         )
-    code += f"sys.exit(main({list(args)!r}))\n"
+    if not real:
+        return ForkedBench(*args, setup=code)
+    # as bench/__main__.py: a signal while importing ends the child at once
+    start = "import sys\nfrom bench.interrupts import exit_at_once\nexit_at_once()\nfrom bench.cli import main\n"
     return subprocess.Popen(
-        [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", start + code + f"sys.exit(main({list(args)!r}))\n"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -164,8 +171,8 @@ def test_four_runs_into_one_folder_one_run_three_refusals(tmp_path):
     children = [
         _bench("run", "--layers", "conv", "--n", "8,16", "--d", "4", "--out", str(out), *FAST) for _ in range(4)
     ]
-    codes = [child.wait(timeout=300) for child in children]
-    errors = [child.stderr.read() for child in children]
+    errors = [child.communicate(timeout=300)[1] for child in children]
+    codes = [child.returncode for child in children]
     assert sorted(codes) == [0, 2, 2, 2], errors
     for code, err in zip(codes, errors):
         if code == 2:
@@ -316,9 +323,10 @@ def test_twenty_random_kills_and_resumes_leave_every_point_once_and_ok(tmp_path)
         else:  # killed before meta.json: a new run, as a user would start it again
             shutil.rmtree(out, ignore_errors=True)
             args = ["run", *grid, "--out", str(out)]
-        child = _bench(*args, delay_s=0.15)
+        starting = kill < 20 and rng.random() < 0.3  # a kill while the child starts: a new interpreter
+        child = _bench(*args, delay_s=0.15, real=starting)
         if kill < 20:
-            if rng.random() < 0.3:
+            if starting:
                 _wait_until_handling(child)
                 time.sleep(rng.uniform(0.0, 1.2))
             else:

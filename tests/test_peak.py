@@ -33,8 +33,14 @@ def test_the_triad_arrays_follow_the_rule_by_hand():
     assert triad_array_bytes(3, 10**9) % 4 == 0
 
 
-def test_the_bandwidth_counts_three_arrays_per_call_and_keeps_the_better():
-    bandwidth = memory_bandwidth("cpu")
+@pytest.fixture(scope="module")
+def bandwidth():
+    """memory_bandwidth("cpu") on one thread, measured once for the tests that read what it stores (about 5 s)."""
+    with pinned_threads(1):
+        return memory_bandwidth("cpu")
+
+
+def test_the_bandwidth_counts_three_arrays_per_call_and_keeps_the_better(bandwidth):
     assert bandwidth["bytes_per_call"] == 3 * bandwidth["array_bytes"]
     assert bandwidth["bytes_per_s"] == bandwidth["bytes_per_call"] / bandwidth["wall_min_s"]
     assert bandwidth["median_bytes_per_s"] <= bandwidth["bytes_per_s"]
@@ -54,9 +60,7 @@ def test_the_cpu_cache_is_read_from_sysfs(tmp_path, monkeypatch):
     assert peak.last_level_cache_bytes("cpu") == 32 * 2**20
 
 
-def test_the_cache_triad_runs_on_arrays_inside_the_cache_and_outruns_memory():
-    with pinned_threads(1):
-        bandwidth = memory_bandwidth("cpu")
+def test_the_cache_triad_runs_on_arrays_inside_the_cache_and_outruns_memory(bandwidth):
     cache = bandwidth["last_level_cache_bytes"]
     if not cache:
         pytest.skip("this machine reports no CPU cache in sysfs")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from stand_ins import CEILINGS_STUB
 
 from bench import schema
 from bench.cli import main
@@ -117,8 +118,9 @@ def test_spelled_lists_finds_a_copied_schema(tmp_path):
 
 
 def test_a_local_run_imports_no_ray_module(tmp_path):
-    """The local executor and the Ray one sit beside each other: a run here never loads bench's Ray modules."""
-    code = (
+    """The local executor and the Ray one sit beside each other: a run here never loads bench's Ray modules (its
+    ceilings stand-ins: tests/stand_ins.py)."""
+    code = CEILINGS_STUB + (
         "import sys; from bench.cli import main; "
         f"assert main(['run', '--layers', 'conv', '--n', '8', '--d', '4', '--out', {str(tmp_path / 'run')!r}, "
         f"*{FAST!r}]) == 0; "
