@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import time
 import traceback
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -38,6 +39,7 @@ class PassResult:
     record: dict  # pytest-benchmark's JSON of this pass's rounds (bench.timing.record_of)
     others_busy_cores: float  # CPU other processes took while this pass timed the point
     probes: dict | None = None  # the probes' values (bench.probes), on a point's first pass only
+    probes_s: float = 0.0  # the seconds they took
 
 
 @dataclass(frozen=True)
@@ -130,10 +132,11 @@ def measure_pass(
             meter = LoadMeter()
             timed = time_rounds(target, policy.rounds_per_pass(rounds), iterations, clocks)
             load = meter.read()
-            probes = None
+            probes, probes_started_s = None, time.perf_counter()
             if with_probes:
                 prepared = Call(call, forward, state_bytes)
                 probes = {k: v for probe in PROBES for k, v in probe.measured(prepared, spec).items()}
+            probes_s = time.perf_counter() - probes_started_s
             graph_error = None
             if on_gpu:  # last: the probes above measure the eager call as a user runs it
                 try:
@@ -146,7 +149,7 @@ def measure_pass(
             if graph_error:
                 record["extra_info"]["graph_error"] = graph_error
         failed = False
-        return PassResult(rounds, iterations, record, round(load.others_busy_cores, 4), probes)
+        return PassResult(rounds, iterations, record, round(load.others_busy_cores, 4), probes, round(probes_s, 4))
     except Exception as exc:  # recorded with the point, never dropped; the sweep goes on
         text = f"{type(exc).__name__}: {exc}"
         return PassFailure(

@@ -20,6 +20,7 @@ from .load import Load, LoadMeter, busy_warning, choose_threads, physical_cores,
 from .peak import compute_peak, memory_bandwidth, op_latency, with_bandwidth, with_latency, with_measurement
 from .point import PassFailure, measure_pass
 from .policy import TimingPolicy, method_constants
+from .preflight import format_duration
 from .progress import progress_bar
 from .result import PointResult, skip_if_blocked
 from .spec import PointSpec, device_key
@@ -37,7 +38,14 @@ class Elsewhere(Protocol):
 
 FIRST, EXTRA = 0, 1  # a record's `attempt`: the plan's passes, then those sampling until the time is known
 META_REQUIRED = (*META_KEYS, "threads", "machine_info", "commit_info")  # what a resume needs
-PASS_ONLY_KEYS = ("pass", "attempt", "others_busy_cores", "probes", "visit_s")  # kept out of a point's merged record
+PASS_ONLY_KEYS = (
+    "pass",
+    "attempt",
+    "others_busy_cores",
+    "probes",
+    "probes_s",
+    "visit_s",
+)  # kept out of a point's merged record
 
 
 def decide_threads(requested: int | None, cap: int | None = None) -> tuple[int, str, Load]:
@@ -313,6 +321,8 @@ class Run:
                     bar.update(1)
                 if visited:
                     self._note_pass_load(attempt, p, number, meter)
+                if visited and first:
+                    self._say_the_rest(specs)
         finally:
             bar.close()
 
@@ -337,10 +347,24 @@ class Run:
             iterations=result.iterations,
             others_busy_cores=result.others_busy_cores,
             probes=result.probes,
+            probes_s=result.probes_s,
             visit_s=round(time.monotonic() - started_s, 4),
         )
         record["pass"] = p
         self.folder.store_record(record)
+
+    def _say_the_rest(self, specs: list[PointSpec]) -> None:
+        """The estimate said again from what the first pass took: later passes time the points without the probes."""
+        records = [r for r in (self.folder.record(s.point_id, FIRST, 0) for s in specs) if r is not None]
+        first_s = sum(formats.visit_s(r) for r in records)
+        probes_s = sum(r.get("probes_s", 0.0) for r in records)
+        rest_s = (self.policy.passes - 1) * (first_s - probes_s)
+        extra_s = self.policy.extra_budget_s(first_s + rest_s) if self.policy.extra_passes else 0.0
+        self.log(
+            f"the first pass took {format_duration(first_s)} ({format_duration(probes_s)} of it counting FLOPs and "
+            f"memory): about {format_duration(rest_s)} more for {self.policy.passes - 1} more passes, and at most "
+            f"{format_duration(extra_s)} sampling points further"
+        )
 
     def _plan(self, spec: PointSpec) -> tuple[int, int]:
         first = self.folder.record(spec.point_id, FIRST, 0)

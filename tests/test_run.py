@@ -163,3 +163,17 @@ def test_a_run_into_a_log_shows_progress_lines_and_none_with_no_progress(tmp_pat
         assert lines and done == sorted(done) and done[-1] == total  # the last, on close: all done
         assert {int(line[2]) for line in lines} == {total} and {line[5] for line in lines} <= passes
         assert all(line[4] == "?" for line in lines if line[1] == "0") and lines[-1][4] == "00:00"
+
+
+def test_the_rest_of_the_run_is_said_again_from_what_the_first_pass_took(tmp_path, capsys):
+    """After the first pass the run says what its other passes will take: the first pass's visits less the probes
+    (FLOP counting and memory), which only the first pass runs, once for every further pass."""
+    out = tmp_path / "run"
+    assert main([*GRID, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    first = [r for r in read_timing_records(out) if r["attempt"] == 0 and r["pass"] == 0]
+    assert len(first) == 6 and all(0 < r["probes_s"] < r["visit_s"] for r in first)
+    later = [r for r in read_timing_records(out) if r["attempt"] == 0 and r["pass"] > 0]
+    assert later and all(r["probes_s"] < 0.01 for r in later)  # no probes: the timer's own read only
+    said = [line for line in err.splitlines() if line.startswith("the first pass took")]
+    assert len(said) == 1 and "more for 2 more passes" in said[0] and "sampling points further" in said[0]
