@@ -139,7 +139,7 @@ class Cluster:
             machines=meta.get("machines", {}),
             threads_reason=reason if reason.startswith(ON_RAY) else f"{ON_RAY}; {meta.get('threads_reason')}",
         )
-        pending = [s for s in specs if not skip_if_blocked(folder, s, int(folder.meta["threads"]))]
+        pending = [s for s in specs if not skip_if_blocked(folder, s)]
         self.log(f"{self.describe()}; {plural(len(pending), 'point')} to measure; placement: {PLACEMENT}")
         bar = progress_bar(len(pending), "points", "stored", show=progress)
         sweep = Sweep(folder, policy, seed, threads)

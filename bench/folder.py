@@ -350,6 +350,7 @@ class RunFolder:
         if path.exists():
             storage.repair_tail(path, storage.complete_row(self.point_columns()))
         if path.exists() and path.stat().st_size:
+            self._ids_on_disk = set()  # every row is in self._rows: the first append need not read the file again
             for row in read_points(self.path, {pid: s.as_row() for pid, s in by_id.items()}).to_dict("records"):
                 self._rows[row["point_id"]] = row
                 if row["status"] in ("oom", "killed"):

@@ -324,7 +324,7 @@ class Phase:
             self.folder.store_row(spec, {**row, **node_columns(worker.facts or {"node": node}, spec.device)})
             self.bar.update(1)
         chunk.specs = [s for s in chunk.specs if s not in failed]
-        skipped = [s for s in chunk.specs if skip_if_blocked(self.folder, s, int(self.folder.meta["threads"]))]
+        skipped = [s for s in chunk.specs if skip_if_blocked(self.folder, s)]
         self.bar.update(len(skipped))
         chunk.specs = [s for s in chunk.specs if s not in skipped]
         then = f"{plural(len(chunk.specs), 'point')} of {chunk.name} go to another node" if chunk.specs else "stored"

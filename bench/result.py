@@ -61,11 +61,11 @@ class PointResult:
         )
 
 
-def skip_if_blocked(folder: RunFolder, spec: PointSpec, threads: int | None) -> bool:
+def skip_if_blocked(folder: RunFolder, spec: PointSpec) -> bool:
     """Store `spec` as `skipped` if a smaller point of its sweep ran out of memory or was killed."""
     blocker = folder.blocked_by(spec)
     if blocker is None:
         return False
     why = f"larger than n={blocker.n} d={blocker.d} batch={blocker.batch}, which ran out of memory or was killed"
-    folder.store_row(spec, PointResult(spec, threads, "skipped", why).as_row())
+    folder.store_row(spec, PointResult(spec, int(folder.meta["threads"]), "skipped", why).as_row())
     return True

@@ -329,7 +329,7 @@ class Run:
     def _visit(self, spec: PointSpec, attempt: int, p: int) -> None:
         first = attempt == FIRST and p == 0
         started_s = time.monotonic()
-        if first and skip_if_blocked(self.folder, spec, self.threads):
+        if first and skip_if_blocked(self.folder, spec):
             return
         plan = None if first else self._plan(spec)
         self.folder.note_start(spec.point_id, attempt, p)

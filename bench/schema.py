@@ -57,10 +57,6 @@ def number_names() -> list[str]:
     return [c.name for c in point_columns() if c.type != "text" and c.name not in identity]
 
 
-def text_names() -> list[str]:
-    return [c.name for c in point_columns() if c.type == "text"]
-
-
 def column_list() -> str:
     """The generated list in bench/interface.md: every column in points.csv's order, its type, unit and meaning."""
     rows = [f"| `{c.name}` | {c.type} | {c.unit} | {c.what} |" for c in point_columns()]

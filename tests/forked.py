@@ -17,9 +17,9 @@ import time
 class ForkedBench:
     """The subset of subprocess.Popen the tests use: pid, poll, wait, send_signal, kill, communicate (text),
     returncode (-N for a signal N, as Popen's). `setup` is Python run in the child first, such as
-    stand_ins.CEILINGS_STUB."""
+    stand_ins.CEILINGS_STUB; `fresh=False` keeps the parent's bench modules (no second of re-imports a child)."""
 
-    def __init__(self, *args: str, setup: str = ""):
+    def __init__(self, *args: str, setup: str = "", fresh: bool = True):
         self._out, self._err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
         self.returncode: int | None = None
         self.pid = os.fork()
@@ -29,7 +29,7 @@ class ForkedBench:
                 os.dup2(self._out.fileno(), 1)
                 os.dup2(self._err.fileno(), 2)
                 sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
-                for name in [m for m in sys.modules if m.split(".")[0] in ("bench", "models")]:
+                for name in [m for m in sys.modules if fresh and m.split(".")[0] in ("bench", "models")]:
                     del sys.modules[name]  # imported afresh, as in a new process: its own state (folder.PROCESS...)
                 from bench.interrupts import exit_at_once  # noqa: PLC0415
 

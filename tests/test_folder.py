@@ -6,6 +6,7 @@ import json
 
 import pandas as pd
 import pytest
+from stand_ins import FAKE_PEAK
 
 import bench.run
 from bench import deaths, formats, schema, storage
@@ -15,7 +16,6 @@ from bench.policy import TimingPolicy
 from bench.run import Run
 from bench.spec import PointSpec
 
-FAKE_PEAK = {"flops_per_s": 1e11, "size": 512, "time_median_s": 2.7e-3, "time_iqr_s": 0.0, "time_ci_s": [2.7e-3] * 2}
 SPECS = [PointSpec(layer="conv", n=n, d=4, k=3) for n in (8, 16)]
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from forked import ForkedBench
+from stand_ins import CEILINGS_STUB, FAKE_BANDWIDTH, FAKE_LATENCY, FAKE_PEAK
 
 from bench import deaths, folder, schema, storage
 from bench.cli import main
@@ -30,22 +31,6 @@ GRID = ["--layers", "conv", "--n", "8,16,32", "--d", "4", "--device", "cpu", *FA
 
 
 # The runs here test the folder, not the ceilings (the peak and the triad, seconds a run on 2 cores): stand-ins.
-FAKE_PEAK = {
-    "flops_per_s": 1e11,
-    "size": 512,
-    "time_median_s": 2.7e-3,
-    "time_iqr_s": 0.0,
-    "time_ci_s": [2.7e-3, 2.7e-3],
-}
-FAKE_BANDWIDTH = {"bytes_per_s": 1e10, "median_bytes_per_s": 1e10, "array_bytes": 2**26}
-FAKE_LATENCY = {"seconds": 2e-6, "kernel": "a stand-in"}
-PEAK_STUB = (
-    f"import bench.run\nbench.run.compute_peak = lambda device, dtype: dict({FAKE_PEAK!r}, dtype=str(dtype))\n"
-    f"bench.run.memory_bandwidth = lambda device, swept=None: dict({FAKE_BANDWIDTH!r})\n"
-    f"bench.run.op_latency = lambda device: dict({FAKE_LATENCY!r})\n"
-)
-
-
 @pytest.fixture(autouse=True)
 def _fake_peak(monkeypatch):
     import bench.run  # noqa: PLC0415
@@ -60,7 +45,7 @@ def _bench(*args: str, kill_at: str | None = None, delay_s: float = 0, real: boo
     interpreter); with kill_at "layer:n", the child kills itself with SIGKILL
     when it starts measuring that point, as the OOM killer would; with delay_s, each pass over a point takes
     that much longer (so that a second process surely meets it at work)."""
-    code = PEAK_STUB
+    code = CEILINGS_STUB
     if delay_s:
         code += textwrap.dedent(
             f"""

@@ -15,13 +15,13 @@ import os
 import re
 import shutil
 import signal
-import tempfile
 import time
 from pathlib import Path
 from random import Random
 
 import pandas as pd
 import pytest
+from forked import ForkedBench
 
 from bench.errors import BadInput, RunFailed
 from bench.report import publish
@@ -292,43 +292,10 @@ def _cut_run(src: Path, dst: Path, layers: list[str]) -> None:
     (dst / "meta.json").write_text(json.dumps(meta))
 
 
-class _ForkedReport:
-    """`python -m bench report --results R --out O` in a forked child of this (already imported) process: the
-    same code and the same filesystem work, without a second of interpreter and torch start-up per kill."""
-
-    def __init__(self, results: Path, out: Path):
-        self._err = tempfile.TemporaryFile()
-        self.pid = os.fork()
-        if self.pid == 0:  # the child: report, then leave without running the parent's clean-up
-            code = 1
-            try:
-                os.dup2(self._err.fileno(), 2)
-                from bench.cli import main  # noqa: PLC0415
-
-                code = main(["report", "--results", str(results), "--out", str(out)])
-            finally:
-                os._exit(code)
-        self.returncode = None
-
-    def stderr(self) -> str:
-        self._err.seek(0)
-        return self._err.read().decode()
-
-    def poll(self):
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self):
-        if self.returncode is None:
-            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
-        return self.returncode
-
-    def kill(self) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, signal.SIGKILL)
+def _forked_report(results: Path, out: Path) -> ForkedBench:
+    """`python -m bench report --results R --out O` forked from this process, bench as imported here: the same code
+    and filesystem work, without a second of interpreter and torch start-up per kill."""
+    return ForkedBench("report", "--results", str(results), "--out", str(out), fresh=False)
 
 
 def _snapshot(out: Path) -> dict[str, bytes]:
@@ -338,7 +305,7 @@ def _snapshot(out: Path) -> dict[str, bytes]:
     return files
 
 
-def _wait_until_built(report: _ForkedReport, new: Path) -> None:
+def _wait_until_built(report: ForkedBench, new: Path) -> None:
     """Until the report's new folder holds numbers.json, written last (it is about to be switched in), or the
     report ends."""
     started = time.monotonic()
@@ -361,8 +328,8 @@ def test_report_sigkilled_at_random_moments_leaves_one_report_whole(tmp_path):
     whole = []
     for results in inputs:  # each report once, whole: what "old" and "new" look like
         started = time.monotonic()
-        report = _ForkedReport(results, out)
-        assert report.wait() == 0, report.stderr()
+        report = _forked_report(results, out)
+        assert report.wait() == 0, report.communicate()[1]
         duration = time.monotonic() - started
         whole.append(_snapshot(out))
         _write(out, USER)
@@ -372,7 +339,7 @@ def test_report_sigkilled_at_random_moments_leaves_one_report_whole(tmp_path):
     seen, kills_started = [], time.monotonic()
     state = 1  # out holds report b
     for kill in range(4):
-        report = _ForkedReport(inputs[1 - state], out)
+        report = _forked_report(inputs[1 - state], out)
         if kill % 2 == 0:  # a moment in the publication: as the new folder is complete, or just after
             _wait_until_built(report, _beside(out, "new"))
             time.sleep(rng.choice([0, 0.001, 0.003, 0.01, 0.05]))
@@ -380,7 +347,7 @@ def test_report_sigkilled_at_random_moments_leaves_one_report_whole(tmp_path):
             time.sleep(rng.uniform(0.05, 1.1) * duration)
         report.kill()
         code = report.wait()
-        assert code in (0, -signal.SIGKILL), report.stderr()
+        assert code in (0, -signal.SIGKILL), report.communicate()[1]
         new_state = _after_a_kill(out, USER, *whole)
         assert len(_leftovers(out)) <= 2, _leftovers(out)
         seen.append(
