@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from torch.utils.flop_counter import register_flop_formula
 
 from .attention import Attention, projections_flops
 from .config import LayerConfig
@@ -53,6 +54,26 @@ def split_kv_attention(
     return (out * scale).sum(2) / (total_sum * scale).sum(2)
 
 
+@torch.library.custom_op("seqbench::split_kv_attention", mutates_args=())
+def split_kv_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, splits: int, seen: int) -> torch.Tensor:
+    """One step's split-KV attention as one op: PyTorch's products on any device, a Triton kernel on CUDA."""
+    return split_kv_attention(q, keys, values, splits, seen)
+
+
+try:  # Triton comes with PyTorch's CUDA builds; without it a GPU runs the PyTorch products too
+    from .split_kv_kernel import split_kv_triton
+except ImportError:
+    split_kv_triton = None
+else:
+    split_kv_op.register_kernel("cuda")(split_kv_triton)
+
+
+@register_flop_formula(torch.ops.seqbench.split_kv_attention)
+def _split_kv_flops(q_shape, keys_shape, values_shape, *args, **kwargs) -> int:
+    batch, heads, slots, width = keys_shape
+    return 2 * (2 * batch * heads * slots * width)  # every slot scored (q·K) and mixed (p·V), as the products
+
+
 def padded_slots(positions: int) -> int:
     return -(-positions // MIN_SPLIT_KEYS) * MIN_SPLIT_KEYS
 
@@ -67,7 +88,7 @@ class AttentionSplit(Attention):
 
     def _attend_cache(self, q, keys, values, seen: int):
         splits = self.splits or kv_splits(keys.device, keys.shape[0] * keys.shape[1], keys.shape[2])
-        return split_kv_attention(q, keys, values, splits, seen)
+        return split_kv_op(q, keys, values, splits, seen)
 
     @classmethod
     def decode_flops(cls, batch: int, t: int, cfg: LayerConfig) -> int:

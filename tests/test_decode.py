@@ -15,7 +15,7 @@ import models
 from bench.flops import count_flops
 from bench.memory import measure_memory
 from models import LayerConfig
-from models.split_kv import MIN_SPLIT_KEYS, SPLIT_WAVES, kv_splits, split_kv_attention
+from models.split_kv import MIN_SPLIT_KEYS, SPLIT_WAVES, kv_splits, split_kv_attention, split_kv_op, split_kv_triton
 
 NAMES = list(models.LAYERS)
 BATCH, D, HEADS, K, WINDOW, DILATION = 2, 24, 3, 3, 5, 3
@@ -164,6 +164,23 @@ def test_split_kv_attention_equals_the_fused_step(t, splits):
     assert_close(split_kv_attention(q, *padded, splits, seen=t), fused, atol=1e-5, rtol=1e-5)  # the rest masked
     counted = count_flops(lambda: split_kv_attention(q, keys, values, splits))
     assert counted.total == 2 * (2 * 2 * 3 * t * 16) and counted.uncounted_ops == ()  # q·K and p·V, as fused
+    as_op = count_flops(lambda: split_kv_op(q, *padded, splits, t))  # the op's formula: every slot, masked too
+    assert as_op.total == 2 * (2 * 2 * 3 * padded[0].shape[2] * 16) and as_op.uncounted_ops == ()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(split_kv_triton is None, reason="Triton is not installed")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("t", [1, 37, 300, 5000])
+@pytest.mark.parametrize("splits", [1, 3, 16])
+def test_the_triton_split_kv_kernel_equals_the_fused_step(t, splits, dtype):
+    g = torch.Generator().manual_seed(t + splits)
+    width = 64 if t < 5000 else 24  # 24: a head width that is no power of two
+    q, keys, values = (torch.randn(2, 3, m, width, generator=g).cuda() for m in (1, t + 300, t + 300))
+    q, keys, values = (x.to(getattr(torch, dtype)) for x in (q, keys, values))
+    fused = torch.nn.functional.scaled_dot_product_attention(q, keys[:, :, :t], values[:, :, :t])
+    assert_close(split_kv_op(q, keys, values, splits, t), fused, **TOLERANCE[dtype])  # the op runs the kernel
+    assert_close(split_kv_triton(q, keys, values, splits, t), fused, **TOLERANCE[dtype])
 
 
 def test_the_number_of_splits_follows_the_cores_and_keeps_chunks_long():
