@@ -17,7 +17,15 @@ import models
 from . import interrupts
 from .commands import COMMANDS, MAX_PATHS_N
 from .errors import BadInput, RunFailed
-from .policy import CLOCK_CHOICES, MAX_PASSES, MAX_ROUNDS, MAX_TARGET_TIME_S, MIN_ROUNDS_PER_PASS, TimingPolicy
+from .policy import (
+    CLOCK_CHOICES,
+    EXTEND_BUDGET,
+    MAX_PASSES,
+    MAX_ROUNDS,
+    MAX_TARGET_TIME_S,
+    MIN_ROUNDS_PER_PASS,
+    TimingPolicy,
+)
 from .preflight import LONG_RUN_S, format_duration
 from .spec import MODES
 
@@ -222,6 +230,12 @@ def _run_timing(run: argparse.ArgumentParser) -> None:
         help="the clock each point's time fits use: auto (default: the wall clock where it measures the layer; "
         "the CPU time of the call's one thread where other programs took cores or the wall clock was unreliable), "
         "wall, or cpu (the run on one thread; what a busy machine cannot slow down)",
+    )
+    run.add_argument(
+        "--no-extend",
+        action="store_true",
+        help="measure the grid exactly as given: no points beyond the end of a sweep whose time does not decide yet "
+        f"(default: added, within {EXTEND_BUDGET:g}x the planned passes' time, said before the run)",
     )
     run.add_argument(
         "--seed",

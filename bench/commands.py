@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import math
+import os
 import re
 import sys
 from dataclasses import replace
@@ -12,7 +14,7 @@ import models
 
 from . import folder, interrupts, machine, storage
 from .errors import BadInput, RunFailed
-from .policy import CPU, TimingPolicy
+from .policy import CPU, EXTEND_BUDGET, TimingPolicy
 from .preflight import before_measuring, print_lines, wide_kernel_warnings
 from .presets import Preset, get_preset, load_presets
 from .progress import progress_bar
@@ -64,7 +66,7 @@ RESUME_READS = ("command", "debug", "resume", "no_progress", "ray", "exclusive_n
 
 
 def _policy(args, policy: TimingPolicy) -> TimingPolicy:
-    """The preset's (or default) timing policy with --rounds, --target-time, --passes applied."""
+    """The preset's (or default) timing policy with --rounds, --target-time, --passes, --clock and --no-extend."""
     if args.rounds is not None:
         policy = replace(policy, min_rounds=args.rounds, max_rounds=max(args.rounds, policy.max_rounds))
     if args.target_time is not None:
@@ -73,7 +75,23 @@ def _policy(args, policy: TimingPolicy) -> TimingPolicy:
         policy = replace(policy, passes=args.passes)
     if args.clock is not None:
         policy = replace(policy, clock=args.clock)
-    return policy
+    if args.no_extend:
+        return replace(policy, extend_budget=0.0)
+    return policy if policy.extend_budget else replace(policy, extend_budget=_extend_budget())
+
+
+def _extend_budget() -> float:
+    """SEQBENCH_EXTEND_BUDGET where set (the test suite's 0: its tiny grids measured as given), else EXTEND_BUDGET."""
+    text = os.environ.get("SEQBENCH_EXTEND_BUDGET")
+    if text is None:
+        return EXTEND_BUDGET
+    try:
+        share = float(text)
+    except ValueError:
+        share = math.nan
+    if not (math.isfinite(share) and share >= 0):
+        raise BadInput(f"SEQBENCH_EXTEND_BUDGET={text!r}: a share of the planned passes' time, 0 (off) or more")
+    return share
 
 
 def ignored_by_resume(args) -> list[str]:

@@ -146,6 +146,7 @@ class PlanEstimate:
     points: tuple[PointEstimate, ...]
     peaks_s: float  # the compute peak at the start and the end of the run
     extra_s: float = 0.0  # at most this much more: the passes that sample points until their time is known
+    extend_s: float = 0.0  # and at most this: points beyond the sweeps that do not decide yet (bench.extend)
 
     @property
     def time_s(self) -> float:
@@ -178,7 +179,7 @@ def estimate_plan(specs: Iterable[PointSpec], policy: TimingPolicy, rates: Mappi
     pairs = sorted({(s.device, s.dtype) for s in specs})
     peaks_s = 2 * sum(peak_measurement_s(device, rates[device_key(device, dtype)]) for device, dtype in pairs)
     extra_s = policy.extra_budget * sum(p.time_s for p in points) if policy.extra_passes else 0.0
-    return PlanEstimate(points, peaks_s, extra_s)
+    return PlanEstimate(points, peaks_s, extra_s, policy.extend_budget_s(sum(p.time_s for p in points)))
 
 
 def rates_from_meta(meta: dict) -> dict[str, float]:

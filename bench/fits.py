@@ -225,7 +225,7 @@ def _unusable_text(points: pd.DataFrame, column: str, what: str) -> str:
     return f"; {count} point{'s' if count != 1 else ''} without a positive {what} left out" if count else ""
 
 
-def _time_row(layer: str, sweep: pd.DataFrame, variable: str) -> dict:
+def time_row(layer: str, sweep: pd.DataFrame, variable: str) -> dict:
     tr = time_fit_range(sweep, variable, layer)
     if tr.reason:
         row = _no_fit("time", layer, tr.sweep if len(tr.sweep) else clocks.on_clock(sweep), variable, tr.reason)
@@ -268,7 +268,7 @@ def fit_table(points: pd.DataFrame) -> pd.DataFrame:
             sweep = sweep.sort_values(variable)
             for metric in METRIC_COLUMN:
                 if metric == "time":
-                    row = _time_row(layer, sweep, variable)
+                    row = time_row(layer, sweep, variable)
                 else:
                     row = _fixed_row(metric, layer, sweep, variable)
                 row.update(
@@ -287,7 +287,7 @@ def fit_table(points: pd.DataFrame) -> pd.DataFrame:
                     sweep_x_max=sweep[variable].max(),
                     sweep_points=len(sweep),
                 )
-                row["reason"] += runs_text(sweep)
+                row["reason"] += runs_text(sweep) + extended_text(sweep, variable)
                 rows.append(row)
     return pd.DataFrame(rows, columns=FIT_COLUMNS)
 
@@ -316,6 +316,17 @@ def runs_text(sweep: pd.DataFrame) -> str:
         return ""
     counts = sweep["run_id"].value_counts()
     return f"; points of {len(runs)} runs: " + ", ".join(f"{r} ({counts[r]})" for r in runs)
+
+
+def extended_text(sweep: pd.DataFrame, variable: str) -> str:
+    """`; extended to n = 19,200 (2 points beyond the plan)`, where the run added points (bench.extend)."""
+    if "extended" not in sweep:
+        return ""
+    added = sweep[sweep["extended"].astype(str).str.lower().isin(("true", "1", "1.0"))]
+    if not len(added):
+        return ""
+    count = f"{len(added)} point{'s' if len(added) != 1 else ''}"
+    return f"; extended to {variable} = {int(added[variable].max()):,} ({count} beyond the plan)"
 
 
 def two_term_fit(points: pd.DataFrame) -> tuple[float, float, float, float]:

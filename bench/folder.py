@@ -243,32 +243,37 @@ class RunFolder:
             raise ValueError("meta.json is written by update_meta")
         storage.write_json(self.path / name, obj)
 
-    def write_plan(self, specs: list[PointSpec], policy: TimingPolicy, seed: int) -> str:
-        """plan.json: what a resume finishes; returns its digest (meta.json's plan_sha1)."""
+    def write_plan(
+        self, specs: list[PointSpec], policy: TimingPolicy, seed: int, extended: list[PointSpec] = ()
+    ) -> str:
+        """plan.json: what a resume finishes (the added points apart); returns the planned ones' digest (plan_sha1)."""
         plan = {"specs": [s.as_row() for s in specs], "timing_policy": policy.as_dict(), "seed": seed}
+        if extended:
+            plan["extended"] = [s.as_row() for s in extended]
         self.save_json(PLAN, plan)
         return _plan_digest(plan)
 
-    def read_plan(self) -> tuple[list[PointSpec], TimingPolicy, int]:
-        """plan.json's specs, policy and seed, each checked against itself and meta.json."""
+    def read_plan(self) -> tuple[list[PointSpec], TimingPolicy, int, list[PointSpec]]:
+        """plan.json's specs, policy, seed and added points, each checked against itself and meta.json."""
         path, plan, meta = self.path / PLAN, storage.read_json(self.path / PLAN), self._meta
         if not isinstance(plan, dict) or not isinstance(plan.get("specs"), list) or "timing_policy" not in plan:
             raise RunFailed(f"{path}: damaged, expected an object with `specs` (a list) and `timing_policy`")
         if meta.get("plan_sha1") not in (None, _plan_digest(plan)):
             raise RunFailed(f"{path}: does not match this folder's meta.json (plan_sha1): a plan from another run?")
-        specs = []
-        for index, row in enumerate(plan["specs"]):
-            try:
-                specs.append(validate(PointSpec(**row)))
-            except (TypeError, BadInput) as exc:
-                raise RunFailed(f"{path}: damaged at specs[{index}]: {exc}") from None
+        specs, extended = [], []
+        for key, into in (("specs", specs), ("extended", extended)):
+            for index, row in enumerate(plan.get(key, [])):
+                try:
+                    into.append(validate(PointSpec(**row)))
+                except (TypeError, BadInput) as exc:
+                    raise RunFailed(f"{path}: damaged at {key}[{index}]: {exc}") from None
         try:
             policy = TimingPolicy.stored(plan["timing_policy"])
         except TypeError as exc:
             raise RunFailed(f"{path}: damaged at timing_policy: {exc}") from None
         if meta.get("points_planned") not in (None, len(specs)):
             raise RunFailed(f"{path}: {len(specs)} points, meta.json planned {meta['points_planned']}")
-        return specs, policy, plan.get("seed", 0)
+        return specs, policy, plan.get("seed", 0), extended
 
     def add_table(self, name: str, table: pd.DataFrame) -> Path:
         if (self.path / name).exists():

@@ -94,3 +94,14 @@ def busy_warning(load: Load) -> str | None:
         f"while they take cores is read on the CPU clock of its one thread, and points that stay unstable are "
         f"flagged time_reliable=False"
     )
+
+
+def decide_threads(requested: int | None, cap: int | None = None) -> tuple[int, str, Load]:
+    """(threads, why, load before the run): --threads, or what the free cores allow, at most `cap`."""
+    load = sample_load()
+    if requested is not None:
+        return requested, f"--threads {requested}, as asked", load
+    threads, why = choose_threads(load, physical_cores())
+    if cap is not None and threads > cap:
+        threads, why = cap, f"{why}; at most the {cap} CPU(s) this worker holds"
+    return threads, why, load

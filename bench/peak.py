@@ -13,6 +13,7 @@ import models
 from . import cgroup, hierarchy
 from .graphs import device_rounds
 from .policy import CPU, DEVICE, THREAD, TimingPolicy
+from .spec import device_key
 from .timing import WALL_ONLY, Clocks, interleaved
 
 # Square matmuls large enough to reach the plateau of a BLAS / cuBLAS.
@@ -275,3 +276,24 @@ def latency_on(entry: dict, clock: str) -> float | None:
     if clock == DEVICE:
         return float(entry["seconds_device"]) if entry.get("seconds_device") else None
     return _on_clock(entry, "seconds", clock)
+
+
+def ceilings(meta: dict, pairs: list[tuple[str, str]], when: str, log: Callable[[str], None]) -> dict:
+    """meta.json's ceilings with each (device, dtype) measured at the run's `when` (start, end) where not yet."""
+    peaks = dict(meta.get("compute_peak", {}))
+    for device, dtype in pairs:
+        key = device_key(device, dtype)
+        if when in peaks.get(key, {}).get("measured", {}):
+            continue
+        log(f"compute peak of {key}, at the {when} of the run")
+        peaks[key] = with_measurement(peaks.get(key), when, compute_peak(device, models.DTYPES[dtype]))
+    bandwidths = dict(meta.get("memory_bandwidth", {}))
+    latencies = dict(meta.get("op_latency", {}))
+    for device in sorted({device for device, _ in pairs}):
+        if when in bandwidths.get(device, {}).get("measured", {}):
+            continue
+        log(f"memory bandwidth and operator latency of {device}, at the {when} of the run")
+        swept = (bandwidths.get(device) or {}).get("hierarchy")
+        bandwidths[device] = with_bandwidth(bandwidths.get(device), when, memory_bandwidth(device, swept))
+        latencies[device] = with_latency(latencies.get(device), when, op_latency(device))
+    return dict(compute_peak=peaks, memory_bandwidth=bandwidths, op_latency=latencies)

@@ -28,6 +28,9 @@ THREAD, PROCESS = "thread", "process"  # the CPU clock read: the calling thread'
 MAX_TARGET_TIME_S = 60.0  # seconds of rounds per point: infinity overflows the round count; a minute is ample
 MAX_ROUNDS = 10_000  # each round lasts at least min_round_s, and timings.jsonl keeps every round
 MAX_PASSES = 100  # each pass visits every point and times at least MIN_ROUNDS_PER_PASS rounds of it
+EXTEND_MEMORY_SHARE = 0.5  # a point the run adds holds at most this share of its device's memory available
+EXTEND_BUDGET = 0.5  # `run`'s extend_budget, unless --no-extend, a preset's or SEQBENCH_EXTEND_BUDGET (default: 0)
+EXTEND_MIN_S = 120.0  # the extension may take at least this long: a small grid's planned passes take seconds
 
 
 @dataclass(frozen=True)
@@ -40,13 +43,16 @@ class TimingPolicy:
     extra_passes: int = 10  # at most this many more passes over the points whose time is not known yet
     extra_budget: float = 0.5  # those passes take at most this share of the first passes' time
     clock: str = "auto"  # the clock a point's time fits use: chosen from the data, or always wall or cpu
+    extend_budget: float = 0.0  # bench.extend's points take at most this share of the planned visits' time; 0: off
 
     def __post_init__(self):
         if self.passes < 1 or self.min_rounds < 1 or self.max_rounds < self.min_rounds:
             raise ValueError(f"timing policy {self}: needs passes >= 1 and 1 <= min_rounds <= max_rounds")
-        if self.extra_passes < 0 or not self.extra_budget >= 0 or self.clock not in CLOCK_CHOICES:
+        budgets = (self.extra_budget, self.extend_budget)
+        if self.extra_passes < 0 or not all(b >= 0 for b in budgets) or self.clock not in CLOCK_CHOICES:
             raise ValueError(
-                f"timing policy {self}: needs extra_passes >= 0, extra_budget >= 0 and clock in {CLOCK_CHOICES}"
+                f"timing policy {self}: needs extra_passes >= 0, extra_budget and extend_budget >= 0 and clock in "
+                f"{CLOCK_CHOICES}"
             )
 
     @classmethod
@@ -73,6 +79,9 @@ class TimingPolicy:
     def extra_budget_s(self, first_passes_s: float) -> float:
         """Seconds the passes sampling points until their time is known may take, all together."""
         return self.extra_budget * first_passes_s
+
+    def extend_budget_s(self, planned_s: float) -> float:
+        return max(self.extend_budget * planned_s, EXTEND_MIN_S) if self.extend_budget else 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)

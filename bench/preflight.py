@@ -14,7 +14,7 @@ import models
 from . import cgroup, estimate, machine
 from .errors import BadInput
 from .estimate import PlanEstimate, PointEstimate, device_kind
-from .policy import TimingPolicy
+from .policy import EXTEND_MEMORY_SHARE, TimingPolicy
 from .spec import DECODE_MODE, LAYER_SIZES, SIZES, PointSpec, expand_grid
 from .sweeps import (
     MIN_FIT_POINTS,
@@ -178,6 +178,11 @@ def summary_line(plan: PlanEstimate) -> str:
         for device, p in sorted(plan.largest().items())
     )
     extra = f"; at most {format_duration(plan.extra_s)} more where points need more rounds" if plan.extra_s else ""
+    if plan.extend_s:
+        extra += (
+            f"; at most {format_duration(plan.extend_s)} more extending the sweeps whose time does not decide, each "
+            f"added point within {EXTEND_MEMORY_SHARE:.0%} of the memory available"
+        )
     return (
         f"plan: {len(plan.points)} points, about {format_duration(plan.time_s)} on this machine "
         f"(estimate{extra}), peak memory about {memory or '0 B'}"

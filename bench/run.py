@@ -11,19 +11,17 @@ from pathlib import Path
 from statistics import fmean
 from typing import Protocol
 
-import models
-
-from . import allocator, deaths, formats, interrupts, machine, storage
+from . import allocator, deaths, extend, formats, interrupts, machine, storage
 from .errors import BadInput, RunFailed
 from .folder import META_KEYS, RunFolder, is_run_dir
-from .load import Load, LoadMeter, busy_warning, choose_threads, physical_cores, sample_load
-from .peak import compute_peak, memory_bandwidth, op_latency, with_bandwidth, with_latency, with_measurement
+from .load import Load, LoadMeter, busy_warning, decide_threads, sample_load
+from .peak import ceilings
 from .point import PassFailure, measure_pass
 from .policy import TimingPolicy, method_constants
 from .preflight import format_duration
 from .progress import progress_bar
 from .result import PointResult, skip_if_blocked
-from .spec import PointSpec, device_key
+from .spec import PointSpec
 from .threads import pinned_threads
 from .timing import pass_order, rounds_of
 
@@ -38,25 +36,7 @@ class Elsewhere(Protocol):
 
 FIRST, EXTRA = 0, 1  # a record's `attempt`: the plan's passes, then those sampling until the time is known
 META_REQUIRED = (*META_KEYS, "threads", "machine_info", "commit_info")  # what a resume needs
-PASS_ONLY_KEYS = (
-    "pass",
-    "attempt",
-    "others_busy_cores",
-    "probes",
-    "probes_s",
-    "visit_s",
-)  # kept out of a point's merged record
-
-
-def decide_threads(requested: int | None, cap: int | None = None) -> tuple[int, str, Load]:
-    """(threads, why, load before the run): --threads, or what the free cores allow, at most `cap`."""
-    load = sample_load()
-    if requested is not None:
-        return requested, f"--threads {requested}, as asked", load
-    threads, why = choose_threads(load, physical_cores())
-    if cap is not None and threads > cap:
-        threads, why = cap, f"{why}; at most the {cap} CPU(s) this worker holds"
-    return threads, why, load
+PASS_ONLY_KEYS = ("pass", "attempt", "others_busy_cores", "probes", "probes_s", "visit_s")  # not in a point's record
 
 
 def _stderr(line: str) -> None:
@@ -72,6 +52,7 @@ class Run:
     log: Callable[[str], None] = _stderr
     cluster: Elsewhere | None = None  # measures the points on a Ray cluster; None: this process
     measure_peaks: bool = True  # False in a Ray worker's chunk: its node measures the peak
+    extended: list[PointSpec] = field(default_factory=list)
     _results: dict[str, tuple[int, PointResult]] = field(default_factory=dict, init=False, repr=False)
 
     @property
@@ -144,10 +125,10 @@ class Run:
         try:
             with interrupts.deferred():  # a signal while the folder is taken comes once `folder` is set
                 folder = RunFolder.open(run_dir, META_REQUIRED)
-            specs, policy, seed = folder.read_plan()
+            specs, policy, seed, extended = folder.read_plan()
             if cluster is None and "cuda" in {s.device for s in specs} and not machine.cuda_available():
                 raise BadInput(f"--resume {run_dir}: its plan measures cuda, and no CUDA GPU is present here")
-            folder.read_stored(specs)  # checked before anything is said or written
+            folder.read_stored(specs + extended)  # checked before anything is said or written
             finished = folder.meta.get("status") == "finished"
             lost = [s for s in specs if not folder.stored(s.point_id)] if finished else []
             if lost:
@@ -156,7 +137,7 @@ class Run:
                     f"planned points (meta.json counted {folder.meta.get('points_stored')}): measuring the "
                     f"{len(lost)} lost again"
                 )
-            run = cls(folder, specs, policy, seed, log, cluster)
+            run = cls(folder, specs + extended, policy, seed, log, cluster, extended=extended)
             if not finished or lost:
                 resumed = [*folder.meta.get("resumed_utc", []), storage.utc_now()]
                 folder.update_meta(resumed_utc=resumed, status="running", finished_utc=None)
@@ -208,13 +189,15 @@ class Run:
         try:
             self._store_killed()
             if self.cluster is not None:
+                if self.policy.extend_budget:
+                    self.log("extension: not on a Ray cluster (yet): the grid is measured as given")
                 pending = [s for s in self.specs if not self.folder.stored(s.point_id)]
                 self.cluster.measure(self.folder, pending, self.policy, seed=self.seed, progress=progress)
             else:
                 with pinned_threads(self.threads):
                     self._measure_here(progress)
         except KeyboardInterrupt:
-            raise  # execute says `interrupted`
+            raise
         except storage.DiskFull:
             try:
                 self.folder.update_meta(status="interrupted", finished_utc=storage.utc_now())
@@ -230,14 +213,52 @@ class Run:
         allocator.pin()
         if self.measure_peaks:
             self._measure_peaks("start")
-        pending = [s for s in self.specs if not self.folder.stored(s.point_id)]
+        self._measure([s for s in self.specs if not self.folder.stored(s.point_id)], progress)
+        self._extend(progress)
+        if self.measure_peaks:
+            self._measure_peaks("end")
+
+    def _measure(self, pending: list[PointSpec], progress: bool) -> None:
         self._passes(pending, FIRST, range(self.policy.passes), progress)
         self._sample_until_known(pending, progress)
         for spec in pending:
             if not self.folder.stored(spec.point_id):
-                self.folder.store_row(spec, self._final_row(spec))
-        if self.measure_peaks:
-            self._measure_peaks("end")
+                self._store(spec, self._final_row(spec))
+
+    def _store(self, spec: PointSpec, row: dict) -> None:
+        self.folder.store_row(spec, dict(row, extended=True) if spec in self.extended else row)
+
+    def _extend(self, progress: bool) -> None:
+        """Rounds of points beyond the sweeps whose time does not decide yet (bench.extend), within the budget."""
+        if not self.policy.extend_budget:
+            return
+        planned = [s for s in self.specs if s not in self.extended]
+        budget_s = self.policy.extend_budget_s(self._visits_s(planned))
+        limits = extend.memory_limits({s.device for s in planned})
+        told: set[str] = set()
+        while (done := self.meta.get("extension_rounds", 0)) < extend.MAX_ROUNDS:
+            ids = {s.point_id: s for s in self.specs}
+            proposals = extend.propose(self.folder.points(), ids, lambda pid: self._visits_s([ids[pid]]), limits)
+            left_s = budget_s - self._visits_s(self.extended)
+            chosen, lines, cost_s = extend.choose(proposals, left_s, told)
+            for line in lines:
+                self.log(line)
+            if not chosen:
+                break
+            self.log(
+                f"extension round {done + 1} of at most {extend.MAX_ROUNDS}: {len(chosen)} point(s), about "
+                f"{format_duration(cost_s)} ({format_duration(left_s)} left of its budget)"
+            )
+            self.extended += chosen
+            self.specs += chosen
+            self.folder.write_plan(planned, self.policy, self.seed, self.extended)
+            self.folder.update_meta(points_extended=len(self.extended), extension_rounds=done + 1)
+            self._measure(chosen, progress)
+        if self.extended:
+            self.log(
+                f"extended: {len(self.extended)} point(s) beyond the plan, {format_duration(self._visits_s(self.extended))}"
+                f" of the {format_duration(budget_s)} the extension may take"
+            )
 
     def _sample_until_known(self, pending: list[PointSpec], progress: bool) -> None:
         """Extra passes over the points whose time is not known yet, within budget, from the stored records alone."""
@@ -258,9 +279,9 @@ class Run:
                 self.log(f"pass {self.policy.passes + extra + 1}: {len(unknown)} point(s) whose time is not known yet")
             self._passes(unknown, EXTRA, [extra], progress)
 
-    def _visits_s(self, specs: list[PointSpec], attempt: int) -> float:
+    def _visits_s(self, specs: list[PointSpec], attempt: int | None = None) -> float:
         records = self.folder.records_of(*(s.point_id for s in specs))
-        return sum(formats.visit_s(r) for r in records if r["attempt"] == attempt)
+        return sum(formats.visit_s(r) for r in records if attempt in (None, r["attempt"]))
 
     def _store_killed(self) -> None:
         """Points whose process died too often (bench.deaths) stored `killed`, their reasons in errors.log."""
@@ -273,27 +294,12 @@ class Run:
             reason, why = verdict
             self.log(f"{spec.layer} n={spec.n} d={spec.d} batch={spec.batch}: {reason}")
             self.folder.store_error(spec, why)
-            self.folder.store_row(spec, PointResult(spec, self.threads, "killed", reason).as_row())
+            self._store(spec, PointResult(spec, self.threads, "killed", reason).as_row())
 
     def _measure_peaks(self, when: str) -> None:
         """Each device's ceilings (bench.peak) at the run's start or end; the better is kept."""
-        peaks = dict(self.meta.get("compute_peak", {}))
-        for device, dtype in sorted({(s.device, s.dtype) for s in self.specs}):
-            key = device_key(device, dtype)
-            if when in peaks.get(key, {}).get("measured", {}):
-                continue
-            self.log(f"compute peak of {key}, at the {when} of the run")
-            peaks[key] = with_measurement(peaks.get(key), when, compute_peak(device, models.DTYPES[dtype]))
-        bandwidths = dict(self.meta.get("memory_bandwidth", {}))
-        latencies = dict(self.meta.get("op_latency", {}))
-        for device in sorted({s.device for s in self.specs}):
-            if when in bandwidths.get(device, {}).get("measured", {}):
-                continue
-            self.log(f"memory bandwidth and operator latency of {device}, at the {when} of the run")
-            swept = (bandwidths.get(device) or {}).get("hierarchy")
-            bandwidths[device] = with_bandwidth(bandwidths.get(device), when, memory_bandwidth(device, swept))
-            latencies[device] = with_latency(latencies.get(device), when, op_latency(device))
-        self.folder.update_meta(compute_peak=peaks, memory_bandwidth=bandwidths, op_latency=latencies)
+        pairs = sorted({(s.device, s.dtype) for s in self.specs})
+        self.folder.update_meta(**ceilings(self.meta, pairs, when, self.log))
 
     def _done(self, spec: PointSpec, attempt: int, p: int) -> bool:
         return self.folder.stored(spec.point_id) or self.folder.record(spec.point_id, attempt, p) is not None
@@ -321,7 +327,7 @@ class Run:
                     bar.update(1)
                 if visited:
                     self._note_pass_load(attempt, p, number, meter)
-                if visited and first:
+                if visited and first and not set(specs) & set(self.extended):
                     self._say_the_rest(specs)
         finally:
             bar.close()
@@ -336,7 +342,7 @@ class Run:
         result = measure_pass(spec, self.policy, plan, seed=self.seed, with_probes=first)
         if isinstance(result, PassFailure):
             self.folder.store_error(spec, result.traceback)
-            self.folder.store_row(spec, PointResult(spec, self.threads, result.status, result.error).as_row())
+            self._store(spec, PointResult(spec, self.threads, result.status, result.error).as_row())
             return
         record = dict(
             result.record,
@@ -360,10 +366,12 @@ class Run:
         probes_s = sum(r.get("probes_s", 0.0) for r in records)
         rest_s = (self.policy.passes - 1) * (first_s - probes_s)
         extra_s = self.policy.extra_budget_s(first_s + rest_s) if self.policy.extra_passes else 0.0
+        extend_s = self.policy.extend_budget_s(first_s + rest_s)
         self.log(
             f"the first pass took {format_duration(first_s)} ({format_duration(probes_s)} of it counting FLOPs and "
             f"memory): about {format_duration(rest_s)} more for {self.policy.passes - 1} more passes, and at most "
             f"{format_duration(extra_s)} sampling points further"
+            + (f" and {format_duration(extend_s)} extending sweeps that do not decide" if extend_s else "")
         )
 
     def _plan(self, spec: PointSpec) -> tuple[int, int]:

@@ -37,6 +37,9 @@ RUN = (
     Column("status", "text", "", ", ".join(STATUSES)),
     Column("error", "text", "", "why a point was not measured"),
     Column("point_id", "text", "", "the point's id in the run (a hash of its spec)"),
+    Column(
+        "extended", "bool", "", "True: added by the run beyond its plan to bring a sweep to its answer (bench.extend)"
+    ),
     *NODE,
     Column("finished_utc", "text", "", "when the row was stored; always last"),
 )

@@ -183,8 +183,14 @@ def table1_regime_start(sweep: pd.DataFrame, variable: str, layer: str) -> int |
 
 
 def plateau_start(rates) -> int:
-    """Index of the first rate within PLATEAU_FRACTION of the best one (rates in sweep order)."""
+    """The settled end (≥ MIN_FIT_POINTS last rates within PLATEAU_FRACTION of their best), else the best's start."""
     rates = np.asarray(rates, float)
+    start, best, worst = len(rates) - 1, rates[-1], rates[-1]
+    while start > 0 and min(worst, rates[start - 1]) >= PLATEAU_FRACTION * max(best, rates[start - 1]):
+        start -= 1
+        best, worst = max(best, rates[start]), min(worst, rates[start])
+    if len(rates) - start >= MIN_FIT_POINTS:
+        return start
     return int(np.argmax(rates >= PLATEAU_FRACTION * rates.max()))
 
 

@@ -161,8 +161,7 @@ class SelfAttention(nn.Module):
 
 
 class Attention(SelfAttention):
-    """Scores and mixing by torch.nn.functional.scaled_dot_product_attention (a fused kernel: flash or
-    memory-efficient attention where the device has one, so the n×n matrix is never stored whole)."""
+    """Scores and mixing by F.scaled_dot_product_attention: a fused kernel never stores the n×n matrix whole."""
 
     useful_flops = staticmethod(_softmax_useful_flops)
 
@@ -251,9 +250,8 @@ MASKS_KEPT = 4
 
 
 class AttentionLocal(SelfAttention):
-    """Each query i attends only to the r keys j with i - r//2 <= j <= i - r//2 + r - 1 (a window of r
-    positions centered on i; keys outside 0..n-1 are masked). Computed in blocks of w queries over overlapping
-    key spans (Longformer's sliding chunks): 8·b·n·d² + 4·b·n_w·(w + r − 1)·d FLOPs. Method: docs/method.md."""
+    """Query i attends to the r keys i - r//2 <= j <= i - r//2 + r - 1 (outside 0..n-1 masked), in blocks of w
+    queries over overlapping key spans (Longformer's chunks): 8·b·n·d² + 4·b·n_w·(w + r − 1)·d FLOPs (docs/method.md)."""
 
     uses = ("heads", "window")
     table1 = Table1Row(lambda n, d, k, r: r * n * d, "O(r·n·d)", "O(1)", "O(n/r)", sizes=("window",))

@@ -9,13 +9,30 @@ import triton.language as tl
 ROWS_PER_BLOCK = 64  # keys a block loads at once: 16 KB of float32 at a head width of 64
 
 
-@triton.jit(do_not_specialize=["seen", "chunk"])  # one compiled kernel for every t and S
+@triton.jit(do_not_specialize=["seen", "chunk"])
 def _chunk_kernel(
-    q_ptr, k_ptr, v_ptr, acc_ptr, top_ptr, sum_ptr,
-    seen, chunk, heads, scale,
-    sq_b, sq_h, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,
-    WIDTH: tl.constexpr, WIDTH_P2: tl.constexpr, ROWS: tl.constexpr,
-):  # fmt: skip
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    acc_ptr,
+    top_ptr,
+    sum_ptr,
+    seen,
+    chunk,
+    heads,
+    scale,
+    sq_b,
+    sq_h,
+    sk_b,
+    sk_h,
+    sk_t,
+    sv_b,
+    sv_h,
+    sv_t,
+    WIDTH: tl.constexpr,
+    WIDTH_P2: tl.constexpr,
+    ROWS: tl.constexpr,
+):
     row, part = tl.program_id(0), tl.program_id(1)
     b, h = row // heads, row % heads
     e = tl.arange(0, WIDTH_P2)
@@ -56,12 +73,28 @@ def split_kv_triton(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, s
     acc = torch.empty(batch * heads, parts, width_p2, device=q.device, dtype=torch.float32)
     top, total = (torch.empty(batch * heads, parts, device=q.device, dtype=torch.float32) for _ in range(2))
     _chunk_kernel[(batch * heads, parts)](
-        q, keys, values, acc, top, total,
-        min(seen, slots), chunk, heads, width**-0.5,
-        q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), keys.stride(2),
-        values.stride(0), values.stride(1), values.stride(2),
-        WIDTH=width, WIDTH_P2=width_p2, ROWS=ROWS_PER_BLOCK,
-    )  # fmt: skip
+        q,
+        keys,
+        values,
+        acc,
+        top,
+        total,
+        min(seen, slots),
+        chunk,
+        heads,
+        width**-0.5,
+        q.stride(0),
+        q.stride(1),
+        keys.stride(0),
+        keys.stride(1),
+        keys.stride(2),
+        values.stride(0),
+        values.stride(1),
+        values.stride(2),
+        WIDTH=width,
+        WIDTH_P2=width_p2,
+        ROWS=ROWS_PER_BLOCK,
+    )
     weight = torch.exp(top - top.amax(1, keepdim=True))
     out = (acc[..., :width] * weight[..., None]).sum(1) / (total * weight).sum(1, keepdim=True)
     return out.view(batch, heads, 1, width).to(q.dtype)

@@ -12,9 +12,9 @@ FAKE_LATENCY = {"seconds": 2e-6, "kernel": "a stand-in"}
 
 # Python that sets them in a child process, before it runs the command line.
 CEILINGS_STUB = (
-    f"import bench.run\nbench.run.compute_peak = lambda device, dtype: dict({FAKE_PEAK!r}, dtype=str(dtype))\n"
-    f"bench.run.memory_bandwidth = lambda device, swept=None: dict({FAKE_BANDWIDTH!r})\n"
-    f"bench.run.op_latency = lambda device: dict({FAKE_LATENCY!r})\n"
+    f"import bench.run, bench.peak\nbench.peak.compute_peak = lambda device, dtype: dict({FAKE_PEAK!r}, dtype=str(dtype))\n"
+    f"bench.peak.memory_bandwidth = lambda device, swept=None: dict({FAKE_BANDWIDTH!r})\n"
+    f"bench.peak.op_latency = lambda device: dict({FAKE_LATENCY!r})\n"
 )
 
 

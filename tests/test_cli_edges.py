@@ -102,6 +102,7 @@ SAMPLE_VALUES = {
     "passes": ["--passes", "2"],
     "clock": ["--clock", "wall"],
     "seed": ["--seed", "0"],
+    "no_extend": ["--no-extend"],
     "out": ["--out", "/tmp/elsewhere"],
     "yes": ["--yes"],
 }

@@ -199,7 +199,7 @@ def test_a_cluster_run_is_finished_here_by_a_resume_without_ray(swept, tmp_path,
     (copy / "pytest-benchmark.json").unlink()
     meta = json.loads((copy / "meta.json").read_text())
     (copy / "meta.json").write_text(json.dumps(meta | {"status": "running"}))
-    monkeypatch.setattr(bench.run, "compute_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
+    monkeypatch.setattr(bench.peak, "compute_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
     assert main(["run", "--resume", str(copy), "--no-progress"]) == 0
     after = pd.read_csv(copy / "points.csv")
     assert sorted(after["point_id"]) == _plan_ids(copy)
@@ -293,7 +293,7 @@ def test_a_point_whose_worker_dies_twice_is_killed_and_its_larger_siblings_skipp
 
     from bench.run import Run  # noqa: PLC0415
 
-    monkeypatch.setattr(bench.run, "compute_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
+    monkeypatch.setattr(bench.peak, "compute_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
     specs = [PointSpec(layer="lstm", n=n, d=4) for n in (8, 16, 32)] + [PointSpec(layer="conv", n=32, d=4, k=3)]
     lines = []
     cluster = C.Cluster(_FakeRay(), "test", False, None, lines.append)

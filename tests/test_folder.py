@@ -43,7 +43,7 @@ def test_a_new_folder_says_its_schema_and_its_meta_changes_only_through_update_m
 
 
 def test_every_write_of_meta_json_in_a_run_comes_from_update_meta(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench.run, "compute_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
+    monkeypatch.setattr(bench.peak, "compute_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
     writers, real = [], storage.write_json
 
     def recording(path, obj):

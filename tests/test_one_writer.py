@@ -35,9 +35,9 @@ GRID = ["--layers", "conv", "--n", "8,16,32", "--d", "4", "--device", "cpu", *FA
 def _fake_peak(monkeypatch):
     import bench.run  # noqa: PLC0415
 
-    monkeypatch.setattr(bench.run, "compute_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
-    monkeypatch.setattr(bench.run, "memory_bandwidth", lambda device, swept=None: dict(FAKE_BANDWIDTH))
-    monkeypatch.setattr(bench.run, "op_latency", lambda device: dict(FAKE_LATENCY))
+    monkeypatch.setattr(bench.peak, "compute_peak", lambda device, dtype: dict(FAKE_PEAK, dtype=str(dtype)))
+    monkeypatch.setattr(bench.peak, "memory_bandwidth", lambda device, swept=None: dict(FAKE_BANDWIDTH))
+    monkeypatch.setattr(bench.peak, "op_latency", lambda device: dict(FAKE_LATENCY))
 
 
 def _bench(*args: str, kill_at: str | None = None, delay_s: float = 0, real: bool = False):

@@ -101,13 +101,25 @@ def test_time_cannot_test_table1_where_its_flops_do_not_follow_it():
     assert start == by_hand and ns[start] == 2048  # 1024 -> 2048: exponent 1.848; 2048 -> 4096: 1.918
 
 
-def test_plateau_range_starts_at_the_first_point_within_the_fraction_of_the_best_rate():
+def test_a_rising_plateau_starts_at_the_first_point_within_the_fraction_of_the_best_rate():
     # u = 1, 2, 4, 8, 16, 32: rate/R = u/(1+u) = 0.5, 0.667, 0.8, 0.889, 0.941, 0.970; 0.8 × 0.970 = 0.776,
     # so the first point at or above it is the third (u = 4, n = 256).
     sweep = _per_call_sweep([1, 2, 4, 8, 16, 32])
     assert sweeps.plateau_start(sweep.flops_counted / sweep.time_median_s) == 2
     row = _time_row(fits.fit_table(sweep))
     assert (row.x_min, row.x_max, row.points, row.range_rule) == (256, 2048, 4, "plateau")
+
+
+def test_the_plateau_is_the_settled_end_past_a_fall_in_rate():
+    # Rates rise (a per-call cost), then fall by half (the data leaves a cache) and hold: the last three, each within
+    # 0.8 of their best (60, 55, 56), are the plateau; the 90 before them is not (55 < 0.8 × 90).
+    assert sweeps.plateau_start([50, 100, 90, 60, 55, 56]) == 3
+    assert sweeps.plateau_start([10, 20, 40, 80]) == 3  # still rising: the last point alone
+    # Falling all along (time steeper than the FLOPs): no settled end of 3, so from the best rate on, where the
+    # steeper exponent shows (test_elementwise_work_growing_faster_explains_an_inconsistent_time_exponent).
+    assert sweeps.plateau_start([100, 70, 49, 34, 24]) == 0
+    assert sweeps.plateau_start([100, 60, 55, 56]) == 1  # settled on 3 after a fall
+    assert sweeps.plateau_start([5.0]) == 0
 
 
 def test_flops_and_memory_keep_the_fixed_rule():

@@ -1,0 +1,160 @@
+"""Sweeps that reach the answer (bench.extend): which sweeps get points beyond their end, at which sizes, within
+which budget; a run that adds them, marks them, stores them in its plan and resumes them."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench import extend, policy
+from bench.cli import main
+from bench.estimate import estimate_plan
+from bench.folder import read_points
+from bench.preflight import summary_line
+from bench.spec import PointSpec
+from bench.storage import read_json
+
+CONV = PointSpec("conv", n=64, d=8, batch=1, k=3)
+
+
+def _points(specs: list[PointSpec], time_s, flops) -> pd.DataFrame:
+    """A run's rows of `specs`: ok, timed on the wall clock, reliable."""
+    rows = []
+    for spec, t, f in zip(specs, time_s, flops):
+        row = spec.as_row() | dict(status="ok", point_id=spec.point_id, flops_counted=f, mem_peak_bytes=1e3)
+        row |= dict(time_clock="wall", time_median_s=t, time_ok=True, time_reliable=True)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _conv_sweep(ns, c=1e-3, rate=1e9):
+    """conv against n with t = c + f/R, f = 1000·n: a per-call cost c that a sweep to small n never leaves."""
+    specs = [PointSpec("conv", n=n, d=8, batch=1, k=3) for n in ns]
+    flops = 1e3 * np.asarray(ns, float)
+    return specs, _points(specs, c + flops / rate, flops)
+
+
+def test_the_ladder_reaches_a_predicted_plateau_in_two_steps_then_steps_on():
+    x = np.array([100.0, 200.0, 400.0])
+    assert extend.ladder(x, math.nan) == [800.0, 1600.0]  # the sweep's own step, NEW_PER_ROUND times
+    assert extend.ladder(x, 6400.0) == pytest.approx([1600.0, 6400.0, 12800.0, 25600.0])  # 400 → 6400: √16 a step
+    assert extend.ladder(x, 500.0) == [800.0, 1600.0]  # a plateau within one step: stepping on is enough
+    assert extend.ladder(np.array([100.0, 110.0]), math.nan) == pytest.approx([110 * 2**0.5, 220.0])  # at least √2
+
+
+def test_sizes_are_ones_the_layer_takes():
+    attention = PointSpec("attention", n=64, d=12, batch=1, heads=3)
+    assert extend.sized(attention, "d", 13.2).d == 15  # a multiple of the heads
+    assert extend.sized(CONV, "k", 6.0).k == 7  # odd
+    assert extend.sized(CONV, "n", 1e4).n == 10_000
+    assert extend.sized(PointSpec("attention_local", n=64, d=8, batch=1, heads=2, window=64), "n", 32.0) is None
+
+
+def test_an_undecided_sweep_gets_points_beyond_its_end_and_a_decided_one_none():
+    specs, points = _conv_sweep([64, 128, 256, 512])  # u = f/(c·R) = 0.064 → 0.512: per-call cost throughout
+    ids = {s.point_id: s for s in specs}
+    (proposal,) = extend.propose(points, ids, lambda pid: 1.0, {"cpu": math.inf})
+    assert "not asymptotic yet" in proposal.reason and proposal.variable == "n"
+    sizes = [s.n for s in proposal.specs]
+    assert sizes[0] > 512 and sizes == sorted(sizes) and len(sizes) >= extend.NEW_PER_ROUND
+    # a visit's cost grows with the FLOPs and the time from the end point's 1 s: the steeper exponent is 1 here
+    assert proposal.costs_s == pytest.approx([n / 512 for n in sizes], rel=0.05)
+    big_specs, big = _conv_sweep([2**20, 2**21, 2**22, 2**23])  # f/R from 1 s: the per-call cost is gone
+    assert extend.propose(big, {s.point_id: s for s in big_specs}, lambda pid: 1.0, {"cpu": math.inf}) == []
+    two_specs, two = _conv_sweep([64, 128])  # two points: a cross-section of a grid, not a sweep
+    assert extend.propose(two, {s.point_id: s for s in two_specs}, lambda pid: 1.0, {"cpu": math.inf}) == []
+
+
+def test_memory_stops_a_sweep_and_says_so():
+    specs, points = _conv_sweep([64, 128, 256, 512])
+    (proposal,) = extend.propose(points, {s.point_id: s for s in specs}, lambda pid: 1.0, {"cpu": 1.0})
+    assert proposal.specs == () and "over the 1e-09 GB the extension may use" in proposal.stopped
+    chosen, lines, cost_s = extend.choose([proposal], 100.0, told := set())
+    assert (
+        chosen == []
+        and cost_s == 0
+        and lines == [f"not extended: {proposal.sweep}, not asymptotic yet: {proposal.stopped}"]
+    )
+    assert extend.choose([proposal], 100.0, told) == ([], [], 0.0)  # said once
+
+
+def test_the_budget_takes_the_points_that_fit_cheapest_first():
+    specs = [PointSpec("conv", n=n, d=8, batch=1, k=3) for n in (1000, 2000, 4000)]
+    cheap = extend.Proposal("cheap", "n", "interval too wide (width 2 > 1)", tuple(specs[:2]), (1.0, 2.0))
+    dear = extend.Proposal("dear", "n", "interval straddles the tolerance edge (1 ± 0.2)", (specs[2],), (50.0,))
+    chosen, lines, cost_s = extend.choose([dear, cheap], 2.5, set())
+    assert chosen == specs[:1] and cost_s == 1.0  # 1 s of cheap's fits, its 2 s more does not
+    assert lines[0] == "extending cheap to n = 1,000: interval too wide"
+    assert lines[1].startswith("not extended: dear, interval straddles the tolerance edge: its next point (n = 4,000)")
+
+
+def test_the_plan_states_the_extension_budget_before_the_run():
+    specs = [PointSpec("conv", n=n, d=8, batch=1, k=3) for n in (64, 128)]
+    on = policy.TimingPolicy(extend_budget=0.5)
+    plan = estimate_plan(specs, on, {"cpu": 1e10})
+    assert plan.extend_s == max(0.5 * sum(p.time_s for p in plan.points), policy.EXTEND_MIN_S)
+    assert "more extending the sweeps whose time does not decide" in summary_line(plan)
+    assert estimate_plan(specs, policy.TimingPolicy(), {"cpu": 1e10}).extend_s == 0.0  # off: nothing said
+    assert on.extend_budget_s(1000.0) == 500.0 and on.extend_budget_s(1.0) == policy.EXTEND_MIN_S
+
+
+@pytest.fixture(scope="module")
+def extended_run(tmp_path_factory):
+    """conv at tiny n, where a call is its per-call cost: the run extends it (budget at least 3 s)."""
+    out = tmp_path_factory.mktemp("extend") / "run"
+    patch = pytest.MonkeyPatch()
+    patch.setenv("SEQBENCH_EXTEND_BUDGET", "0.5")
+    patch.setattr(policy, "EXTEND_MIN_S", 3.0)
+    argv = ["run", "--layers", "conv", "--n", "16,32,64", "--d", "8", "--batch", "1", "--target-time", "0.005"]
+    try:
+        assert main([*argv, "--passes", "2", "--no-progress", "--yes", "--out", str(out)]) == 0
+    finally:
+        patch.undo()
+    return out
+
+
+def test_a_run_extends_an_undecided_sweep_and_marks_the_points(extended_run):
+    points = read_points(extended_run).sort_values("n")
+    added = points[points["extended"].fillna(0).astype(bool)]  # True, read back as 1
+    assert list(points["n"][:3]) == [16, 32, 64] and points["extended"][:3].isna().all()
+    assert len(added) >= 1 and added["n"].min() > 64 and (added["status"] == "ok").all()
+    plan = read_json(extended_run / "plan.json")
+    assert [r["n"] for r in plan["specs"]] == [16, 32, 64]  # the plan as given, its digest unchanged
+    assert sorted(r["n"] for r in plan["extended"]) == sorted(added["n"])
+    meta = read_json(extended_run / "meta.json")
+    assert meta["points_planned"] == 3 and meta["points_extended"] == len(added) == meta["points_stored"] - 3
+
+
+def test_a_resume_measures_the_added_points_a_cut_left(extended_run, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(extended_run, run)
+    points = read_points(run)
+    kept = points[points["extended"].isna()]  # the added points' rows lost, as a kill before they were stored
+    kept.to_csv(run / "points.csv", index=False)
+    meta = json.loads((run / "meta.json").read_text()) | {"status": "interrupted", "points_stored": len(kept)}
+    (run / "meta.json").write_text(json.dumps(meta))
+    assert main(["run", "--resume", str(run), "--no-progress"]) == 0
+    again = read_points(run)
+    assert sorted(again["n"]) == sorted(points["n"])
+    assert again.loc[again["n"] > 64, "extended"].fillna(0).astype(bool).all()
+
+
+def test_no_extend_measures_the_grid_as_given(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQBENCH_EXTEND_BUDGET", "0.5")
+    out = tmp_path / "run"
+    argv = ["run", "--layers", "conv", "--n", "16,32,64", "--d", "8", "--batch", "1", "--target-time", "0.005"]
+    assert main([*argv, "--passes", "1", "--no-extend", "--no-progress", "--yes", "--out", str(out)]) == 0
+    assert sorted(read_points(out)["n"]) == [16, 32, 64]
+    assert read_json(out / "plan.json")["timing_policy"]["extend_budget"] == 0.0
+
+
+def test_a_bad_budget_in_the_environment_is_bad_input(monkeypatch, capsys):
+    monkeypatch.setenv("SEQBENCH_EXTEND_BUDGET", "-1")
+    assert main(["run", "--layers", "conv", "--n", "16,32,64", "--d", "8", "--yes"]) == 2
+    assert "SEQBENCH_EXTEND_BUDGET='-1'" in capsys.readouterr().err
