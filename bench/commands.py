@@ -15,7 +15,7 @@ import models
 from . import folder, interrupts, machine, storage
 from .errors import BadInput, RunFailed
 from .policy import CPU, EXTEND_BUDGET, TimingPolicy
-from .preflight import before_measuring, print_lines, wide_kernel_warnings
+from .preflight import before_measuring, device_memory, machine_rates, print_lines, wide_kernel_warnings
 from .presets import Preset, get_preset, load_presets
 from .progress import progress_bar
 from .spec import DEFAULT_MODE, SIZES, PointSpec, expand_grid
@@ -77,14 +77,13 @@ def _policy(args, policy: TimingPolicy) -> TimingPolicy:
         policy = replace(policy, clock=args.clock)
     if args.no_extend:
         return replace(policy, extend_budget=0.0)
-    return policy if policy.extend_budget else replace(policy, extend_budget=_extend_budget())
+    return replace(policy, extend_budget=_extend_budget(policy.extend_budget or EXTEND_BUDGET))
 
 
-def _extend_budget() -> float:
-    """SEQBENCH_EXTEND_BUDGET where set (the test suite's 0: its tiny grids measured as given), else EXTEND_BUDGET."""
+def _extend_budget(share: float) -> float:
     text = os.environ.get("SEQBENCH_EXTEND_BUDGET")
     if text is None:
-        return EXTEND_BUDGET
+        return share
     try:
         share = float(text)
     except ValueError:
@@ -142,6 +141,42 @@ def cmd_run(args, argv) -> int:
             cluster.close()
 
 
+def _planned_specs(args, preset: Preset, devices: list[str], policy) -> tuple[list[PointSpec], dict[str, float]]:
+    """`--preset auto`'s points (bench.auto) from this machine's compute rate and memory, and that rate."""
+    from . import auto
+
+    dtype = args.dtype or "float32"
+    layer = preset.grids[0]["layers"][0]
+    rates = machine_rates([auto.probe_spec(layer, device, dtype) for device in devices], args.threads)
+    specs, notes = auto.plan(preset.grids, devices, dtype, rates, device_memory(devices)[0], policy, args.mode)
+    print_lines(notes)
+    if not specs:
+        raise BadInput(f"--preset auto: no sweep fits this machine ({'; '.join(notes)})")
+    return specs, rates
+
+
+def _what_to_measure(args, cluster) -> tuple[list[PointSpec], dict[str, float] | None, TimingPolicy]:
+    """(the specs, the compute rates measured on the way if any, the policy) of a new run's preset or grid."""
+    grid_given = [f"--{name}" for name in GRID_OPTIONS if getattr(args, name, None) is not None]
+    grid_given += ["--causal"] if getattr(args, "causal", False) else []
+    if args.preset is not None and grid_given:
+        raise BadInput(f"--preset {args.preset} and {' '.join(grid_given)}: give a preset or a grid, not both")
+    if args.preset is None:
+        return _grid_specs(args, cluster), None, _policy(args, TimingPolicy())
+    preset = get_preset(args.preset)
+    check_preset_device(preset, cluster)
+    # A preset sized for one device measures that device under `auto`, not the CPU beside it too.
+    device = preset.device if preset.device and args.device in (None, "auto") else args.device or "auto"
+    devices, policy = resolve_devices(device, cluster), _policy(args, preset.timing)
+    if preset.planned and cluster is not None:
+        raise BadInput(
+            f"--preset {preset.name} plans from this machine, not a cluster's: give --ray a preset or a grid"
+        )
+    if preset.planned:
+        return *_planned_specs(args, preset, devices, policy), policy
+    return preset.specs(devices, dtype=args.dtype, mode=args.mode), None, policy
+
+
 def _run_on(args, argv, cluster) -> int:
     from .run import Run
 
@@ -150,23 +185,10 @@ def _run_on(args, argv, cluster) -> int:
         if cluster is None and run.meta.get("ray"):
             run.log(f"measuring the rest here, not on Ray (it was begun on {run.meta['ray'].get('address')})")
     else:
-        grid_given = [f"--{name}" for name in GRID_OPTIONS if getattr(args, name, None) is not None]
-        grid_given += ["--causal"] if getattr(args, "causal", False) else []
-        if args.preset is not None and grid_given:
-            raise BadInput(f"--preset {args.preset} and {' '.join(grid_given)}: give a preset or a grid, not both")
-        if args.preset is not None:
-            preset = get_preset(args.preset)
-            check_preset_device(preset, cluster)
-            # A preset sized for one device measures that device under `auto`, not the CPU beside it too.
-            device = preset.device if preset.device and args.device in (None, "auto") else args.device or "auto"
-            specs, policy = (
-                preset.specs(resolve_devices(device, cluster), dtype=args.dtype, mode=args.mode),
-                preset.timing,
-            )
-        else:
-            specs, policy = _grid_specs(args, cluster), TimingPolicy()
-        policy = _policy(args, policy)
-        lines = before_measuring(specs, policy, threads=args.threads, yes=args.yes, on_cluster=cluster is not None)
+        specs, rates, policy = _what_to_measure(args, cluster)
+        lines = before_measuring(
+            specs, policy, threads=args.threads, yes=args.yes, on_cluster=cluster is not None, rates=rates
+        )
         run = Run.create(
             specs,
             policy,

@@ -69,6 +69,11 @@ def _activation_bytes(spec: PointSpec) -> int:
 
 def call_time_s(spec: PointSpec, rate: float) -> float:
     """Seconds of one call of `spec` at `rate` FLOP/s: a per-call cost, a roofline, and its sequential steps."""
+    return sum(call_parts_s(spec, rate))
+
+
+def call_parts_s(spec: PointSpec, rate: float) -> tuple[float, float]:
+    """(the per-call cost, what grows with the sizes) of `spec`'s call."""
     cfg = spec.config()
     kind = device_kind(spec.device)
     train = spec.trains
@@ -77,9 +82,9 @@ def call_time_s(spec: PointSpec, rate: float) -> float:
     compute_s = flops / (COMPUTE_EFFICIENCY * rate)
     memory_s = activations * (TRAIN_ACTIVATION_PASSES if train else 1) * ACTIVATION_FLOPS_PER_BYTE[kind] / rate
     if spec.mode == DECODE_MODE:
-        return DECODE_CALL_S[kind] + max(compute_s, activations * STATE_FLOPS_PER_BYTE[kind] / rate)
+        return DECODE_CALL_S[kind], max(compute_s, activations * STATE_FLOPS_PER_BYTE[kind] / rate)
     steps = sequential_steps(spec) * (TRAIN_STEP_CHAINS if train else 1)
-    return CALL_OVERHEAD_S[kind] + max(compute_s, memory_s) + steps * STEP_OVERHEAD_S[kind]
+    return CALL_OVERHEAD_S[kind], max(compute_s, memory_s) + steps * STEP_OVERHEAD_S[kind]
 
 
 def passes_time_s(call_s: float, policy: TimingPolicy, overhead_s: float = 0.0) -> float:

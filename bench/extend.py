@@ -22,8 +22,8 @@ from .spec import LAYER_SIZES, SIZES, PointSpec, validate
 from .sweeps import MIN_FIT_POINTS, VARIABLES, sweeps
 
 MAX_ROUNDS = 4
-NEW_PER_ROUND = 2  # points a sweep gains in a round beyond its end (more where a plateau's size is predicted)
-MIN_RATIO, MAX_RATIO = math.sqrt(2), 2.0  # the ladder's step: the sweep's own last step, within these
+NEW_PER_ROUND = 2
+MIN_RATIO, MAX_RATIO = math.sqrt(2), 2.0
 # Reasons (bench.sweeps.time_fit_range, bench.fits.judge) that more points beyond the end can answer.
 ANSWERABLE = ("not asymptotic yet", "too few points", "straddles", "too wide", "does not set the counted FLOPs")
 
@@ -36,7 +36,7 @@ class Proposal:
     variable: str
     reason: str
     specs: tuple[PointSpec, ...]
-    costs_s: tuple[float, ...]  # the predicted seconds of each one's visits
+    costs_s: tuple[float, ...]
     stopped: str = ""
 
     def affordable(self, left_s: float) -> int:
@@ -132,7 +132,6 @@ def propose(
 
 
 def memory_limits(devices) -> dict[str, float]:
-    """The bytes an added point may hold on each device: EXTEND_MEMORY_SHARE of what is available now."""
     available, _total = device_memory(devices)
     return {device: EXTEND_MEMORY_SHARE * free for device, free in available.items()}
 

@@ -319,7 +319,6 @@ def runs_text(sweep: pd.DataFrame) -> str:
 
 
 def extended_text(sweep: pd.DataFrame, variable: str) -> str:
-    """`; extended to n = 19,200 (2 points beyond the plan)`, where the run added points (bench.extend)."""
     if "extended" not in sweep:
         return ""
     added = sweep[sweep["extended"].astype(str).str.lower().isin(("true", "1", "1.0"))]

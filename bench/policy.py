@@ -29,8 +29,8 @@ MAX_TARGET_TIME_S = 60.0  # seconds of rounds per point: infinity overflows the 
 MAX_ROUNDS = 10_000  # each round lasts at least min_round_s, and timings.jsonl keeps every round
 MAX_PASSES = 100  # each pass visits every point and times at least MIN_ROUNDS_PER_PASS rounds of it
 EXTEND_MEMORY_SHARE = 0.5  # a point the run adds holds at most this share of its device's memory available
-EXTEND_BUDGET = 0.5  # `run`'s extend_budget, unless --no-extend, a preset's or SEQBENCH_EXTEND_BUDGET (default: 0)
-EXTEND_MIN_S = 120.0  # the extension may take at least this long: a small grid's planned passes take seconds
+EXTEND_BUDGET = 0.5  # `run`'s extend_budget unless a preset's, SEQBENCH_EXTEND_BUDGET or --no-extend (default: 0)
+EXTEND_MIN_S = 90.0
 
 
 @dataclass(frozen=True)

@@ -298,8 +298,23 @@ def confirm_plan(
         raise BadInput("run: not confirmed, nothing measured; --yes measures without asking")
 
 
+def machine_rates(specs: list[PointSpec], threads: int | None) -> dict[str, float]:
+    from .load import Load, choose_threads, physical_cores
+    from .threads import pinned_threads
+
+    quiet = Load(others_busy_cores=0.0, loadavg_1m=0.0, logical_cores=psutil.cpu_count() or 1, wall_s=0.0)
+    with pinned_threads(threads or choose_threads(quiet, physical_cores())[0]):  # the run measures its load
+        return estimate.quick_rates(specs)
+
+
 def before_measuring(
-    specs: list[PointSpec], policy: TimingPolicy, *, threads: int | None, yes: bool, on_cluster: bool
+    specs: list[PointSpec],
+    policy: TimingPolicy,
+    *,
+    threads: int | None,
+    yes: bool,
+    on_cluster: bool,
+    rates: dict[str, float] | None = None,
 ) -> list[str]:
     """The lines to print before a new run measures (warnings, then `plan: ...`); BadInput where it is refused."""
     warnings = plan_warnings(specs) + wide_kernel_warnings((s.layer, s.n, s.k) for s in specs)
@@ -308,13 +323,7 @@ def before_measuring(
             *(f"warning: {line}" for line in warnings),
             f"plan: {len(specs)} points (no estimate: this machine has no GPU to time a matmul on)",
         ]
-    from .load import Load, choose_threads, physical_cores
-    from .threads import pinned_threads
-
-    quiet = Load(others_busy_cores=0.0, loadavg_1m=0.0, logical_cores=psutil.cpu_count() or 1, wall_s=0.0)
-    with pinned_threads(threads or choose_threads(quiet, physical_cores())[0]):  # the run measures its load
-        rates = estimate.quick_rates(specs)
-    plan = estimate.estimate_plan(specs, policy, rates)
+    plan = estimate.estimate_plan(specs, policy, rates or machine_rates(specs, threads))
     available, total = device_memory({s.device for s in specs})
     lines = [f"warning: {line}" for line in [*warnings, *expected_ooms(plan, total)]]
     lines.append(summary_line(plan))

@@ -23,9 +23,12 @@ class Preset:
     paths: tuple[dict, ...]  # the path-length studies `paths --preset` measures (layers, n, k, window each)
     device: str | None = None  # the device it is sized for, if not every one
     cpu_instead: str = ""  # the presets to name where that device is missing
+    planned: bool = False  # bench.auto
 
     def specs(self, devices: list[str], dtype: str | None = None, mode: str | None = None) -> list[PointSpec]:
         """Every point on each device; `dtype` and `mode` replace the grids' (a decode mode: its decode grids only)."""
+        if self.planned:
+            raise ValueError(f"preset {self.name}: its points are planned at the run's start (bench.auto)")
         specs: list[PointSpec] = []
         for grid in self.grids:
             decodes = any(m in DECODE_MODES for m in grid.get("mode", [DEFAULT_MODE]))
@@ -62,6 +65,7 @@ def load_presets(path: Path = PRESETS_FILE) -> dict[str, Preset]:
             paths=() if paths is None else (paths,) if isinstance(paths, dict) else tuple(paths),
             device=body.get("device"),
             cpu_instead=body.get("cpu_instead", ""),
+            planned=body.get("planned", False),
         )
     return presets
 

@@ -36,7 +36,7 @@ def split_kv_attention(
     chunk = max(1, total // max(1, splits))
     whole = (total // chunk) * chunk
     parts = [(keys[:, :, :whole].unflatten(2, (-1, chunk)), values[:, :, :whole].unflatten(2, (-1, chunk)), 0)]
-    if whole < total:  # a part of each head's rows, which matmul copies: a cache of whole chunks has none
+    if whole < total:
         parts.append((keys[:, :, whole:].unsqueeze(2), values[:, :, whole:].unsqueeze(2), whole))
     query = q.unsqueeze(2) * e**-0.5
     maxima, sums, outputs = [], [], []

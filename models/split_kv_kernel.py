@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-ROWS_PER_BLOCK = 64  # keys a block loads at once: 16 KB of float32 at a head width of 64
+ROWS_PER_BLOCK = 64
 
 
 @triton.jit(do_not_specialize=["seen", "chunk"])
@@ -44,7 +44,7 @@ def _chunk_kernel(
     first = part * chunk
     for block in range(0, chunk // ROWS):
         rows = first + block * ROWS + tl.arange(0, ROWS)
-        live = rows < seen  # the slots past t are masked, and never read
+        live = rows < seen
         where = live[:, None] & in_width[None, :]
         keys = tl.load(k_ptr + b * sk_b + h * sk_h + rows[:, None] * sk_t + e[None, :], mask=where, other=0.0)
         values = tl.load(v_ptr + b * sv_b + h * sv_h + rows[:, None] * sv_t + e[None, :], mask=where, other=0.0)

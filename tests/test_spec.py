@@ -54,7 +54,7 @@ def test_preset_expands_to_the_grid_it_states():
 def test_every_preset_is_valid_on_cpu_and_cuda():
     # expand_grid raises BadInput on a bad size in presets.toml (an even k, a window above n, heads not
     # dividing d): every preset must expand on both devices, to distinct points that validate
-    for preset in load_presets().values():
+    for preset in (p for p in load_presets().values() if not p.planned):  # auto: tests/test_auto.py
         for device in ("cpu", "cuda"):
             specs = preset.specs([device])
             assert specs and len(set(specs)) == len(specs), preset.name

@@ -1,0 +1,89 @@
+"""`--preset auto` (bench.auto): each layer's sweep against n starts where its work outweighs a call's fixed cost on
+the machine at hand, doubles over 16x, and stays within the memory and the time budget."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import models
+from bench import auto
+from bench.cli import main
+from bench.estimate import call_parts_s, point_memory_bytes, point_time_s
+from bench.policy import TimingPolicy
+from bench.presets import get_preset
+from bench.spec import DECODE_MODE, DEFAULT_MODE
+
+CPU_RATE, GPU_RATE = 5e10, 3e14  # FLOP/s: a laptop core's matmul, an H100's TF32
+PLENTY = {"cpu": 16e9, "cuda": 80e9}
+POLICY = TimingPolicy(passes=3, target_s=0.2)
+GRIDS = get_preset("auto").grids
+MODES = {grid["mode"][0]: grid["layers"] for grid in GRIDS}  # presets.toml's [auto]: the layers of each mode
+
+
+@pytest.mark.parametrize("layer", ["conv", "lstm", "attention", "attention_linear"])
+def test_a_sweep_starts_where_its_work_is_four_times_a_calls_fixed_cost(layer):
+    n = auto.start_n(layer, "cpu", "float32", DEFAULT_MODE, CPU_RATE, PLENTY["cpu"])
+    fixed, growing = call_parts_s(auto._spec(layer, n, "cpu", "float32", DEFAULT_MODE), CPU_RATE)
+    assert growing >= auto.WORK_OVER_CALL * fixed
+    if n > auto.FIRST_N:  # half of it falls short
+        fixed, growing = call_parts_s(auto._spec(layer, n // 2, "cpu", "float32", DEFAULT_MODE), CPU_RATE)
+        assert growing < auto.WORK_OVER_CALL * fixed
+
+
+def test_a_decode_step_whose_state_does_not_grow_starts_at_the_first_size():
+    assert auto.start_n("lstm", "cpu", "float32", DECODE_MODE, CPU_RATE, PLENTY["cpu"]) == auto.FIRST_N
+    cached = auto.start_n("attention", "cpu", "float32", DECODE_MODE, CPU_RATE, PLENTY["cpu"])
+    assert cached > auto.FIRST_N  # its cache grows with t: from where reading it outweighs the step's fixed cost
+
+
+def test_the_plan_sweeps_every_layer_in_every_mode_over_16x():
+    specs, notes = auto.plan(GRIDS, ["cpu"], "float32", {"cpu": CPU_RATE}, PLENTY, POLICY)
+    for mode, layers in MODES.items():
+        for layer in layers:
+            ns = sorted(s.n for s in specs if s.layer == layer and s.mode == mode)
+            assert len(ns) >= auto.MIN_POINTS, (layer, mode, notes)
+            assert all(b == 2 * a for a, b in zip(ns, ns[1:])) and ns[-1] >= 8 * ns[0]
+    total_s = sum(point_time_s(s, POLICY, CPU_RATE) for s in specs)
+    assert total_s <= auto.BUDGET_S["cpu"] or all(line.startswith("auto: ") for line in notes)
+
+
+def test_memory_leaves_a_layer_out_and_says_so():
+    specs, notes = auto.plan(GRIDS, ["cpu"], "float32", {"cpu": CPU_RATE}, {"cpu": 2e6}, POLICY, mode=DEFAULT_MODE)
+    assert all(point_memory_bytes(s) <= 1e6 for s in specs)  # half the memory given
+    assert any("attention_math (inference on cpu) left out" in line for line in notes)
+
+
+def test_the_budget_trims_the_dearest_sweeps_to_8x(monkeypatch):
+    monkeypatch.setitem(auto.BUDGET_S, "cpu", 1.0)
+    specs, notes = auto.plan(GRIDS, ["cpu"], "float32", {"cpu": CPU_RATE}, PLENTY, POLICY, mode=DEFAULT_MODE)
+    counts = {layer: sum(s.layer == layer for s in specs) for layer in MODES[DEFAULT_MODE]}
+    assert set(counts.values()) == {auto.MIN_POINTS}  # 1 s is less than any plan: every sweep at its 8x
+    assert sum("trimmed to n ≤" in line for line in notes) == len(counts)
+
+
+def test_a_gpu_is_planned_at_its_own_sizes():
+    cpu = auto.start_n("conv", "cpu", "float32", DEFAULT_MODE, CPU_RATE, PLENTY["cpu"])
+    gpu = auto.start_n("conv", "cuda", "float32", DEFAULT_MODE, GPU_RATE, PLENTY["cuda"])
+    assert gpu > cpu  # a GPU's call is work only at sizes a CPU takes long over
+    specs, _ = auto.plan(GRIDS, ["cuda"], "float32", {"cuda": GPU_RATE}, PLENTY, POLICY, mode=DEFAULT_MODE)
+    assert {s.d for s in specs} == {auto.WIDTH["cuda"]} and {s.device for s in specs} == {"cuda"}
+    assert {s.layer for s in specs} <= set(MODES[DEFAULT_MODE]) and len(specs) >= auto.MIN_POINTS
+
+
+def test_the_auto_preset_sweeps_every_layer_in_inference_and_decode():
+    assert set(MODES) == {DEFAULT_MODE, "train", DECODE_MODE} and set(MODES[DECODE_MODE]) == set(models.LAYERS)
+    assert set(MODES[DEFAULT_MODE]) == set(models.LAYERS) - {"attention_split"}  # its forward is attention's
+    with pytest.raises(ValueError, match="planned at the run's start"):
+        get_preset("auto").specs(["cpu"])
+
+
+def test_run_preset_auto_plans_and_says_its_plan(no_measuring, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "--preset", "auto", "--mode", "decode", "--device", "cpu", "--yes", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "plan: " in err and no_measuring == [out]
+    plan = json.loads((out / "plan.json").read_text())
+    assert {r["layer"] for r in plan["specs"]} == set(MODES[DECODE_MODE])
+    assert {r["mode"] for r in plan["specs"]} == {DECODE_MODE}
