@@ -373,7 +373,8 @@ def cmd_list(args, argv) -> int:
 
     print("presets:")
     for name, preset in load_presets().items():
-        print(f"  {name:8s} {len(preset.specs(['cpu'])):4d} points per device  {preset.description}")
+        size = "planned per machine" if preset.planned else f"{len(preset.specs(['cpu'])):4d} points per device"
+        print(f"  {name:8s} {size:>21s}  {preset.description}")
     print("layers:")
     for name, cls in models.LAYERS.items():
         print(f"  {name} (sizes {', '.join(('n', 'd', *cls.uses))})")

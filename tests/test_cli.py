@@ -521,6 +521,7 @@ def test_list_without_runs_says_none_and_has_no_reference_heading(capsys, tmp_pa
     monkeypatch.setattr(report_load, "REFERENCE_DIR", tmp_path / "results" / "reference")
     out = _out(capsys, ["list"])
     assert out[out.index("stored runs:") + 1] == "  (none)" and "reference runs:" not in out
+    assert any(line.startswith("  auto ") and "planned per machine" in line for line in out)  # no count: per machine
 
 
 def test_cite_list_of_a_report_without_numbers_prints_nothing(capsys, tmp_path):
