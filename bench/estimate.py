@@ -25,8 +25,9 @@ DECODE_CALL_S = {"cpu": 120e-6, "cuda": 100e-6}
 STATE_FLOPS_PER_BYTE = {"cpu": 32.0, "cuda": 8.0}
 STEP_OVERHEAD_S = {"cpu": 10e-6, "cuda": 5e-6}  # a recurrence's per-step operators
 PROBE_STEP_S = {"cpu": 0.5e-3, "cuda": 0.7e-3}  # what the FLOP counter and the profiler add a recurrence's step
-# building the layer and its input, the pass's record; on a GPU also the graph's capture (bench.graphs)
+# A visit: building the layer, the pass's record, a GPU's graph capture; and its input, drawn on the CPU (measured)
 VISIT_OVERHEAD_S = {"cpu": 5e-3, "cuda": 0.15}
+INPUT_S_PER_ELEMENT = {"cpu": 5.5e-9, "cuda": 6.6e-9}
 GRAPH_PASSES = {"cpu": 0, "cuda": 1}
 PROBE_OVERHEAD_S = 5e-3  # the FLOP counter's and the profiler's set-up, once per point
 PROBE_CALLS = 2  # the FLOP counter's and the memory probe's, on a point's first pass
@@ -98,7 +99,9 @@ def point_time_s(spec: PointSpec, policy: TimingPolicy, rate: float) -> float:
     """Seconds a run spends on `spec`: its passes, and its first pass's calibration and probes."""
     call_s = call_time_s(spec, rate)
     kind = device_kind(spec.device)
-    passes_s = (1 + GRAPH_PASSES[kind]) * passes_time_s(call_s, policy, VISIT_OVERHEAD_S[kind])
+    inputs_s = spec.batch * (spec.n + spec.decodes) * spec.d * INPUT_S_PER_ELEMENT[kind] * (2 if spec.trains else 1)
+    passes_s = passes_time_s(call_s, policy, VISIT_OVERHEAD_S[kind] + inputs_s)
+    passes_s += GRAPH_PASSES[kind] * passes_time_s(call_s, policy, VISIT_OVERHEAD_S[kind])
     first_s = (CALIBRATION_CALLS + PROBE_CALLS) * call_s + PROBE_OVERHEAD_S
     first_s += sequential_steps(spec) * PROBE_STEP_S[device_kind(spec.device)]
     return passes_s + first_s
