@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -12,7 +13,8 @@ import models
 
 from . import fits, folder
 from .cli import build_parser
-from .commands import cmd_report, cmd_run
+from .commands import cmd_report, cmd_run, resolve_devices
+from .errors import BadInput
 from .spec import DEFAULT_MODE, mode_of, source_keys
 
 Sizes = int | Iterable[int] | None
@@ -46,17 +48,30 @@ def measure(
             continue
         flag = "--" + name.replace("_", "-")
         argv += [flag] if value is True else [flag, _listed(value)]
-    with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
-        if resume is not None:
-            run_dir, where = Path(resume), []
-        else:
-            run_dir = Path(out) if out is not None else Path(scratch) / "run"
-            where = ["--out", str(run_dir)]
-        if cmd_run(build_parser().parse_args([*argv, *where]), ["bench.measure", *argv]) != 0:
-            raise KeyboardInterrupt(f"interrupted: the passes measured so far are stored in {run_dir}")
-        points = read_points(run_dir)
-    points.attrs["run_dir"] = str(run_dir) if out is not None else None
+    if resume is not None:
+        run_dir, where = Path(resume), []
+    else:
+        run_dir = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="bench-")) / _run_id(options)
+        where = ["--out", str(run_dir)]
+    try:
+        code = cmd_run(build_parser().parse_args([*argv, *where]), ["bench.measure", *argv])
+    except BaseException:
+        if out is None and resume is None and not run_dir.exists():
+            shutil.rmtree(run_dir.parent, ignore_errors=True)
+        raise
+    if code != 0:
+        raise KeyboardInterrupt(f"interrupted: the passes measured so far are stored in {run_dir}")
+    points = read_points(run_dir)
+    points.attrs["run_dir"] = str(run_dir)
     return points
+
+
+def _run_id(options: dict) -> str:
+    try:
+        devices = resolve_devices(_text(options.get("device") or "auto"))
+    except BadInput:
+        devices = ["run"]
+    return folder.make_run_id("-".join(sorted(devices)))
 
 
 def read_points(run_dir: str | Path) -> pd.DataFrame:

@@ -170,3 +170,23 @@ def test_crossover_without_inference_points_says_so(tmp_path):
     )
     with pytest.raises(ValueError, match=r"no ok inference points of attention .*\(modes here: decode\)"):
         bench.crossover(decoded)
+
+
+def test_a_run_without_out_is_kept_under_a_run_id_and_named_where_it_is(capfd, tmp_path, monkeypatch):
+    """measure() without `out` (issue 46: 9): the folder it names exists, called as `run` calls its runs."""
+    import re
+    import shutil
+    import tempfile
+
+    points = bench.measure("conv", [16, 32], 8, device="cpu", **QUICK)
+    folder = Path(points.attrs["run_dir"])
+    try:
+        assert (folder / "meta.json").exists() and re.fullmatch(r"\d{8}T\d{6}Z-cpu", folder.name)
+        assert f"-> {folder}" in capfd.readouterr().out  # the line's path is the folder kept
+        assert json.loads((folder / "meta.json").read_text())["run_id"] == folder.name
+    finally:
+        shutil.rmtree(folder.parent)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp makes its folders
+    with pytest.raises(ValueError, match="nope"):
+        bench.measure("nope", [16, 32], 8, device="cpu", **QUICK)  # refused: no folder left behind
+    assert list(tmp_path.iterdir()) == []
