@@ -98,8 +98,18 @@ def test_a_decode_run_and_its_report(tmp_path):
     t1 = recompute["n"] + 1  # the causal forward over t + 1 positions, all n² pairs computed
     assert (recompute["flops_counted"] == 8 * batch * t1 * d * d + 4 * batch * t1 * t1 * d).all()
 
+    alone = tmp_path / "decode-report"
+    assert main(["report", "--results", str(tmp_path / "decode"), "--out", str(alone)]) == 0
     reports = tmp_path / "reports"
     assert main(["report", "--results", str(tmp_path / "decode"), str(tmp_path / "nc"), "--out", str(reports)]) == 0
+    generate = {  # a recompute run added keeps the decode report's keys and values (issue 46: 12)
+        k: v["value"]
+        for k, v in json.loads((alone / "numbers.json").read_text())["numbers"].items()
+        if ".generate_s." in k
+    }
+    assert generate and all(k.endswith(f".t{ns[-1] + 1}") for k in generate)
+    both = json.loads((reports / "numbers.json").read_text())["numbers"]
+    assert {k: both[k]["value"] for k in generate if k in both} == generate
     text = (reports / "report.md").read_text()
     assert "## Generating a sequence" in text and "attention, no cache" in text
     assert "**Generating on " in text.split("## ")[0]  # the first screen's decode line

@@ -118,7 +118,8 @@ def _state_at(ctx: ReportContext, source: str, name: str, sweep: pd.DataFrame) -
 
 
 def _table(ctx: ReportContext, source: str, rows) -> tuple[str, int]:
-    tokens = min(int(sweep["n"].max()) for *_, sweep in rows) + 1
+    cached = [sweep for name, *_, sweep in rows if name != NO_CACHE] or [sweep for *_, sweep in rows]
+    tokens = min(int(sweep["n"].max()) for sweep in cached) + 1
     lines = [
         f"| layer | step, predicted | FLOPs ∝ t^e | time ∝ t^e | state, predicted | state kept | state ∝ t^e "
         f"| time to generate {tokens:,} tokens |",
