@@ -111,6 +111,8 @@ def test_a_decode_run_and_its_report(tmp_path):
     both = json.loads((reports / "numbers.json").read_text())["numbers"]
     assert {k: both[k]["value"] for k in generate if k in both} == generate
     text = (reports / "report.md").read_text()
+    no_cache = next(line for line in text.splitlines() if line.startswith("| attention, no cache |"))
+    assert no_cache.endswith("| – (timed to t = 256) |")  # its sweep ends before the decode rows' T: said why
     assert "## Generating a sequence" in text and "attention, no cache" in text
     assert "**Generating on " in text.split("## ")[0]  # the first screen's decode line
     numbers = json.loads((reports / "numbers.json").read_text())["numbers"]

@@ -132,8 +132,11 @@ def _table(ctx: ReportContext, source: str, rows) -> tuple[str, int]:
         else:
             step, state = cls.decode.compute_text, cls.decode.state_text
         reliable = sweep[sweep["time_ok"].astype(bool)]
-        total = "–"
-        if len(reliable) >= 2 and tokens - 1 <= reliable["n"].iloc[-1]:
+        if len(reliable) < 2:
+            total = f"– ({len(reliable)} reliable time{'s' if len(reliable) != 1 else ''})"
+        elif tokens - 1 > reliable["n"].iloc[-1]:
+            total = f"– (timed to t = {int(reliable['n'].iloc[-1]):,})"
+        else:
             seconds = generate_time_s(reliable["n"], reliable["time_s"], tokens)
             key = f"{src}.{layer if name != NO_CACHE else 'attention_no_cache'}.generate_s.t{tokens}"
             total = ctx.cite(key, seconds, "s", reliable["run_id"].iloc[-1])
