@@ -127,3 +127,21 @@ def test_a_decode_run_and_its_report(tmp_path):
     )
     assert set(fits["mode"]) == {"decode", "recompute"}
     assert set(fits.loc[fits["mode"] == "decode", "metric"]) == {"flops", "time", "memory"}
+
+
+def test_a_recompute_only_report_shows_every_layer_under_its_label(tmp_path):
+    """Issue 46: 11: `--mode recompute` of lstm, attention and conv: a row for each layer (not attention's alone),
+    its cite keys `<layer>_no_cache`, the section titled with the source's words, not its raw key."""
+    grid = ["--n", "64,128,256", "--d", "16", "--heads", "2", "--k", "3", "--rounds", "3", "--target-time", "0.005"]
+    grid += ["--passes", "1", "--yes", "--no-progress"]
+    run = tmp_path / "rec"
+    assert main(["run", "--layers", "lstm,attention,conv", *grid, "--mode", "recompute", "--out", str(run)]) == 0
+    reports = tmp_path / "report"
+    assert main(["report", "--results", str(run), "--out", str(reports)]) == 0
+    section = (reports / "report.md").read_text().split("## Generating a sequence")[1].split("\n## ")[0]
+    rows = [line.split(" | ")[0] for line in section.splitlines() if line.startswith("| ") and "no cache" in line]
+    assert sorted(rows) == ["| attention, no cache", "| conv, no cache", "| lstm, no cache"]
+    title = next(line for line in section.splitlines() if line.startswith("### "))
+    assert ".cpu-decode" not in title and "cpu" in title
+    numbers = json.loads((reports / "numbers.json").read_text())["numbers"]
+    assert any(".lstm_no_cache.state_bytes." in key for key in numbers)

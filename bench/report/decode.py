@@ -50,10 +50,25 @@ def _rows(ctx: ReportContext, source: str) -> list[tuple[str, str, str, pd.DataF
         sweep = _widest(points, source, layer)
         if len(sweep):
             rows.append((layer, layer, source, sweep))
-    sweep = _widest(points, _sibling(source), models.ROLES.attention)
-    if len(sweep):
-        rows.append((NO_CACHE, models.ROLES.attention, _sibling(source), sweep))
+    for layer in style.layer_order(set(points.loc[points["source"] == _sibling(source), "layer"])):
+        sweep = _widest(points, _sibling(source), layer)
+        if len(sweep):
+            rows.append(
+                (NO_CACHE if layer == models.ROLES.attention else f"{layer}, no cache", layer, _sibling(source), sweep)
+            )
     return rows
+
+
+def _label(ctx: ReportContext, source: str) -> str:
+    return ctx.source_label(source if source in ctx.labels else _sibling(source))
+
+
+def _uncached(name: str) -> bool:
+    return name.endswith(", no cache")
+
+
+def _key_layer(name: str, layer: str) -> str:
+    return f"{layer}_no_cache" if _uncached(name) else layer
 
 
 def generate_time_s(ts, times_s, tokens: int) -> float:
@@ -110,7 +125,7 @@ def _state_at(ctx: ReportContext, source: str, name: str, sweep: pd.DataFrame) -
     last = sweep.iloc[-1]
     if pd.isna(last.get("mem_state_bytes")):
         return "–"
-    layer = name if name != NO_CACHE else "attention_no_cache"
+    layer = _key_layer(name, str(last["layer"]))
     return (
         ctx.cite(f"{source}.{layer}.state_bytes.t{int(last['n'])}", int(last["mem_state_bytes"]), "B", last["run_id"])
         + f" (t = {int(last['n'])})"
@@ -118,7 +133,7 @@ def _state_at(ctx: ReportContext, source: str, name: str, sweep: pd.DataFrame) -
 
 
 def _table(ctx: ReportContext, source: str, rows) -> tuple[str, int]:
-    cached = [sweep for name, *_, sweep in rows if name != NO_CACHE] or [sweep for *_, sweep in rows]
+    cached = [sweep for name, *_, sweep in rows if not _uncached(name)] or [sweep for *_, sweep in rows]
     tokens = min(int(sweep["n"].max()) for sweep in cached) + 1
     lines = [
         f"| layer | step, predicted | FLOPs ∝ t^e | time ∝ t^e | state, predicted | state kept | state ∝ t^e "
@@ -127,7 +142,7 @@ def _table(ctx: ReportContext, source: str, rows) -> tuple[str, int]:
     ]
     for name, layer, src, sweep in rows:
         cls = models.LAYERS[layer]
-        if name == NO_CACHE:
+        if _uncached(name):
             step, state = cls.table1.compute_text.replace("n", "t"), "O(t·d) (the tokens)"
         else:
             step, state = cls.decode.compute_text, cls.decode.state_text
@@ -138,7 +153,7 @@ def _table(ctx: ReportContext, source: str, rows) -> tuple[str, int]:
             total = f"– (timed to t = {int(reliable['n'].iloc[-1]):,})"
         else:
             seconds = generate_time_s(reliable["n"], reliable["time_s"], tokens)
-            key = f"{src}.{layer if name != NO_CACHE else 'attention_no_cache'}.generate_s.t{tokens}"
+            key = f"{src}.{_key_layer(name, layer)}.generate_s.t{tokens}"
             total = ctx.cite(key, seconds, "s", reliable["run_id"].iloc[-1])
         cells = [verdict_cell(ctx.decode_texts, src, layer, m) for m in ("flops", "time", "memory")]
         lines.append(
@@ -155,7 +170,7 @@ def _figure(ctx: ReportContext, source: str, rows) -> str:
     left, right = axes
     for name, layer, _, sweep in rows:
         look = dict(color=palette[layer], marker=markers[layer], linewidth=1.4, markersize=4)
-        if name == NO_CACHE:
+        if _uncached(name):
             look |= dict(linestyle="--", markerfacecolor="none")
         t = sweep["n"].to_numpy(float)
         left.plot(t, sweep["time_s"].to_numpy(float), label=name, **look)
@@ -180,12 +195,12 @@ def _figure(ctx: ReportContext, source: str, rows) -> str:
     style.log_axis(right, "y", style.eng("B"))
     style.measured_ticks(left, every_t, "x")
     style.legend_outside(right)
-    fig.suptitle(ctx.source_label(source), fontsize=10)
+    fig.suptitle(_label(ctx, source), fontsize=10)
     name = f"decode_{source.replace('.', '_')}"
     return ctx.figure(
         fig,
         name,
-        f"Generating a sequence on {ctx.source_label(source)}: the time of one step (left) and the state kept "
+        f"Generating a sequence on {_label(ctx, source)}: the time of one step (left) and the state kept "
         "(right) against the position t of the token, log-log; dashed: attention without a key/value cache (each "
         "token by the causal forward over its prefix); hollow: a time not to be trusted on its clock, left out of the "
         "fits; grey: ∝ t through the cached attention's last point.",
@@ -236,7 +251,7 @@ def decode_section(ctx: ReportContext) -> str:
         if not rows:
             continue
         table, _ = _table(ctx, source, rows)
-        parts += [f"### {ctx.source_label(source)}\n", table, _figure(ctx, source, rows)]
+        parts += [f"### {_label(ctx, source)}\n", table, _figure(ctx, source, rows)]
         parts += _crossovers(ctx, source, rows)
         parts.append("\n" + _bottleneck(ctx, source, rows))
         parts.append(_generation(ctx, source))
@@ -302,7 +317,7 @@ def decode_headline(ctx: ReportContext) -> str:
             continue
         a_time, r_time = (_time_phrase(ctx, source, layer, rows[layer]) for layer in (attention_name, recurrent_name))
         lines.append(
-            f"**Generating on {ctx.source_label(source)}**, the time of one token's step against its position t "
+            f"**Generating on {_label(ctx, source)}**, the time of one token's step against its position t "
             f"grows as t^e: {a_time} for {models.ROLES.attention} with a key/value cache (predicted "
             f"{models.LAYERS[models.ROLES.attention].decode.compute_text}), {r_time} for the "
             f"{models.ROLES.recurrent} ({models.LAYERS[models.ROLES.recurrent].decode.compute_text}); the state "
