@@ -104,9 +104,10 @@ def plan(
                 if first is not None and len(sweep) < MIN_POINTS and sweep:
                     first = sweep[-1].n // 2 ** (MIN_POINTS - 1)
                     sweep = _doubling(layer, first, device, dtype, each, limit) if first >= FIRST_N else []
-                    notes.append(
-                        f"auto: {layer} ({each} on {device}) starts at n = {first}: half the memory ends first"
-                    )
+                    if len(sweep) >= MIN_POINTS:
+                        notes.append(
+                            f"auto: {layer} ({each} on {device}) starts at n = {first}: half the memory ends first"
+                        )
                 if len(sweep) < MIN_POINTS:
                     notes.append(f"auto: {layer} ({each} on {device}) left out: no 8x of n in half the memory")
                     continue
@@ -117,7 +118,6 @@ def plan(
             if dearest is None:
                 break
             notes.append(f"auto: {dearest[-1].layer} ({dearest[-1].mode} on {device}) trimmed to n ≤ {dearest[-2].n}")
-            dearest.pop()
-            cost[id(dearest)] = sum(point_time_s(p, policy, rate) for p in dearest)
+            cost[id(dearest)] -= point_time_s(dearest.pop(), policy, rate)
         specs += [s for sweep in sweeps for s in sweep]
     return specs, notes

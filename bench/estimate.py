@@ -68,6 +68,10 @@ def _activation_bytes(spec: PointSpec) -> int:
     return models.analytic_activation_bytes(spec.layer, spec.batch, n, cfg)
 
 
+def _input_elements(spec: PointSpec) -> int:
+    return spec.batch * (spec.n + spec.decodes) * spec.d
+
+
 def call_time_s(spec: PointSpec, rate: float) -> float:
     """Seconds of one call of `spec` at `rate` FLOP/s: a per-call cost, a roofline, and its sequential steps."""
     return sum(call_parts_s(spec, rate))
@@ -99,7 +103,7 @@ def point_time_s(spec: PointSpec, policy: TimingPolicy, rate: float) -> float:
     """Seconds a run spends on `spec`: its passes, and its first pass's calibration and probes."""
     call_s = call_time_s(spec, rate)
     kind = device_kind(spec.device)
-    inputs_s = spec.batch * (spec.n + spec.decodes) * spec.d * INPUT_S_PER_ELEMENT[kind] * (2 if spec.trains else 1)
+    inputs_s = _input_elements(spec) * INPUT_S_PER_ELEMENT[kind] * (2 if spec.trains else 1)
     passes_s = passes_time_s(call_s, policy, VISIT_OVERHEAD_S[kind] + inputs_s)
     passes_s += GRAPH_PASSES[kind] * passes_time_s(call_s, policy, VISIT_OVERHEAD_S[kind])
     first_s = (CALIBRATION_CALLS + PROBE_CALLS) * call_s + PROBE_OVERHEAD_S
@@ -136,7 +140,7 @@ def point_memory_bytes(spec: PointSpec) -> int:
     elem = cfg.elem_bytes
     copies = TRAIN_HELD_COPIES if spec.trains else 1
     weights = _parameters(models.LAYERS[spec.layer], cfg) * elem * copies
-    inputs = spec.batch * (spec.n + spec.decodes) * spec.d * elem * copies
+    inputs = _input_elements(spec) * elem * copies
     forward = (PREFILL_COPIES if spec.mode == DECODE_MODE else copies) * _activation_bytes(spec)
     return weights + inputs + max(forward, flop_count_bytes(spec))
 

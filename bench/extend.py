@@ -10,15 +10,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-import models
-
 from . import clock as clocks
 from . import estimate
 from .errors import BadInput
 from .fits import time_row
 from .policy import EXTEND_MEMORY_SHARE
-from .preflight import device_memory, format_duration
-from .spec import LAYER_SIZES, SIZES, PointSpec, validate
+from .preflight import device_memory, format_duration, sizes_text
+from .spec import PointSpec, validate
 from .sweeps import MIN_FIT_POINTS, VARIABLES, sweeps
 
 MAX_ROUNDS = 4
@@ -86,10 +84,8 @@ def _growth(sweep: pd.DataFrame, variable: str) -> float:
 
 
 def _sweep_words(spec: PointSpec, variable: str) -> str:
-    uses = models.LAYERS[spec.layer].uses
-    sizes = [f"{s}={getattr(spec, s)}" for s in SIZES if s != variable and (s not in LAYER_SIZES or s in uses)]
     dtype = "" if spec.dtype == "float32" else f" {spec.dtype}"
-    return f"{spec.layer} against {variable} ({' '.join(sizes)}, {spec.mode} on {spec.device}{dtype})"
+    return f"{spec.layer} against {variable} ({sizes_text(spec, variable)}, {spec.mode} on {spec.device}{dtype})"
 
 
 def propose(

@@ -14,7 +14,7 @@ import models
 
 from . import clock as clocks
 from . import policy
-from .spec import DECODE_MODE, DEFAULT_MODE
+from .spec import DECODE_MODE, DEFAULT_MODE, flag_of
 from .sweeps import (
     ELEMENTWISE_SHARE_THRESHOLD,
     MIN_FIT_POINTS,
@@ -319,9 +319,7 @@ def runs_text(sweep: pd.DataFrame) -> str:
 
 
 def extended_text(sweep: pd.DataFrame, variable: str) -> str:
-    if "extended" not in sweep:
-        return ""
-    added = sweep[sweep["extended"].astype(str).str.lower().isin(("true", "1", "1.0"))]
+    added = sweep[flag_of(sweep, "extended")]
     if not len(added):
         return ""
     count = f"{len(added)} point{'s' if len(added) != 1 else ''}"

@@ -164,11 +164,18 @@ def format_bytes(n: float) -> str:
     return f"{n:.3g} TB"
 
 
-def describe_point(spec: PointSpec) -> str:
+def sizes_text(spec: PointSpec, leave_out: str = "") -> str:
     uses = models.LAYERS[spec.layer].uses
-    sizes = [f"{name}={getattr(spec, name)}" for name in SIZES if name not in LAYER_SIZES or name in uses]
+    return " ".join(
+        f"{name}={getattr(spec, name)}"
+        for name in SIZES
+        if name != leave_out and (name not in LAYER_SIZES or name in uses)
+    )
+
+
+def describe_point(spec: PointSpec) -> str:
     dtype = "" if spec.dtype == "float32" else f" {spec.dtype}"
-    return f"{spec.layer} {' '.join(sizes)} on {spec.device}{dtype}"
+    return f"{spec.layer} {sizes_text(spec)} on {spec.device}{dtype}"
 
 
 def summary_line(plan: PlanEstimate) -> str:

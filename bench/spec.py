@@ -92,11 +92,15 @@ def mode_of(points) -> list[str]:
     return [DEFAULT_MODE if not isinstance(m, str) or not m else m for m in points["mode"]]
 
 
-def causal_of(points) -> list[bool]:
-    """Whether each row of a points table is of a causal form; rows stored before the `causal` column are not."""
-    if "causal" not in points:
+def flag_of(points, column: str) -> list[bool]:
+    """A boolean column of a points table as read back from its CSV (True, "True", 1.0); missing (older): False."""
+    if column not in points:
         return [False] * len(points)
-    return [c is True or str(c).lower() in ("true", "1", "1.0") for c in points["causal"]]
+    return [c is True or str(c).lower() in ("true", "1", "1.0") for c in points[column]]
+
+
+def causal_of(points) -> list[bool]:
+    return flag_of(points, "causal")
 
 
 def source_key(device: str, dtype: str, mode: str, causal: bool = False) -> str:

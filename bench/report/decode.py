@@ -15,7 +15,7 @@ from .context import ReportContext
 from .headline import verdict_cell
 
 TITLE = "Generating a sequence"
-NO_CACHE = "attention, no cache"
+NO_CACHE = ", no cache"
 BOTTLENECK_REF = "004_33061bd9250784bf.txt:12"
 BOTTLENECK_QUOTE = "无论输入序列有多长、多复杂，编码器都必须将其所有信息压缩到一个固定长度的向量中。"
 
@@ -53,9 +53,7 @@ def _rows(ctx: ReportContext, source: str) -> list[tuple[str, str, str, pd.DataF
     for layer in style.layer_order(set(points.loc[points["source"] == _sibling(source), "layer"])):
         sweep = _widest(points, _sibling(source), layer)
         if len(sweep):
-            rows.append(
-                (NO_CACHE if layer == models.ROLES.attention else f"{layer}, no cache", layer, _sibling(source), sweep)
-            )
+            rows.append((f"{layer}{NO_CACHE}", layer, _sibling(source), sweep))
     return rows
 
 
@@ -64,7 +62,7 @@ def _label(ctx: ReportContext, source: str) -> str:
 
 
 def _uncached(name: str) -> bool:
-    return name.endswith(", no cache")
+    return name.endswith(NO_CACHE)
 
 
 def _key_layer(name: str, layer: str) -> str:
