@@ -20,8 +20,7 @@ from .spec import DECODE_MODE, PointSpec, device_key
 CALL_OVERHEAD_S = {"cpu": 50e-6, "cuda": 50e-6}
 COMPUTE_EFFICIENCY = 0.5  # the share of the measured compute rate a layer's matrix products reach
 ACTIVATION_FLOPS_PER_BYTE = {"cpu": 128.0, "cuda": 32.0}  # element-wise work, in units of the compute rate
-# A decode step: a few small operators, and its state read.
-DECODE_CALL_S = {"cpu": 120e-6, "cuda": 100e-6}
+DECODE_CALL_S = {"cpu": 120e-6, "cuda": 100e-6}  # a decode step's few small operators; its state read follows
 STATE_FLOPS_PER_BYTE = {"cpu": 32.0, "cuda": 8.0}
 STEP_OVERHEAD_S = {"cpu": 10e-6, "cuda": 5e-6}  # a recurrence's per-step operators
 PROBE_STEP_S = {"cpu": 0.5e-3, "cuda": 0.7e-3}  # what the FLOP counter and the profiler add a recurrence's step
@@ -29,6 +28,7 @@ PROBE_STEP_S = {"cpu": 0.5e-3, "cuda": 0.7e-3}  # what the FLOP counter and the 
 VISIT_OVERHEAD_S = {"cpu": 5e-3, "cuda": 0.15}
 INPUT_S_PER_ELEMENT = {"cpu": 5.5e-9, "cuda": 6.6e-9}
 GRAPH_PASSES = {"cpu": 0, "cuda": 1}
+MEMORY_CEILINGS_S = {"cpu": 7.0, "cuda": 1.0}  # bench.peak's bandwidth (CPU: its caches too, 5 s + 2 s) and latency
 PROBE_OVERHEAD_S = 5e-3  # the FLOP counter's and the profiler's set-up, once per point
 PROBE_CALLS = 2  # the FLOP counter's and the memory probe's, on a point's first pass
 # A training call goes over its activations 3 times, a recurrence's steps twice, and holds activations and gradients.
@@ -72,6 +72,10 @@ def _input_elements(spec: PointSpec) -> int:
     return spec.batch * (spec.n + spec.decodes) * spec.d
 
 
+def analytic_flops(spec: PointSpec) -> int:
+    return models.analytic_flops(spec.layer, spec.batch, spec.n, spec.config(), spec.mode, spec.device)
+
+
 def call_time_s(spec: PointSpec, rate: float) -> float:
     """Seconds of one call of `spec` at `rate` FLOP/s: a per-call cost, a roofline, and its sequential steps."""
     return sum(call_parts_s(spec, rate))
@@ -79,10 +83,9 @@ def call_time_s(spec: PointSpec, rate: float) -> float:
 
 def call_parts_s(spec: PointSpec, rate: float) -> tuple[float, float]:
     """(the per-call cost, what grows with the sizes) of `spec`'s call."""
-    cfg = spec.config()
     kind = device_kind(spec.device)
     train = spec.trains
-    flops = models.analytic_flops(spec.layer, spec.batch, spec.n, cfg, spec.mode, spec.device)
+    flops = analytic_flops(spec)
     activations = _activation_bytes(spec)
     compute_s = flops / (COMPUTE_EFFICIENCY * rate)
     memory_s = activations * (TRAIN_ACTIVATION_PASSES if train else 1) * ACTIVATION_FLOPS_PER_BYTE[kind] / rate
@@ -99,9 +102,9 @@ def passes_time_s(call_s: float, policy: TimingPolicy, overhead_s: float = 0.0) 
     return policy.passes * (calls_per_pass * call_s + overhead_s)
 
 
-def point_time_s(spec: PointSpec, policy: TimingPolicy, rate: float) -> float:
-    """Seconds a run spends on `spec`: its passes, and its first pass's calibration and probes."""
-    call_s = call_time_s(spec, rate)
+def point_time_s(spec: PointSpec, policy: TimingPolicy, rate: float, call_s: float | None = None) -> float:
+    """Seconds a run spends on `spec`: its passes, and its first pass's calibration and probes (a call: `call_s`)."""
+    call_s = call_time_s(spec, rate) if call_s is None else call_s
     kind = device_kind(spec.device)
     inputs_s = _input_elements(spec) * INPUT_S_PER_ELEMENT[kind] * (2 if spec.trains else 1)
     passes_s = passes_time_s(call_s, policy, VISIT_OVERHEAD_S[kind] + inputs_s)
@@ -156,13 +159,14 @@ class PointEstimate:
 @dataclass(frozen=True)
 class PlanEstimate:
     points: tuple[PointEstimate, ...]
-    peaks_s: float  # the compute peak at the start and the end of the run
+    peaks_s: float  # the ceilings (bench.peak) at the start and the end of the run
     extra_s: float = 0.0  # at most this much more: the passes that sample points until their time is known
     extend_s: float = 0.0  # and at most this: points beyond the sweeps that do not decide yet (bench.extend)
+    extend_foreseen_s: float = 0.0
 
     @property
     def time_s(self) -> float:
-        return sum(p.time_s for p in self.points) + self.peaks_s
+        return sum(p.time_s for p in self.points) + self.peaks_s + self.extend_foreseen_s
 
     def largest(self) -> dict[str, PointEstimate]:
         """Each device's point of the largest memory estimate: the run's peak there (points run one at a time)."""
@@ -190,8 +194,25 @@ def estimate_plan(specs: Iterable[PointSpec], policy: TimingPolicy, rates: Mappi
     )
     pairs = sorted({(s.device, s.dtype) for s in specs})
     peaks_s = 2 * sum(peak_measurement_s(device, rates[device_key(device, dtype)]) for device, dtype in pairs)
-    extra_s = policy.extra_budget * sum(p.time_s for p in points) if policy.extra_passes else 0.0
-    return PlanEstimate(points, peaks_s, extra_s, policy.extend_budget_s(sum(p.time_s for p in points)))
+    peaks_s += sum(MEMORY_CEILINGS_S[device_kind(device)] for device in {device for device, _ in pairs})
+    planned_s = sum(p.time_s for p in points)
+    extra_s = policy.extra_budget * planned_s if policy.extra_passes else 0.0
+    extend_s = policy.extend_budget_s(planned_s)
+    if not extend_s:
+        return PlanEstimate(points, peaks_s, extra_s)
+    from . import extend
+
+    def rate(s: PointSpec) -> float:
+        return rates[device_key(s.device, s.dtype)]
+
+    foreseen_s = extend.forecast_s(
+        specs,
+        lambda s: call_time_s(s, rate(s)),
+        lambda s: point_time_s(s, policy, rate(s)),
+        extend_s,
+        extend.memory_limits({s.device for s in specs}),
+    )
+    return PlanEstimate(points, peaks_s, extra_s, extend_s, foreseen_s)
 
 
 def rates_from_meta(meta: dict) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""Points beyond the end of every sweep whose time fit cannot decide yet, within a stated budget (docs/method.md)."""
+"""More points for every sweep whose time fit cannot decide yet, within a stated budget (docs/method.md)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,20 @@ import numpy as np
 import pandas as pd
 
 from . import clock as clocks
-from . import estimate
+from . import estimate, formats
 from .errors import BadInput
 from .fits import time_row
-from .policy import EXTEND_MEMORY_SHARE
+from .policy import EXTEND_MEMORY_SHARE, WALL
 from .preflight import device_memory, format_duration, sizes_text
-from .spec import PointSpec, validate
-from .sweeps import MIN_FIT_POINTS, VARIABLES, sweeps
+from .spec import PointSpec, device_key, validate
+from .sweeps import MIN_FIT_POINTS, VARIABLES, short_reason, sweeps
 
 MAX_ROUNDS = 4
 NEW_PER_ROUND = 2
 MIN_RATIO, MAX_RATIO = math.sqrt(2), 2.0
-# Reasons (bench.sweeps.time_fit_range, bench.fits.judge) that more points beyond the end can answer.
+# Reasons (bench.sweeps.time_fit_range, bench.fits.judge) more points beyond the end answer; NARROWABLE, within too.
 ANSWERABLE = ("not asymptotic yet", "too few points", "straddles", "too wide", "does not set the counted FLOPs")
+NARROWABLE = ("straddles", "too wide")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,12 @@ def ladder(x: np.ndarray, target: float) -> list[float]:
         sizes = [end * (target / end) ** (i / jumps) for i in range(1, jumps + 1)]
     last = sizes[-1] if sizes else end
     return sizes + [last * step**i for i in range(1, NEW_PER_ROUND + 1)]
+
+
+def largest_midpoints(x: np.ndarray, low: float, high: float) -> list[float]:
+    inside = x[(x >= low) & (x <= high)]
+    mids = [math.sqrt(a * b) for a, b in zip(inside[:-1], inside[1:]) if b / a >= MIN_RATIO]
+    return mids[::-1][:NEW_PER_ROUND]
 
 
 def sized(spec: PointSpec, variable: str, value: float) -> PointSpec | None:
@@ -106,7 +113,10 @@ def propose(
             x = sweep[variable].to_numpy(float)
             growth, end_s = _growth(sweep, variable), visit_s(end.point_id)
             chosen, costs, stopped = [], [], ""
-            for value in ladder(x, row.get("plateau_size", math.nan)):
+            inside = (
+                largest_midpoints(x, row["x_min"], row["x_max"]) if any(w in row["reason"] for w in NARROWABLE) else []
+            )
+            for value in inside + ladder(x, row.get("plateau_size", math.nan)):
                 spec = sized(end, variable, value)
                 if spec is None:
                     stopped = f"{variable} = {round(value)} is no size {end.layer} takes"
@@ -127,13 +137,79 @@ def propose(
     return proposals
 
 
+def modelled(specs: list[PointSpec], call_s: Callable[[PointSpec], float]) -> pd.DataFrame:
+    """The rows a run would store of `specs` were each call `call_s` long, its FLOPs the analytic ones."""
+    wall = clocks.TIME_COLUMNS[WALL][0]
+    rows = [
+        s.as_row() | dict(status="ok", point_id=s.point_id, flops_counted=estimate.analytic_flops(s)) for s in specs
+    ]
+    return pd.DataFrame(rows).assign(**{wall: [call_s(s) for s in specs]})
+
+
+def forecast_s(specs, call_s, visit_s, budget_s: float, limits: Mapping[str, float]) -> float:
+    """Seconds bench.run's extension rounds would take were a point's call `call_s(spec)`, its visits `visit_s(spec)`."""
+    known, spent_s, told = list(specs), 0.0, set()
+    for _ in range(MAX_ROUNDS):
+        ids = {s.point_id: s for s in known}
+        proposals = propose(modelled(known, call_s), ids, lambda pid: visit_s(ids[pid]), limits)
+        chosen = choose(proposals, budget_s - spent_s, told)[0]
+        if not chosen:
+            break
+        known += chosen
+        spent_s += sum(map(visit_s, chosen))
+    return spent_s
+
+
+def first_pass_forecast_s(calls_s: Mapping[PointSpec, float], policy, meta: dict, budget_s: float) -> float | None:
+    """forecast_s from a first pass's calls; an added point's: the model's times its layer's measured/modelled ratio."""
+    rates = estimate.rates_from_meta(meta)
+    if not {device_key(s.device, s.dtype) for s in calls_s} <= set(rates):
+        return None
+
+    def rate(s: PointSpec) -> float:
+        return rates[device_key(s.device, s.dtype)]
+
+    ratios: dict[tuple, list[float]] = {}
+    for s, t in calls_s.items():
+        ratios.setdefault((s.layer, s.mode, s.device, s.dtype), []).append(t / estimate.call_time_s(s, rate(s)))
+
+    def call_s(s: PointSpec) -> float:
+        if s in calls_s:
+            return calls_s[s]
+        return estimate.call_time_s(s, rate(s)) * float(
+            np.median(ratios.get((s.layer, s.mode, s.device, s.dtype), [1.0]))
+        )
+
+    def visit_s(s: PointSpec) -> float:
+        return estimate.point_time_s(s, policy, rate(s), call_s(s))
+
+    return forecast_s(list(calls_s), call_s, visit_s, budget_s, memory_limits({s.device for s in calls_s}))
+
+
+def first_pass_line(records: Mapping[PointSpec, dict], policy, meta: dict) -> str:
+    """The estimate said again from what the first pass took: later passes time the points without the probes."""
+    first_s = sum(formats.visit_s(r) for r in records.values())
+    probes_s = sum(r.get("probes_s", 0.0) for r in records.values())
+    rest_s = (policy.passes - 1) * (first_s - probes_s)
+    extra_s = policy.extra_budget_s(first_s + rest_s) if policy.extra_passes else 0.0
+    extend_s = policy.extend_budget_s(first_s + rest_s)
+    calls_s = {s: r["stats"]["median"] for s, r in records.items()}
+    foreseen_s = first_pass_forecast_s(calls_s, policy, meta, extend_s) if extend_s else None
+    if foreseen_s is not None:
+        extending = f", about {format_duration(foreseen_s)} (at most {format_duration(extend_s)}) extending sweeps"
+        extending += f" that do not decide: about {format_duration(rest_s + foreseen_s)} more in all"
+    else:
+        extending = f" and at most {format_duration(extend_s)} extending sweeps that do not decide" if extend_s else ""
+    return (
+        f"the first pass took {format_duration(first_s)} ({format_duration(probes_s)} of it counting FLOPs and "
+        f"memory): about {format_duration(rest_s)} more for {policy.passes - 1} more passes, at most "
+        f"{format_duration(extra_s)} sampling points further{extending}"
+    )
+
+
 def memory_limits(devices) -> dict[str, float]:
     available, _total = device_memory(devices)
     return {device: EXTEND_MEMORY_SHARE * free for device, free in available.items()}
-
-
-def _why(reason: str) -> str:
-    return reason.split(";")[0].split(" (")[0]
 
 
 def choose(proposals: list[Proposal], left_s: float, told: set[str]) -> tuple[list[PointSpec], list[str], float]:
@@ -146,7 +222,7 @@ def choose(proposals: list[Proposal], left_s: float, told: set[str]) -> tuple[li
             cost_s += sum(p.costs_s[:taken])
             chosen += p.specs[:taken]
             sizes = ", ".join(f"{getattr(s, p.variable):,}" for s in p.specs[:taken])
-            lines.append(f"extending {p.sweep} to {p.variable} = {sizes}: {_why(p.reason)}")
+            lines.append(f"extending {p.sweep} to {p.variable} = {sizes}: {short_reason(p.reason)}")
             continue
         if p.specs:
             stop = (
@@ -158,5 +234,5 @@ def choose(proposals: list[Proposal], left_s: float, told: set[str]) -> tuple[li
             stop = p.stopped or "no larger size is left to add"
         if p.sweep not in told:
             told.add(p.sweep)
-            lines.append(f"not extended: {p.sweep}, {_why(p.reason)}: {stop}")
+            lines.append(f"not extended: {p.sweep}, {short_reason(p.reason)}: {stop}")
     return chosen, lines, cost_s

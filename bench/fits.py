@@ -323,6 +323,8 @@ def extended_text(sweep: pd.DataFrame, variable: str) -> str:
     if not len(added):
         return ""
     count = f"{len(added)} point{'s' if len(added) != 1 else ''}"
+    if added[variable].max() < sweep[variable].max():
+        return f"; {count} added within {variable} = {int(added[variable].min()):,}–{int(added[variable].max()):,}"
     return f"; extended to {variable} = {int(added[variable].max()):,} ({count} beyond the plan)"
 
 

@@ -56,6 +56,10 @@ def is_run_dir(path: Path) -> bool:
     return (path / META).exists()
 
 
+def unbegun(path: Path) -> bool:
+    return not path.exists() or path.is_dir() and all(p.name in WRITER_FILES for p in path.iterdir())
+
+
 def list_runs(root: Path | None = None) -> list[Path]:
     root = root or storage.RESULTS_ROOT
     if not root.exists():
@@ -110,7 +114,7 @@ def claim_out_dir(path: Path) -> tuple[Path, FileLock]:
         raise BadInput(f"--out {path}: exists and is not a folder")
     path.mkdir(parents=True, exist_ok=True)
     lock = hold(path)
-    if any(p.name not in WRITER_FILES for p in path.iterdir()):
+    if not unbegun(path):
         lock.release()
         raise BadInput(
             f"--out {path}: exists and is not empty; runs are never overwritten "

@@ -22,7 +22,7 @@ PASS_SPREAD_RATIO = 1.3  # median / fastest of the passes' medians above this: m
 CI_RELATIVE_WIDTH = 0.25  # (interval high − low) / median above this: the median is too uncertain
 
 WALL, CPU, DEVICE = "wall", "cpu", "device"
-CLOCK_CHOICES = ("auto", WALL, CPU)  # TimingPolicy.clock, `run --clock`
+CLOCK_CHOICES = ("auto", WALL, CPU)
 THREAD, PROCESS = "thread", "process"  # the CPU clock read: the calling thread's (one thread), or the process's
 # A value beyond these passes argparse's type but makes every point an error or the run hang: bad input (exit 2).
 MAX_TARGET_TIME_S = 60.0  # seconds of rounds per point: infinity overflows the round count; a minute is ample

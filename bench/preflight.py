@@ -27,7 +27,7 @@ from .sweeps import (
     sweeps,
 )
 
-PLAN_SIZES = (*(s for s in SIZES if s != "batch"), "batch")  # the sizes a warning names, in its order
+PLAN_SIZES = (*(s for s in SIZES if s != "batch"), "batch")
 LONG_RUN_S = 30 * 60  # above this estimate `run` asks before measuring (or wants --yes without a terminal)
 # On the CPU such a point meets the OS's OOM killer, ending the run; a GPU's raises OutOfMemoryError, stored `oom`.
 REFUSED_BEYOND_MEMORY = ("cpu",)
@@ -186,9 +186,10 @@ def summary_line(plan: PlanEstimate) -> str:
     )
     extra = f"; at most {format_duration(plan.extra_s)} more where points need more rounds" if plan.extra_s else ""
     if plan.extend_s:
-        extra += (
-            f"; at most {format_duration(plan.extend_s)} more extending the sweeps whose time does not decide, each "
-            f"added point within {EXTEND_MEMORY_SHARE:.0%} of the memory available"
+        extra = (
+            f", {format_duration(plan.extend_foreseen_s)} of it extending the sweeps its model leaves undecided{extra}"
+            f"; extending the sweeps whose time does not decide at most {format_duration(plan.extend_s)} in all, "
+            f"each added point within {EXTEND_MEMORY_SHARE:.0%} of the memory available"
         )
     return (
         f"plan: {len(plan.points)} points, about {format_duration(plan.time_s)} on this machine "

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from . import allocator, deaths, extend, formats, interrupts, machine, storage
 from .errors import BadInput, RunFailed
-from .folder import META_KEYS, RunFolder, is_run_dir
+from .folder import META_KEYS, RunFolder, is_run_dir, unbegun
 from .load import Load, LoadMeter, busy_warning, decide_threads, sample_load
 from .peak import ceilings
 from .point import PassFailure, measure_pass
@@ -35,8 +35,8 @@ class Elsewhere(Protocol):
 
 
 FIRST, EXTRA = 0, 1  # a record's `attempt`: the plan's passes, then those sampling until the time is known
-META_REQUIRED = (*META_KEYS, "threads", "machine_info", "commit_info")  # what a resume needs
-PASS_ONLY_KEYS = ("pass", "attempt", "others_busy_cores", "probes", "probes_s", "visit_s")  # not in a point's record
+META_REQUIRED = (*META_KEYS, "threads", "machine_info", "commit_info")
+PASS_ONLY_KEYS = ("pass", "attempt", "others_busy_cores", "probes", "probes_s", "visit_s")
 
 
 def _stderr(line: str) -> None:
@@ -119,6 +119,11 @@ class Run:
     @classmethod
     def resume(cls, run_dir: Path, log: Callable[[str], None] = _stderr, cluster: Elsewhere | None = None) -> Run:
         """The run in `run_dir`, held, with what is stored checked (RunFailed naming what is damaged)."""
+        if unbegun(run_dir):
+            raise BadInput(
+                f"--resume {run_dir}: no run began there, nothing was stored; start it again: its command with "
+                f"--out {run_dir}"
+            )
         if not run_dir.is_dir() or not is_run_dir(run_dir):
             raise BadInput(f"--resume {run_dir}: not a run folder (no meta.json there)")
         folder = None
@@ -360,19 +365,8 @@ class Run:
         self.folder.store_record(record)
 
     def _say_the_rest(self, specs: list[PointSpec]) -> None:
-        """The estimate said again from what the first pass took: later passes time the points without the probes."""
-        records = [r for r in (self.folder.record(s.point_id, FIRST, 0) for s in specs) if r is not None]
-        first_s = sum(formats.visit_s(r) for r in records)
-        probes_s = sum(r.get("probes_s", 0.0) for r in records)
-        rest_s = (self.policy.passes - 1) * (first_s - probes_s)
-        extra_s = self.policy.extra_budget_s(first_s + rest_s) if self.policy.extra_passes else 0.0
-        extend_s = self.policy.extend_budget_s(first_s + rest_s)
-        self.log(
-            f"the first pass took {format_duration(first_s)} ({format_duration(probes_s)} of it counting FLOPs and "
-            f"memory): about {format_duration(rest_s)} more for {self.policy.passes - 1} more passes, and at most "
-            f"{format_duration(extra_s)} sampling points further"
-            + (f" and {format_duration(extend_s)} extending sweeps that do not decide" if extend_s else "")
-        )
+        records = {s: r for s in specs if (r := self.folder.record(s.point_id, FIRST, 0)) is not None}
+        self.log(extend.first_pass_line(records, self.policy, self.meta))
 
     def _plan(self, spec: PointSpec) -> tuple[int, int]:
         first = self.folder.record(spec.point_id, FIRST, 0)

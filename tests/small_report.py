@@ -15,7 +15,9 @@ SWEEPS = {  # layer: {n: (time_s, flops)}
 }
 
 
-def write_run(root: Path, run_id: str = "r1") -> Path:
+def write_run(root: Path, run_id: str = "r1", sweeps: dict = SWEEPS, mode: str | None = None) -> Path:
+    """The run folder root/run_id of `sweeps` ({layer: {n: (time_s, flops)}}); with `mode` (decode, recompute) each
+    point in that mode, its state's bytes those of 2 float32 vectors of d (attention: of its t keys and values)."""
     rows = [
         {
             "layer": layer,
@@ -47,9 +49,14 @@ def write_run(root: Path, run_id: str = "r1") -> Path:
             "time_flag": "",
             "point_id": f"{layer}{n}",
         }
-        for layer, points in SWEEPS.items()
+        for layer, points in sweeps.items()
         for n, (time_s, flops) in points.items()
     ]
+    if mode is not None:
+        for row in rows:
+            row.update(
+                mode=mode, causal=True, mem_state_bytes=2 * 32 * 4 * (row["n"] if "attention" in row["layer"] else 1)
+            )
     run = root / run_id
     run.mkdir(parents=True)
     pd.DataFrame(rows).to_csv(run / "points.csv", index=False)

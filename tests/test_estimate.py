@@ -183,6 +183,13 @@ def test_a_points_memory_is_its_weights_input_and_activations():
     assert point_memory_bytes(half) * 2 == point_memory_bytes(spec)
 
 
+def test_the_ceilings_are_counted_per_dtype_for_compute_and_once_per_device_for_memory():
+    specs = [PointSpec("conv", 64, 8, k=3), PointSpec("conv", 64, 8, k=3, dtype="bfloat16")]
+    plan = estimate_plan(specs, QUICK_POLICY, {"cpu": RATE, "cpu-bfloat16": RATE})
+    compute_s = estimate.peak_measurement_s("cpu", RATE)
+    assert plan.peaks_s == pytest.approx(2 * 2 * compute_s + estimate.MEMORY_CEILINGS_S["cpu"])
+
+
 def test_estimate_plan_wants_a_rate_for_every_device_and_dtype():
     with pytest.raises(ValueError, match="cuda-bfloat16"):
         estimate_plan([PointSpec("conv", 8, 8, k=3, device="cuda", dtype="bfloat16")], QUICK_POLICY, {"cpu": RATE})

@@ -69,6 +69,19 @@ def test_an_undecided_sweep_gets_points_beyond_its_end_and_a_decided_one_none():
     assert extend.propose(two, {s.point_id: s for s in two_specs}, lambda pid: 1.0, {"cpu": math.inf}) == []
 
 
+def test_a_wide_interval_gets_points_inside_its_fitted_range_before_any_beyond():
+    ns = [2**20, 2**21, 2**22]  # on the plateau, but three points whose rates scatter: too wide to decide
+    specs = [PointSpec("conv", n=n, d=8, batch=1, k=3) for n in ns]
+    flops = 1e3 * np.asarray(ns, float)
+    points = _points(specs, flops / 1e9 / np.array([1.0, 0.8, 1.0]), flops)
+    (proposal,) = extend.propose(points, {s.point_id: s for s in specs}, lambda pid: 1.0, {"cpu": math.inf})
+    assert "too wide" in proposal.reason
+    sizes = [s.n for s in proposal.specs]
+    assert sizes[:2] == [round(2**21.5), round(2**20.5)]  # the midpoints, largest first, then the ladder
+    assert sizes[2:] == [2**23, 2**24] and proposal.costs_s[:2] == pytest.approx([2**-0.5, 2**-1.5], rel=1e-3)
+    assert extend.largest_midpoints(np.array([1.0, 1.2, 1.5, 4.0]), 1.0, 1.5) == []  # steps under √2: no midpoint
+
+
 def test_memory_stops_a_sweep_and_says_so():
     specs, points = _conv_sweep([64, 128, 256, 512])
     (proposal,) = extend.propose(points, {s.point_id: s for s in specs}, lambda pid: 1.0, {"cpu": 1.0})
@@ -97,9 +110,39 @@ def test_the_plan_states_the_extension_budget_before_the_run():
     on = policy.TimingPolicy(extend_budget=0.5)
     plan = estimate_plan(specs, on, {"cpu": 1e10})
     assert plan.extend_s == max(0.5 * sum(p.time_s for p in plan.points), policy.EXTEND_MIN_S)
-    assert "more extending the sweeps whose time does not decide" in summary_line(plan)
+    assert "extending the sweeps whose time does not decide at most 1.5 min in all" in summary_line(plan)
+    assert f"{plan.extend_foreseen_s:.0f} s of it extending" in summary_line(plan)
+    assert plan.time_s == pytest.approx(sum(p.time_s for p in plan.points) + plan.peaks_s + plan.extend_foreseen_s)
     assert estimate_plan(specs, policy.TimingPolicy(), {"cpu": 1e10}).extend_s == 0.0  # off: nothing said
     assert on.extend_budget_s(1000.0) == 500.0 and on.extend_budget_s(1.0) == policy.EXTEND_MIN_S
+
+
+def test_the_forecast_runs_the_extension_on_modelled_calls():
+    specs = [PointSpec("conv", n=n, d=8, batch=1, k=3) for n in (64, 128, 256, 512)]
+
+    def call_s(s):  # t = c + f/R: the per-call cost of _conv_sweep, which these sizes never leave
+        return 1e-3 + 1e3 * s.n / 1e9
+
+    visits = []
+    foreseen = extend.forecast_s(specs, call_s, lambda s: visits.append(s.n) or s.n / 512, 100.0, {"cpu": math.inf})
+    added = sorted({n for n in visits if n > 512})
+    assert added and foreseen == pytest.approx(sum(added) / 512)  # the added points' visits, each counted once
+    assert extend.forecast_s(specs, call_s, lambda s: 1.0, 0.5, {"cpu": math.inf}) == 0.0  # none fits the budget
+    assert extend.forecast_s(specs, lambda s: 1e3 * s.n / 1e9, lambda s: 1.0, 100.0, {"cpu": math.inf}) == 0.0
+
+
+def test_after_the_first_pass_the_forecast_uses_its_calls_and_the_runs_rates():
+    specs = [PointSpec("conv", n=n, d=8, batch=1, k=3) for n in (64, 128, 256, 512)]
+    records = {s: {"visit_s": 0.5, "probes_s": 0.1, "stats": {"median": 1e-3 + 1e-6 * s.n, "data": []}} for s in specs}
+    on = policy.TimingPolicy(extend_budget=0.5, passes=3)
+    meta = {"compute_peak": {"cpu": {"flops_per_s": 1e10}}}
+    line = extend.first_pass_line(records, on, meta)
+    assert line.startswith(
+        "the first pass took 2 s (0 s of it counting FLOPs and memory): about 3 s more for 2 more passes"
+    )
+    foreseen = extend.first_pass_forecast_s({s: r["stats"]["median"] for s, r in records.items()}, on, meta, 90.0)
+    assert foreseen > 0 and f"about {foreseen:.0f} s (at most 1.5 min) extending sweeps" in line
+    assert "at most 1.5 min extending" in extend.first_pass_line(records, on, {})  # no rates: the budget alone
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@ line on stderr about it and no traceback, and a run folder that exists says `int
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -10,9 +11,12 @@ import threading
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from forked import ForkedBench
 from stand_ins import bench_argv, setup
+
+from bench.spec import PointSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ["run", "--layers", "conv", "--n", "8,16,32", "--d", "4", "--device", "cpu", "--no-progress"]
@@ -146,3 +150,58 @@ def test_an_interrupt_between_the_plan_and_meta_json_leaves_no_half_made_folder(
     assert [p.name for p in out.iterdir()] == []  # plan.json and the writer's files gone
     assert main([*RUN, *FAST, "--yes", "--out", str(out)]) == 0  # the folder is taken again
     assert json.loads((out / "meta.json").read_text())["status"] == "finished"
+
+
+SIGINT_LOOP, AT_ONCE = 20, 5  # runs, and how many of them go at a time (most of a run's time is sleep)
+
+
+def _forked(*args: str) -> ForkedBench:
+    return ForkedBench(*args, setup=setup(), fresh=False)
+
+
+def _interrupt_at(outs: list[Path], moments: list[float]) -> None:
+    """`run` into each of `outs` at once, each sent SIGINT `moments[i]` s after its start: exit 130 with the one line
+    about it, or 0 where it finished before."""
+    children = [_forked(*RUN, *FAST, "--no-extend", "--out", str(out)) for out in outs]
+    started = time.monotonic()
+    for moment, child in sorted(zip(moments, children), key=lambda pair: pair[0]):
+        time.sleep(max(0.0, started + moment - time.monotonic()))
+        child.send_signal(signal.SIGINT)
+    for child in children:
+        _, err = child.communicate(timeout=120)
+        assert child.returncode in (0, 130) and "Traceback" not in err, (child.returncode, err)
+        assert child.returncode == 0 or len([line for line in err.splitlines() if "interrupted" in line]) == 1, err
+
+
+def _resume_or_what_it_names(outs: list[Path]) -> None:
+    """`run --resume` each; where one refuses, its one line names `--out FOLDER` and the run's command there works."""
+    resumes = [_forked("run", "--resume", str(out), "--no-progress") for out in outs]
+    again = []
+    for out, resume in zip(outs, resumes):
+        _, err = resume.communicate(timeout=120)
+        if resume.returncode != 0:
+            assert resume.returncode == 2 and len(err.splitlines()) == 1 and f"--out {out}" in err, err
+            again.append(_forked(*RUN, *FAST, "--no-extend", "--out", str(out)))
+    for child in again:
+        _, err = child.communicate(timeout=120)
+        assert child.returncode == 0, err
+
+
+@pytest.mark.slow
+def test_sigints_at_random_moments_then_resume_leave_every_folder_finished_with_each_point_once(tmp_path):
+    """Issue 46's must-show: SIGINT_LOOP runs, each sent SIGINT at a moment drawn (seeded) from 0 to 2 s after it
+    starts, then `--resume` or the fallback its refusal names: every folder finished, every planned point once."""
+    import bench.peak  # noqa: F401, PLC0415  (the forked children find it imported: no second of imports each)
+    import bench.run  # noqa: F401, PLC0415
+
+    draw = random.Random(46)
+    outs = [tmp_path / f"run{i}" for i in range(SIGINT_LOOP)]
+    for first in range(0, SIGINT_LOOP, AT_ONCE):
+        wave = outs[first : first + AT_ONCE]
+        _interrupt_at(wave, [draw.uniform(0, 2) for _ in wave])
+        _resume_or_what_it_names(wave)
+    for out in outs:
+        assert json.loads((out / "meta.json").read_text())["status"] == "finished", out
+        planned = [PointSpec(**spec).point_id for spec in json.loads((out / "plan.json").read_text())["specs"]]
+        stored = pd.read_csv(out / "points.csv")["point_id"]
+        assert len(planned) == 3 and sorted(stored) == sorted(planned), (out, list(stored))

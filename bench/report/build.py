@@ -63,6 +63,7 @@ INTRO = (
     "nothing itself. Every number here is in `numbers.json` with the run, machine and commit that "
     "produced it (`python -m bench cite KEY`; `--list` shows the keys).\n"
 )
+NO_HEADLINE = "_No verdict in n: no sweep over n with two or more measured lengths is stored._\n"
 
 
 def build_report(
@@ -151,7 +152,7 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
     for section in SECTIONS:
         if section.shown(ctx):
             placed[section.place].append(section.render(ctx))
-    headline_md = "\n".join(placed["headline"]) if placed["headline"] else "_No points stored._\n"
+    headline_md = "\n".join(h for h in placed["headline"] if h.strip()) or NO_HEADLINE
     figure_md, verdicts_md = "\n".join(placed["figure"]), "\n".join(placed["verdicts"])
     said = "".join(f"_{note}_\n\n" for note in notes)
     sections = split_sections("\n".join(placed["body"]))

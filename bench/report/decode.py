@@ -12,7 +12,7 @@ from ..spec import DECODE_MODE, RECOMPUTE_MODE, mode_of
 from ..sweeps import row_config, sweeps
 from . import style
 from .context import ReportContext
-from .headline import verdict_cell
+from .headline import verdict_cell, why_no_exponent
 
 TITLE = "Generating a sequence"
 NO_CACHE = ", no cache"
@@ -67,6 +67,13 @@ def _uncached(name: str) -> bool:
 
 def _key_layer(name: str, layer: str) -> str:
     return f"{layer}_no_cache" if _uncached(name) else layer
+
+
+def _predicted(name: str, layer: str) -> tuple[str, str]:
+    cls = models.LAYERS[layer]
+    if _uncached(name):
+        return cls.table1.compute_text.replace("n", "t"), "O(t·d) (the tokens)"
+    return cls.decode.compute_text, cls.decode.state_text
 
 
 def generate_time_s(ts, times_s, tokens: int) -> float:
@@ -139,11 +146,7 @@ def _table(ctx: ReportContext, source: str, rows) -> tuple[str, int]:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, layer, src, sweep in rows:
-        cls = models.LAYERS[layer]
-        if _uncached(name):
-            step, state = cls.table1.compute_text.replace("n", "t"), "O(t·d) (the tokens)"
-        else:
-            step, state = cls.decode.compute_text, cls.decode.state_text
+        step, state = _predicted(name, layer)
         reliable = sweep[sweep["time_ok"].astype(bool)]
         if len(reliable) < 2:
             total = f"– ({len(reliable)} reliable time{'s' if len(reliable) != 1 else ''})"
@@ -297,23 +300,35 @@ def _flops_crossing(ctx: ReportContext, source: str, attention: pd.DataFrame) ->
     return f"; by FLOPs the cached step costs more than the {other}'s from t* = {cited} (d = {cfg.d})"
 
 
-def _time_phrase(ctx: ReportContext, source: str, layer: str, sweep: pd.DataFrame) -> str:
-    cell = verdict_cell(ctx.decode_texts, source, layer, "time")
-    if not cell.endswith("–"):
-        return cell
-    shaky = int((~sweep["time_ok"].astype(bool)).sum())
-    return f"no verdict ({shaky} of {len(sweep)} times not to be trusted)"
+def _time_phrase(ctx: ReportContext, source: str, layer: str) -> str:
+    why = why_no_exponent(ctx.decode_texts, source, layer, "time")
+    return f"no verdict ({why})" if why else verdict_cell(ctx.decode_texts, source, layer, "time")
+
+
+def _every_row_line(ctx: ReportContext, source: str, rows) -> str:
+    phrases = [
+        f"{_time_phrase(ctx, src, layer)} for {name} (predicted {_predicted(name, layer)[0]})"
+        for name, layer, src, _ in rows
+    ]
+    cached = any(not _uncached(name) for name, *_ in rows)
+    how = "" if cached else "; each token made without a cache, by the causal forward over its prefix"
+    return (
+        f"**Generating on {_label(ctx, source)}**, the time of one token's step against its position t grows as "
+        f"t^e: {'; '.join(phrases)}{how} (section {TITLE})."
+    )
 
 
 def decode_headline(ctx: ReportContext) -> str:
     lines = []
     for source in decode_sources(ctx):
-        rows = {name: sweep for name, _, _, sweep in _rows(ctx, source)}
+        every = _rows(ctx, source)
+        rows = {name: sweep for name, _, _, sweep in every}
         attention_name, recurrent_name = models.ROLES.attention, models.ROLES.recurrent
         attention, recurrent = rows.get(attention_name), rows.get(recurrent_name)
         if attention is None or recurrent is None:
+            lines += [_every_row_line(ctx, source, every)] if every else []
             continue
-        a_time, r_time = (_time_phrase(ctx, source, layer, rows[layer]) for layer in (attention_name, recurrent_name))
+        a_time, r_time = (_time_phrase(ctx, source, layer) for layer in (attention_name, recurrent_name))
         lines.append(
             f"**Generating on {_label(ctx, source)}**, the time of one token's step against its position t "
             f"grows as t^e: {a_time} for {models.ROLES.attention} with a key/value cache (predicted "
@@ -323,4 +338,6 @@ def decode_headline(ctx: ReportContext) -> str:
             f"{_state_at(ctx, source, models.ROLES.recurrent, recurrent)}{_flops_crossing(ctx, source, attention)} "
             f"(section {TITLE})."
         )
+    if lines and not len(ctx.points):
+        lines.append("No inference points are stored, so there are no Table 1 verdicts (`run --mode inference`).")
     return "\n\n".join(lines) + ("\n" if lines else "")

@@ -11,6 +11,7 @@ from models.config import SEQUENTIAL_GROWTH, growth_local_exponent
 
 from .. import clock, fits
 from ..policy import CPU, DEVICE
+from ..sweeps import short_reason
 from .context import ReportContext
 
 METRICS = {"flops": "FLOPs", "time": "time", "memory": "memory"}
@@ -234,6 +235,13 @@ def headline(ctx: ReportContext, texts: dict, fit_rows: pd.DataFrame | None = No
     return "\n\n".join(lines) + "\n"
 
 
+def why_no_exponent(texts: dict, source: str, layer: str, metric: str) -> str:
+    entry = texts.get((source, layer, metric, "n"))
+    if entry is None or entry[0] != "–" or len(entry) < 4 or not isinstance(entry[3], str):
+        return ""
+    return short_reason(entry[3])
+
+
 def verdict_cell(texts: dict, source: str, layer: str, metric: str) -> str:
     """ "✓ 1.93 [1.88, 1.98] (1.94)": the primary n-sweep's verdict, exponent, and the prediction judged against."""
     entry = texts.get((source, layer, metric, "n"))
@@ -242,6 +250,8 @@ def verdict_cell(texts: dict, source: str, layer: str, metric: str) -> str:
     text, verdict = entry[:2]
     predicted = entry[2] if len(entry) > 2 else None
     against = f" ({predicted:.2f})" if text != "–" and predicted is not None and math.isfinite(predicted) else ""
+    if why := why_no_exponent(texts, source, layer, metric):
+        against = f" ({why})"
     # no-break spaces: a narrow window wraps the cell only before the prediction
     return f"{fits.VERDICT_MARK[verdict]} {text}".replace(" ", NO_BREAK) + against
 
