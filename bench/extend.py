@@ -78,13 +78,13 @@ def sized(spec: PointSpec, variable: str, value: float) -> PointSpec | None:
         return None
 
 
-def _growth(sweep: pd.DataFrame, variable: str) -> float:
-    """The steeper of the last step's local exponents of counted FLOPs and time: how a visit's cost grows."""
+def _growth(sweep: pd.DataFrame, variable: str, visits_s: list[float]) -> float:
+    """The steepest of the last step's local exponents of counted FLOPs, time and visits: how a visit's cost grows."""
     sweep = clocks.on_clock(sweep)
     x = sweep[variable].to_numpy(float)
-    out = 0.0
-    for column in ("flops_counted", "time_s"):
-        y = sweep[column].to_numpy(float) if column in sweep else np.full(len(x), np.nan)
+    out, nothing = 0.0, np.full(len(x), np.nan)
+    for y in (*(sweep[c].to_numpy(float) if c in sweep else nothing for c in ("flops_counted", "time_s")), visits_s):
+        y = np.asarray(y, float)
         if len(x) >= 2 and np.isfinite(y[-2:]).all() and (y[-2:] > 0).all():
             out = max(out, math.log(y[-1] / y[-2]) / math.log(x[-1] / x[-2]))
     return out
@@ -111,7 +111,8 @@ def propose(
                 continue
             end = specs[sweep["point_id"].iloc[-1]]
             x = sweep[variable].to_numpy(float)
-            growth, end_s = _growth(sweep, variable), visit_s(end.point_id)
+            growth = _growth(sweep, variable, [visit_s(pid) if pid in specs else math.nan for pid in sweep["point_id"]])
+            end_s = visit_s(end.point_id)
             chosen, costs, stopped = [], [], ""
             inside = (
                 largest_midpoints(x, row["x_min"], row["x_max"]) if any(w in row["reason"] for w in NARROWABLE) else []
