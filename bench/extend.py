@@ -117,7 +117,7 @@ def propose(
             inside = (
                 largest_midpoints(x, row["x_min"], row["x_max"]) if any(w in row["reason"] for w in NARROWABLE) else []
             )
-            for value in inside + ladder(x, row.get("plateau_size", math.nan)):
+            for value in inside or ladder(x, row.get("plateau_size", math.nan)):
                 spec = sized(end, variable, value)
                 if spec is None:
                     stopped = f"{variable} = {round(value)} is no size {end.layer} takes"
