@@ -214,9 +214,9 @@ def memory_limits(devices) -> dict[str, float]:
 
 
 def choose(proposals: list[Proposal], left_s: float, told: set[str]) -> tuple[list[PointSpec], list[str], float]:
-    """(the cheapest proposals' points that fit in left_s, the lines to log, their cost); a stop is said once."""
+    """(the points that fit in left_s, sweeps against n first, the cheapest first; the lines to log; their cost)."""
     chosen, lines, cost_s = [], [], 0.0
-    for p in sorted(proposals, key=lambda p: p.costs_s[:1]):
+    for p in sorted(proposals, key=lambda p: (VARIABLES.index(p.variable), p.costs_s[:1])):
         taken = p.affordable(left_s)
         if taken:
             left_s -= sum(p.costs_s[:taken])

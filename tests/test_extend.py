@@ -98,7 +98,7 @@ def test_memory_stops_a_sweep_and_says_so():
     assert extend.choose([proposal], 100.0, told) == ([], [], 0.0)  # said once
 
 
-def test_the_budget_takes_the_points_that_fit_cheapest_first():
+def test_the_budget_takes_the_points_that_fit_against_n_first_then_cheapest_first():
     specs = [PointSpec("conv", n=n, d=8, batch=1, k=3) for n in (1000, 2000, 4000)]
     cheap = extend.Proposal("cheap", "n", "interval too wide (width 2 > 1)", tuple(specs[:2]), (1.0, 2.0))
     dear = extend.Proposal("dear", "n", "interval straddles the tolerance edge (1 ± 0.2)", (specs[2],), (50.0,))
@@ -106,6 +106,10 @@ def test_the_budget_takes_the_points_that_fit_cheapest_first():
     assert chosen == specs[:1] and cost_s == 1.0  # 1 s of cheap's fits, its 2 s more does not
     assert lines[0] == "extending cheap to n = 1,000: interval too wide"
     assert lines[1].startswith("not extended: dear, interval straddles the tolerance edge: its next point (n = 4,000)")
+    wide = PointSpec("conv", n=64, d=2048, batch=1, k=3)
+    in_d = extend.Proposal("in d", "d", "interval too wide (width 2 > 1)", (wide,), (0.1,))
+    chosen, lines, _ = extend.choose([in_d, dear], 50.0, set())
+    assert chosen == [specs[2]] and lines[1].startswith("not extended: in d")  # n first, though dearer
 
 
 def test_the_plan_states_the_extension_budget_before_the_run():
