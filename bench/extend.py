@@ -66,8 +66,11 @@ def largest_midpoints(x: np.ndarray, low: float, high: float) -> list[float]:
 
 
 def sized(spec: PointSpec, variable: str, value: float) -> PointSpec | None:
-    """spec at `value` of its variable, rounded to a size the layer takes (d: a multiple of the heads); None if none."""
+    """spec at `value`, rounded to a size the layer takes and kernels suit (docs/method.md); None if none."""
     size = max(1, round(value))
+    if variable != "k" and size >= 8:
+        step = 2 ** (math.floor(math.log2(size)) - 2)
+        size = round(size / step) * step
     if variable == "d" and spec.heads:
         size = -(-size // spec.heads) * spec.heads
     if variable == "k":

@@ -48,9 +48,10 @@ def test_the_ladder_reaches_a_predicted_plateau_in_two_steps_then_steps_on():
 
 def test_sizes_are_ones_the_layer_takes():
     attention = PointSpec("attention", n=64, d=12, batch=1, heads=3)
-    assert extend.sized(attention, "d", 13.2).d == 15  # a multiple of the heads
+    assert extend.sized(attention, "d", 17.2).d == 18  # 16, a multiple of 4, then of the heads
     assert extend.sized(CONV, "k", 6.0).k == 7  # odd
-    assert extend.sized(CONV, "n", 1e4).n == 10_000
+    assert extend.sized(CONV, "n", 1e4).n == 10_240 and extend.sized(CONV, "n", 1448.2).n == 1536  # 5·2¹¹, 3·2⁹
+    assert extend.sized(CONV, "n", 7.0).n == 7 and extend.sized(CONV, "k", 29.0).k == 29  # small n and k as they are
     assert extend.sized(PointSpec("attention_local", n=64, d=8, batch=1, heads=2, window=64), "n", 32.0) is None
 
 
@@ -80,8 +81,8 @@ def test_a_wide_interval_gets_points_inside_its_fitted_range_before_any_beyond_i
     (proposal,) = extend.propose(points, {s.point_id: s for s in specs}, lambda pid: 1.0, {"cpu": math.inf})
     assert "too wide" in proposal.reason
     sizes = [s.n for s in proposal.specs]
-    assert sizes == [round(2**21.5), round(2**20.5)]  # the midpoints, largest first; the ladder a round later
-    assert proposal.costs_s == pytest.approx([2**-0.5, 2**-1.5], rel=1e-3)
+    assert sizes == [3 * 2**20, 3 * 2**19]  # the midpoints (sized: 2^21.5 → 3·2^20), largest first; no ladder yet
+    assert proposal.costs_s == pytest.approx([0.75, 0.375])
     assert extend.largest_midpoints(np.array([1.0, 1.2, 1.5, 4.0]), 1.0, 1.5) == []  # steps under √2: no midpoint
 
 
