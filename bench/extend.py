@@ -17,19 +17,27 @@ from .fits import time_row
 from .policy import EXTEND_MEMORY_SHARE, WALL
 from .preflight import device_memory, format_duration, sizes_text
 from .spec import PointSpec, device_key, validate
-from .sweeps import MIN_FIT_POINTS, VARIABLES, short_reason, sweeps
+from .sweeps import (
+    MIN_FIT_POINTS,
+    TOLERANCE,
+    VARIABLES,
+    predicted_exponent,
+    short_reason,
+    sweeps,
+    table1_regime_start,
+)
 
 MAX_ROUNDS = 4
 NEW_PER_ROUND = 2
 MIN_RATIO, MAX_RATIO = math.sqrt(2), 2.0
-# Reasons (bench.sweeps.time_fit_range, bench.fits.judge) more points beyond the end answer; NARROWABLE, within too.
-ANSWERABLE = ("not asymptotic yet", "too few points", "straddles", "too wide", "does not set the counted FLOPs")
+FLOPS_TERM = "does not set the counted FLOPs"
+ANSWERABLE = ("not asymptotic yet", "too few points", "straddles", "too wide", FLOPS_TERM)
 NARROWABLE = ("straddles", "too wide")
 
 
 @dataclass(frozen=True)
 class Proposal:
-    """One sweep's next points, or why it stops."""
+    """One sweep's next points, or why it stops; `whole`: all or none (fewer leave it as undecided as before)."""
 
     sweep: str
     variable: str
@@ -37,8 +45,11 @@ class Proposal:
     specs: tuple[PointSpec, ...]
     costs_s: tuple[float, ...]
     stopped: str = ""
+    whole: bool = False
 
     def affordable(self, left_s: float) -> int:
+        if self.whole:
+            return len(self.specs) if sum(self.costs_s) <= left_s else 0
         spent = itertools.accumulate(self.costs_s)
         return sum(1 for s in spent if s <= left_s)
 
@@ -49,14 +60,17 @@ def answerable(row: Mapping) -> bool:
 
 def ladder(x: np.ndarray, target: float) -> list[float]:
     """Sizes past x's end: to `target` (a plateau) in at most two steps, then NEW_PER_ROUND at the sweep's own step."""
-    end = float(x[-1])
-    step = min(max(float(x[-1] / x[-2]), MIN_RATIO), MAX_RATIO)
+    end, step = float(x[-1]), _step(x)
     sizes = []
     if math.isfinite(target) and target > end * step:
         jumps = min(2, math.ceil(math.log(target / end) / math.log(step)))
         sizes = [end * (target / end) ** (i / jumps) for i in range(1, jumps + 1)]
     last = sizes[-1] if sizes else end
     return sizes + [last * step**i for i in range(1, NEW_PER_ROUND + 1)]
+
+
+def _step(x: np.ndarray) -> float:
+    return min(max(float(x[-1] / x[-2]), MIN_RATIO), MAX_RATIO)
 
 
 def largest_midpoints(x: np.ndarray, low: float, high: float) -> list[float]:
@@ -79,6 +93,34 @@ def sized(spec: PointSpec, variable: str, value: float) -> PointSpec | None:
         return validate(replace(spec, **{variable: size}))
     except BadInput:
         return None
+
+
+def flops_regime_start(end: PointSpec, variable: str, step: float) -> float:
+    """The size past end from which analytic FLOPs grow by `step`s as Table 1's term says; nan if none by 2^20·end."""
+    x = float(getattr(end, variable))
+    while x < getattr(end, variable) * 2**20:
+        a, b = sized(end, variable, x), sized(end, variable, x * step)
+        if a is None or b is None:
+            return math.nan
+        pair = pd.DataFrame([a.as_row(), b.as_row()])
+        local = math.log(estimate.analytic_flops(b) / estimate.analytic_flops(a)) / math.log(step)
+        if abs(local - predicted_exponent("flops", end.layer, pair, variable)) <= TOLERANCE["flops"]:
+            return x
+        x *= step
+    return math.nan
+
+
+def regime_prefix(sweep: pd.DataFrame, end: PointSpec, variable: str, sizes: list[float]) -> int | None:
+    """How many of `sizes` put MIN_FIT_POINTS of the sweep's FLOPs in Table 1's regime (sweeps.table1_regime_start)."""
+    rows = sweep
+    for taken, value in enumerate(sizes, 1):
+        spec = sized(end, variable, value)
+        if spec is None:
+            return None
+        rows = pd.concat([rows, pd.DataFrame([spec.as_row() | {"flops_counted": estimate.analytic_flops(spec)}])])
+        if table1_regime_start(rows, variable, end.layer) is not None:
+            return taken
+    return None
 
 
 def _growth(sweep: pd.DataFrame, variable: str, visits_s: list[float]) -> float:
@@ -120,7 +162,12 @@ def propose(
             inside = (
                 largest_midpoints(x, row["x_min"], row["x_max"]) if any(w in row["reason"] for w in NARROWABLE) else []
             )
-            for value in inside or ladder(x, row.get("plateau_size", math.nan)):
+            sizes, whole = inside or ladder(x, row.get("plateau_size", math.nan)), FLOPS_TERM in row["reason"]
+            if whole:
+                sizes = ladder(x, flops_regime_start(end, variable, _step(x)))
+                sizes = sizes[: regime_prefix(sweep, end, variable, sizes) or 0]
+                stopped = "" if sizes else f"Table 1's term carries no {variable} within 2^20 times {x[-1]:g}"
+            for value in sizes:
                 spec = sized(end, variable, value)
                 if spec is None:
                     stopped = f"{variable} = {round(value)} is no size {end.layer} takes"
@@ -137,12 +184,11 @@ def propose(
                 chosen.append(spec)
                 costs.append(end_s * (getattr(spec, variable) / float(x[-1])) ** growth)
             words = _sweep_words(end, variable)
-            proposals.append(Proposal(words, variable, row["reason"], tuple(chosen), tuple(costs), stopped))
+            proposals.append(Proposal(words, variable, row["reason"], tuple(chosen), tuple(costs), stopped, whole))
     return proposals
 
 
 def modelled(specs: list[PointSpec], call_s: Callable[[PointSpec], float]) -> pd.DataFrame:
-    """The rows a run would store of `specs` were each call `call_s` long, its FLOPs the analytic ones."""
     wall = clocks.TIME_COLUMNS[WALL][0]
     rows = [
         s.as_row() | dict(status="ok", point_id=s.point_id, flops_counted=estimate.analytic_flops(s)) for s in specs
@@ -229,10 +275,12 @@ def choose(proposals: list[Proposal], left_s: float, told: set[str]) -> tuple[li
             lines.append(f"extending {p.sweep} to {p.variable} = {sizes}: {short_reason(p.reason)}")
             continue
         if p.specs:
+            needed = p.specs if p.whole else p.specs[:1]
+            sizes = ", ".join(f"{getattr(s, p.variable):,}" for s in needed)
+            what = f"the {len(needed)} points it needs" if len(needed) > 1 else "its next point"
             stop = (
-                f"its next point ({p.variable} = {getattr(p.specs[0], p.variable):,}) would take about "
-                f"{format_duration(p.costs_s[0])}, over the {format_duration(max(left_s, 0))} left of the "
-                "extension's budget"
+                f"{what} ({p.variable} = {sizes}) would take about {format_duration(sum(p.costs_s[: len(needed)]))}, "
+                f"over the {format_duration(max(left_s, 0))} left of the extension's budget"
             )
         else:
             stop = p.stopped or "no larger size is left to add"

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import extend, policy
+from bench import estimate, extend, policy
 from bench.cli import main
 from bench.estimate import estimate_plan
 from bench.folder import read_points
@@ -84,6 +84,21 @@ def test_a_wide_interval_gets_points_inside_its_fitted_range_before_any_beyond_i
     assert sizes == [3 * 2**20, 3 * 2**19]  # the midpoints (sized: 2^21.5 → 3·2^20), largest first; no ladder yet
     assert proposal.costs_s == pytest.approx([0.75, 0.375])
     assert extend.largest_midpoints(np.array([1.0, 1.2, 1.5, 4.0]), 1.0, 1.5) == []  # steps under √2: no midpoint
+
+
+def test_flops_not_yet_in_table1s_regime_get_the_points_that_reach_it_all_or_none():
+    specs = [PointSpec("attention", n=n, d=128, batch=1, heads=2) for n in (64, 128, 256)]
+    flops = [estimate.analytic_flops(s) for s in specs]  # n·d² still outweighs n²·d: exponent 1.34 against 2
+    points = _points(specs, [f / 1e10 for f in flops], flops)
+    (proposal,) = extend.propose(points, {s.point_id: s for s in specs}, lambda pid: 1.0, {"cpu": math.inf})
+    assert "does not set the counted FLOPs" in proposal.reason and proposal.whole
+    # the local exponent is within 0.15 of 2 from n = 2048 on: two steps to it (√8·256 → 768), then two more
+    assert extend.flops_regime_start(specs[-1], "n", 2.0) == 2048
+    assert [s.n for s in proposal.specs] == [768, 2048, 4096, 8192]
+    total = sum(proposal.costs_s)
+    assert extend.choose([proposal], total - 1, set())[0] == []  # a prefix would not decide: none
+    assert "the 4 points it needs (n = 768, 2,048, 4,096, 8,192)" in extend.choose([proposal], total - 1, set())[1][0]
+    assert extend.choose([proposal], total, set())[0] == list(proposal.specs)
 
 
 def test_memory_stops_a_sweep_and_says_so():
