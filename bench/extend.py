@@ -27,7 +27,7 @@ from .sweeps import (
     table1_regime_start,
 )
 
-MAX_ROUNDS = 4
+MAX_ROUNDS = 8
 NEW_PER_ROUND = 2
 MIN_RATIO, MAX_RATIO = math.sqrt(2), 2.0
 FLOPS_TERM = "does not set the counted FLOPs"
