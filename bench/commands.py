@@ -14,6 +14,7 @@ import models
 
 from . import folder, interrupts, machine, storage
 from .errors import BadInput, RunFailed
+from .load import sample_load
 from .policy import CPU, EXTEND_BUDGET, TimingPolicy
 from .preflight import before_measuring, device_memory, machine_rates, print_lines, wide_kernel_warnings
 from .presets import Preset, get_preset, load_presets
@@ -186,8 +187,9 @@ def _run_on(args, argv, cluster) -> int:
             run.log(f"measuring the rest here, not on Ray (it was begun on {run.meta['ray'].get('address')})")
     else:
         specs, rates, policy = _what_to_measure(args, cluster)
+        load = sample_load()
         lines = before_measuring(
-            specs, policy, threads=args.threads, yes=args.yes, on_cluster=cluster is not None, rates=rates
+            specs, policy, threads=args.threads, yes=args.yes, on_cluster=cluster is not None, rates=rates, load=load
         )
         run = Run.create(
             specs,
@@ -198,6 +200,7 @@ def _run_on(args, argv, cluster) -> int:
             threads=args.threads,
             seed=args.seed or 0,
             cluster=cluster,
+            load=load,
         )
         print_lines(lines)  # before measuring, which goes ahead
     try:

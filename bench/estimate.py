@@ -163,10 +163,11 @@ class PlanEstimate:
     extra_s: float = 0.0  # at most this much more: the passes that sample points until their time is known
     extend_s: float = 0.0  # and at most this: points beyond the sweeps that do not decide yet (bench.extend)
     extend_foreseen_s: float = 0.0
+    slowdown: float = 1.0
 
     @property
     def time_s(self) -> float:
-        return sum(p.time_s for p in self.points) + self.peaks_s + self.extend_foreseen_s
+        return (sum(p.time_s for p in self.points) + self.peaks_s + self.extend_foreseen_s) * self.slowdown
 
     def largest(self) -> dict[str, PointEstimate]:
         """Each device's point of the largest memory estimate: the run's peak there (points run one at a time)."""

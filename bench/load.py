@@ -85,6 +85,11 @@ def choose_threads(load: Load, cores: int) -> tuple[int, str]:
     return threads, why
 
 
+def slowdown(load: Load, threads: int) -> float:
+    """How much longer a run of `threads` takes than alone: the cores it and the others want over those there are."""
+    return max(1.0, (load.others_busy_cores + threads) / load.logical_cores)
+
+
 def busy_warning(load: Load) -> str | None:
     if not load.busy:
         return None
@@ -96,9 +101,9 @@ def busy_warning(load: Load) -> str | None:
     )
 
 
-def decide_threads(requested: int | None, cap: int | None = None) -> tuple[int, str, Load]:
-    """(threads, why, load before the run): --threads, or what the free cores allow, at most `cap`."""
-    load = sample_load()
+def decide_threads(requested: int | None, cap: int | None = None, load: Load | None = None) -> tuple[int, str, Load]:
+    """(threads, why, load before the run, sampled unless given): --threads, or what the free cores allow, ≤ `cap`."""
+    load = load or sample_load()
     if requested is not None:
         return requested, f"--threads {requested}, as asked", load
     threads, why = choose_threads(load, physical_cores())

@@ -28,7 +28,7 @@ THREAD, PROCESS = "thread", "process"  # the CPU clock read: the calling thread'
 MAX_TARGET_TIME_S = 60.0  # seconds of rounds per point: infinity overflows the round count; a minute is ample
 MAX_ROUNDS = 10_000  # each round lasts at least min_round_s, and timings.jsonl keeps every round
 MAX_PASSES = 100  # each pass visits every point and times at least MIN_ROUNDS_PER_PASS rounds of it
-EXTEND_MEMORY_SHARE = 0.5  # a point the run adds holds at most this share of its device's memory available
+EXTEND_MEMORY_SHARE = 0.5
 EXTEND_BUDGET = 0.5  # `run`'s extend_budget unless a preset's, SEQBENCH_EXTEND_BUDGET or --no-extend (default: 0)
 EXTEND_MIN_S = 90.0
 

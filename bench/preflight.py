@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 
 import pandas as pd
 import psutil
@@ -14,6 +15,7 @@ import models
 from . import cgroup, estimate, machine
 from .errors import BadInput
 from .estimate import PlanEstimate, PointEstimate, device_kind
+from .load import Load, choose_threads, physical_cores, slowdown
 from .policy import EXTEND_MEMORY_SHARE, TimingPolicy
 from .spec import DECODE_MODE, LAYER_SIZES, SIZES, PointSpec, expand_grid
 from .sweeps import (
@@ -191,6 +193,8 @@ def summary_line(plan: PlanEstimate) -> str:
             f"; extending the sweeps whose time does not decide at most {format_duration(plan.extend_s)} in all, "
             f"each added point within {EXTEND_MEMORY_SHARE:.0%} of the memory available"
         )
+    if plan.slowdown > 1:
+        extra += f"; all {plan.slowdown:.1f}x what it would take alone: other processes are busy on the cores"
     return (
         f"plan: {len(plan.points)} points, about {format_duration(plan.time_s)} on this machine "
         f"(estimate{extra}), peak memory about {memory or '0 B'}"
@@ -307,7 +311,6 @@ def confirm_plan(
 
 
 def machine_rates(specs: list[PointSpec], threads: int | None) -> dict[str, float]:
-    from .load import Load, choose_threads, physical_cores
     from .threads import pinned_threads
 
     quiet = Load(others_busy_cores=0.0, loadavg_1m=0.0, logical_cores=psutil.cpu_count() or 1, wall_s=0.0)
@@ -323,6 +326,7 @@ def before_measuring(
     yes: bool,
     on_cluster: bool,
     rates: dict[str, float] | None = None,
+    load: Load | None = None,
 ) -> list[str]:
     """The lines to print before a new run measures (warnings, then `plan: ...`); BadInput where it is refused."""
     warnings = plan_warnings(specs) + wide_kernel_warnings((s.layer, s.n, s.k) for s in specs)
@@ -332,6 +336,8 @@ def before_measuring(
             f"plan: {len(specs)} points (no estimate: this machine has no GPU to time a matmul on)",
         ]
     plan = estimate.estimate_plan(specs, policy, rates or machine_rates(specs, threads))
+    if load is not None and not on_cluster:
+        plan = replace(plan, slowdown=slowdown(load, threads or choose_threads(load, physical_cores())[0]))
     available, total = device_memory({s.device for s in specs})
     lines = [f"warning: {line}" for line in [*warnings, *expected_ooms(plan, total)]]
     lines.append(summary_line(plan))

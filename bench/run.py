@@ -85,8 +85,9 @@ class Run:
         seed: int = 0,
         log: Callable[[str], None] = _stderr,
         cluster: Elsewhere | None = None,
+        load: Load | None = None,
     ) -> Run:
-        threads, why, load = decide_threads(threads, threads_cap)
+        threads, why, load = decide_threads(threads, threads_cap, load)
         folder = RunFolder.create(out, "-".join(sorted({s.device for s in specs})))
         run = cls(folder, specs, policy, seed, log, cluster)
         try:

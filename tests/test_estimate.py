@@ -190,6 +190,20 @@ def test_the_ceilings_are_counted_per_dtype_for_compute_and_once_per_device_for_
     assert plan.peaks_s == pytest.approx(2 * 2 * compute_s + estimate.MEMORY_CEILINGS_S["cpu"])
 
 
+def test_a_busy_machine_lengthens_the_estimate_by_the_cores_wanted_over_those_there():
+    from bench.load import Load, slowdown
+
+    busy, quiet = Load(2.0, 2.0, 2, 1.0), Load(0.0, 0.1, 2, 1.0)
+    assert slowdown(busy, 1) == 1.5 and slowdown(quiet, 1) == 1.0 and slowdown(Load(1.0, 1.0, 4, 1.0), 2) == 1.0
+    specs = [PointSpec("conv", n, 8, k=3) for n in (64, 128)]
+    plan = estimate_plan(specs, QUICK_POLICY, {"cpu": RATE})
+    assert dataclasses.replace(plan, slowdown=1.5).time_s == pytest.approx(1.5 * plan.time_s)
+    args = dict(threads=1, yes=True, on_cluster=False, rates={"cpu": RATE})
+    said = preflight.before_measuring(specs, QUICK_POLICY, load=busy, **args)[-1]
+    assert "all 1.5x what it would take alone" in said
+    assert "alone" not in preflight.before_measuring(specs, QUICK_POLICY, load=quiet, **args)[-1]
+
+
 def test_estimate_plan_wants_a_rate_for_every_device_and_dtype():
     with pytest.raises(ValueError, match="cuda-bfloat16"):
         estimate_plan([PointSpec("conv", 8, 8, k=3, device="cuda", dtype="bfloat16")], QUICK_POLICY, {"cpu": RATE})
