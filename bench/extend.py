@@ -207,7 +207,7 @@ def forecast_s(specs, call_s, visit_s, budget_s: float, limits: Mapping[str, flo
             break
         known += chosen
         spent_s += sum(map(visit_s, chosen))
-    return spent_s
+    return min(spent_s, budget_s)
 
 
 def first_pass_forecast_s(calls_s: Mapping[PointSpec, float], policy, meta: dict, budget_s: float) -> float | None:
