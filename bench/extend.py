@@ -265,7 +265,7 @@ def memory_limits(devices) -> dict[str, float]:
 def choose(proposals: list[Proposal], left_s: float, told: set[str]) -> tuple[list[PointSpec], list[str], float]:
     """(the points that fit in left_s, sweeps against n first, the cheapest first; the lines to log; their cost)."""
     chosen, lines, cost_s = [], [], 0.0
-    for p in sorted(proposals, key=lambda p: (VARIABLES.index(p.variable), p.costs_s[:1])):
+    for p in sorted(proposals, key=lambda p: (VARIABLES.index(p.variable), sum(p.costs_s[: None if p.whole else 1]))):
         taken = p.affordable(left_s)
         if taken:
             left_s -= sum(p.costs_s[:taken])
