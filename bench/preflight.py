@@ -193,7 +193,7 @@ def summary_line(plan: PlanEstimate) -> str:
             f"; extending the sweeps whose time does not decide at most {format_duration(plan.extend_s)} in all, "
             f"each added point within {EXTEND_MEMORY_SHARE:.0%} of the memory available"
         )
-    if plan.slowdown > 1:
+    if plan.slowdown >= 1.05:
         extra += f"; all {plan.slowdown:.1f}x what it would take alone: other processes are busy on the cores"
     return (
         f"plan: {len(plan.points)} points, about {format_duration(plan.time_s)} on this machine "

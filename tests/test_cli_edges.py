@@ -16,6 +16,7 @@ from bench.commands import MAX_PATHS_N, RESUME_READS, check_preset_device
 from bench.errors import BadInput
 from bench.estimate import PlanEstimate, PointEstimate
 from bench.folder import RunFolder
+from bench.load import Load
 from bench.policy import MAX_PASSES, MAX_ROUNDS, MAX_TARGET_TIME_S, TimingPolicy
 from bench.preflight import confirm_plan, wide_kernel_warnings
 from bench.presets import get_preset
@@ -280,6 +281,10 @@ def test_run_prints_the_plan_before_measuring(capsys, tmp_path, no_measuring, mo
         return stub(run, progress)
 
     monkeypatch.setattr(Run, "execute", execute)
+    quiet = Load(others_busy_cores=0.0, loadavg_1m=0.0, logical_cores=2, wall_s=1.0)
+    monkeypatch.setattr(
+        "bench.commands.sample_load", lambda: quiet
+    )  # the line of a machine alone (busy: test_estimate)
     assert main([*GRID, "--n", "64,128", "--out", str(tmp_path / "run"), "--no-progress"]) == 0
     (err,) = printed
     (line,) = [line for line in err.splitlines() if line.startswith("plan: ")]
