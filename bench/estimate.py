@@ -178,6 +178,10 @@ class PlanEstimate:
         return out
 
 
+def rate_of(rates: Mapping[str, float], spec: PointSpec) -> float:
+    return rates[device_key(spec.device, spec.dtype)]
+
+
 def estimate_plan(specs: Iterable[PointSpec], policy: TimingPolicy, rates: Mapping[str, float]) -> PlanEstimate:
     """The estimate of a run of `specs`; `rates`: compute FLOP/s by `device_key(device, dtype)`, as in meta.json."""
     specs = list(specs)
@@ -187,8 +191,8 @@ def estimate_plan(specs: Iterable[PointSpec], policy: TimingPolicy, rates: Mappi
     points = tuple(
         PointEstimate(
             spec=s,
-            call_s=call_time_s(s, rates[device_key(s.device, s.dtype)]),
-            time_s=point_time_s(s, policy, rates[device_key(s.device, s.dtype)]),
+            call_s=call_time_s(s, rate_of(rates, s)),
+            time_s=point_time_s(s, policy, rate_of(rates, s)),
             memory_bytes=point_memory_bytes(s),
         )
         for s in specs
@@ -203,13 +207,10 @@ def estimate_plan(specs: Iterable[PointSpec], policy: TimingPolicy, rates: Mappi
         return PlanEstimate(points, peaks_s, extra_s)
     from . import extend
 
-    def rate(s: PointSpec) -> float:
-        return rates[device_key(s.device, s.dtype)]
-
     foreseen_s = extend.forecast_s(
         specs,
-        lambda s: call_time_s(s, rate(s)),
-        lambda s: point_time_s(s, policy, rate(s)),
+        lambda s: call_time_s(s, rate_of(rates, s)),
+        lambda s: point_time_s(s, policy, rate_of(rates, s)),
         extend_s,
         extend.memory_limits({s.device for s in specs}),
     )

@@ -145,13 +145,14 @@ def propose(
     specs: Mapping[str, PointSpec],
     visit_s: Callable[[str], float],
     memory_limits: Mapping[str, float],
+    fit: Callable[[str, pd.DataFrame, str], dict] = time_row,
 ) -> list[Proposal]:
     """Each undecided time sweep of a run's `points` and its next points (`visit_s`: a stored point's seconds)."""
     proposals = []
     for variable in VARIABLES:
         for fixed, sweep in sweeps(points, variable):
             sweep = sweep.sort_values(variable)
-            row = time_row(fixed["layer"], sweep, variable)
+            row = fit(fixed["layer"], sweep, variable)
             if len(sweep) < MIN_FIT_POINTS or not answerable(row) or sweep["point_id"].iloc[-1] not in specs:
                 continue
             end = specs[sweep["point_id"].iloc[-1]]
@@ -198,10 +199,17 @@ def modelled(specs: list[PointSpec], call_s: Callable[[PointSpec], float]) -> pd
 
 def forecast_s(specs, call_s, visit_s, budget_s: float, limits: Mapping[str, float]) -> float:
     """Seconds bench.run's extension rounds would take were a point's call `call_s(spec)`, its visits `visit_s(spec)`."""
-    known, spent_s, told = list(specs), 0.0, set()
+    known, spent_s, told, fitted = list(specs), 0.0, set(), {}
+
+    def fit(layer: str, sweep: pd.DataFrame, variable: str) -> dict:
+        key = (variable, *sweep["point_id"])
+        if key not in fitted:
+            fitted[key] = time_row(layer, sweep, variable)
+        return fitted[key]
+
     for _ in range(MAX_ROUNDS):
         ids = {s.point_id: s for s in known}
-        proposals = propose(modelled(known, call_s), ids, lambda pid: visit_s(ids[pid]), limits)
+        proposals = propose(modelled(known, call_s), ids, lambda pid: visit_s(ids[pid]), limits, fit)
         chosen = choose(proposals, budget_s - spent_s, told)[0]
         if not chosen:
             break
@@ -216,22 +224,21 @@ def first_pass_forecast_s(calls_s: Mapping[PointSpec, float], policy, meta: dict
     if not {device_key(s.device, s.dtype) for s in calls_s} <= set(rates):
         return None
 
-    def rate(s: PointSpec) -> float:
-        return rates[device_key(s.device, s.dtype)]
+    def modelled_s(s: PointSpec) -> float:
+        return estimate.call_time_s(s, estimate.rate_of(rates, s))
+
+    def layer(s: PointSpec) -> tuple:
+        return s.layer, s.mode, s.device, s.dtype
 
     ratios: dict[tuple, list[float]] = {}
     for s, t in calls_s.items():
-        ratios.setdefault((s.layer, s.mode, s.device, s.dtype), []).append(t / estimate.call_time_s(s, rate(s)))
+        ratios.setdefault(layer(s), []).append(t / modelled_s(s))
 
     def call_s(s: PointSpec) -> float:
-        if s in calls_s:
-            return calls_s[s]
-        return estimate.call_time_s(s, rate(s)) * float(
-            np.median(ratios.get((s.layer, s.mode, s.device, s.dtype), [1.0]))
-        )
+        return calls_s[s] if s in calls_s else modelled_s(s) * float(np.median(ratios.get(layer(s), [1.0])))
 
     def visit_s(s: PointSpec) -> float:
-        return estimate.point_time_s(s, policy, rate(s), call_s(s))
+        return estimate.point_time_s(s, policy, estimate.rate_of(rates, s), call_s(s))
 
     return forecast_s(list(calls_s), call_s, visit_s, budget_s, memory_limits({s.device for s in calls_s}))
 

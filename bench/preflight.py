@@ -15,7 +15,7 @@ import models
 from . import cgroup, estimate, machine
 from .errors import BadInput
 from .estimate import PlanEstimate, PointEstimate, device_kind
-from .load import Load, choose_threads, physical_cores, slowdown
+from .load import Load, choose_threads, decide_threads, physical_cores, slowdown
 from .policy import EXTEND_MEMORY_SHARE, TimingPolicy
 from .spec import DECODE_MODE, LAYER_SIZES, SIZES, PointSpec, expand_grid
 from .sweeps import (
@@ -337,7 +337,7 @@ def before_measuring(
         ]
     plan = estimate.estimate_plan(specs, policy, rates or machine_rates(specs, threads))
     if load is not None and not on_cluster:
-        plan = replace(plan, slowdown=slowdown(load, threads or choose_threads(load, physical_cores())[0]))
+        plan = replace(plan, slowdown=slowdown(load, decide_threads(threads, load=load)[0]))
     available, total = device_memory({s.device for s in specs})
     lines = [f"warning: {line}" for line in [*warnings, *expected_ooms(plan, total)]]
     lines.append(summary_line(plan))

@@ -312,9 +312,12 @@ def _every_row_line(ctx: ReportContext, source: str, rows) -> str:
     ]
     cached = any(not _uncached(name) for name, *_ in rows)
     how = "" if cached else "; each token made without a cache, by the causal forward over its prefix"
+    return f"{_lead(ctx, source)}{'; '.join(phrases)}{how} (section {TITLE})."
+
+
+def _lead(ctx: ReportContext, source: str) -> str:
     return (
-        f"**Generating on {_label(ctx, source)}**, the time of one token's step against its position t grows as "
-        f"t^e: {'; '.join(phrases)}{how} (section {TITLE})."
+        f"**Generating on {_label(ctx, source)}**, the time of one token's step against its position t grows as t^e: "
     )
 
 
@@ -330,8 +333,7 @@ def decode_headline(ctx: ReportContext) -> str:
             continue
         a_time, r_time = (_time_phrase(ctx, source, layer) for layer in (attention_name, recurrent_name))
         lines.append(
-            f"**Generating on {_label(ctx, source)}**, the time of one token's step against its position t "
-            f"grows as t^e: {a_time} for {models.ROLES.attention} with a key/value cache (predicted "
+            f"{_lead(ctx, source)}{a_time} for {models.ROLES.attention} with a key/value cache (predicted "
             f"{models.LAYERS[models.ROLES.attention].decode.compute_text}), {r_time} for the "
             f"{models.ROLES.recurrent} ({models.LAYERS[models.ROLES.recurrent].decode.compute_text}); the state "
             f"they keep: {_state_at(ctx, source, models.ROLES.attention, attention)} against "
