@@ -159,15 +159,15 @@ def propose(
             x = sweep[variable].to_numpy(float)
             growth = _growth(sweep, variable, [visit_s(pid) if pid in specs else math.nan for pid in sweep["point_id"]])
             end_s = visit_s(end.point_id)
-            chosen, costs, stopped = [], [], ""
-            inside = (
-                largest_midpoints(x, row["x_min"], row["x_max"]) if any(w in row["reason"] for w in NARROWABLE) else []
-            )
-            sizes, whole = inside or ladder(x, row.get("plateau_size", math.nan)), FLOPS_TERM in row["reason"]
+            chosen, costs, stopped, whole = [], [], "", FLOPS_TERM in row["reason"]
             if whole:
                 sizes = ladder(x, flops_regime_start(end, variable, _step(x)))
                 sizes = sizes[: regime_prefix(sweep, end, variable, sizes) or 0]
                 stopped = "" if sizes else f"Table 1's term carries no {variable} within 2^20 times {x[-1]:g}"
+            elif any(words in row["reason"] for words in NARROWABLE):
+                sizes = largest_midpoints(x, row["x_min"], row["x_max"]) or ladder(x, row.get("plateau_size", math.nan))
+            else:
+                sizes = ladder(x, row.get("plateau_size", math.nan))
             for value in sizes:
                 spec = sized(end, variable, value)
                 if spec is None:
@@ -184,6 +184,8 @@ def propose(
                     break
                 chosen.append(spec)
                 costs.append(end_s * (getattr(spec, variable) / float(x[-1])) ** growth)
+            if whole and stopped:
+                chosen, costs = [], []
             words = _sweep_words(end, variable)
             proposals.append(Proposal(words, variable, row["reason"], tuple(chosen), tuple(costs), stopped, whole))
     return proposals

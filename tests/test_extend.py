@@ -99,6 +99,10 @@ def test_flops_not_yet_in_table1s_regime_get_the_points_that_reach_it_all_or_non
     assert extend.choose([proposal], total - 1, set())[0] == []  # a prefix would not decide: none
     assert "the 4 points it needs (n = 768, 2,048, 4,096, 8,192)" in extend.choose([proposal], total - 1, set())[1][0]
     assert extend.choose([proposal], total, set())[0] == list(proposal.specs)
+    # memory that stops it before its regime: none of its points, and why (a part would decide nothing)
+    limit = estimate.point_memory_bytes(proposal.specs[2]) - 1
+    (capped,) = extend.propose(points, {s.point_id: s for s in specs}, lambda pid: 1.0, {"cpu": limit})
+    assert capped.whole and capped.specs == () and "n = 4096 would hold about" in capped.stopped
 
 
 def test_memory_stops_a_sweep_and_says_so():
