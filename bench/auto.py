@@ -7,12 +7,15 @@ from collections.abc import Iterable, Mapping
 import models
 
 from .errors import BadInput
-from .estimate import call_parts_s, device_kind, point_memory_bytes, point_time_s
+from .estimate import call_parts_s, device_kind, point_memory_bytes, point_time_s, rate_of
+from .extend import flops_regime_start
 from .policy import EXTEND_MEMORY_SHARE, TimingPolicy
-from .spec import DECODE_MODE, PointSpec, device_key, expand_grid
+from .spec import DECODE_MODE, PointSpec, expand_grid
 
 WIDTH = {"cpu": 64, "cuda": 512}
 HEADS = {"cpu": 4, "cuda": 8}
+NARROWER = 3
+SWEEP_SHARE = 0.25
 WINDOW = {"cpu": 64, "cuda": 128}
 BATCH = 4
 KERNEL = 3
@@ -22,15 +25,16 @@ FIRST_N, LAST_N = 16, 2**24
 BUDGET_S = {"cpu": 240.0, "cuda": 150.0}  # the plan's estimated time, at most, per device
 
 
-def _spec(layer: str, n: int, device: str, dtype: str, mode: str) -> PointSpec | None:
+def _spec(layer: str, n: int, device: str, dtype: str, mode: str, d: int | None = None) -> PointSpec | None:
     kind = device_kind(device)
+    d = d or WIDTH[kind]
     try:
         (spec,) = expand_grid(
             [layer],
             [n],
-            [WIDTH[kind]],
+            [d],
             k=[KERNEL],
-            heads=[HEADS[kind]],
+            heads=[max(1, HEADS[kind] * d // WIDTH[kind])],
             window=[WINDOW[kind]],
             batch=[BATCH],
             devices=[device],
@@ -49,16 +53,26 @@ def _state_grows(spec: PointSpec) -> bool:
     )
 
 
-def start_n(layer: str, device: str, dtype: str, mode: str, rate: float, memory_bytes: float) -> int | None:
-    """The least n where a call's growing part is WORK_OVER_CALL times its fixed cost, or the last 16x in memory."""
-    n, fits = FIRST_N, None
+def regime_n(layer: str, device: str, dtype: str, mode: str, d: int | None = None) -> int:
+    """The least power of two from which the analytic FLOPs double as Table 1's term says (FIRST_N if never)."""
+    first = next(s for n in range(4, 25) if (s := _spec(layer, 2**n, device, dtype, mode, d)) is not None)
+    start = flops_regime_start(first, "n", 2.0)
+    return max(FIRST_N, int(start)) if start == start else FIRST_N
+
+
+def start_n(
+    layer: str, device: str, dtype: str, mode: str, rate: float, memory_bytes: float, d: int | None = None
+) -> int | None:
+    """The least n from regime_n where a call's growing part is WORK_OVER_CALL times its fixed cost, or the last 16x."""
+    least = regime_n(layer, device, dtype, mode, d)
+    n, fits = least, None
     while n <= LAST_N:
-        spec = _spec(layer, n, device, dtype, mode)
+        spec = _spec(layer, n, device, dtype, mode, d)
         if spec is None:
             n *= 2
             continue
         if point_memory_bytes(spec) > memory_bytes:
-            return fits // 2 ** (POINTS - 1) if fits and fits // 2 ** (POINTS - 1) >= FIRST_N else None
+            return fits // 2 ** (POINTS - 1) if fits and fits // 2 ** (POINTS - 1) >= least else None
         fits = n
         fixed_s, growing_s = call_parts_s(spec, rate)
         if growing_s >= WORK_OVER_CALL * fixed_s or (mode == DECODE_MODE and not _state_grows(spec)):
@@ -67,13 +81,47 @@ def start_n(layer: str, device: str, dtype: str, mode: str, rate: float, memory_
     return None
 
 
-def _doubling(layer: str, first: int | None, device: str, dtype: str, mode: str, limit: float) -> list[PointSpec]:
+def _doubling(
+    layer: str, first: int | None, device: str, dtype: str, mode: str, limit: float, d: int
+) -> list[PointSpec]:
     sweep = []
     for i in range(POINTS if first is not None else 0):
-        spec = _spec(layer, first * 2**i, device, dtype, mode)
+        spec = _spec(layer, first * 2**i, device, dtype, mode, d)
         if spec is not None and point_memory_bytes(spec) <= limit:
             sweep.append(spec)
     return sweep
+
+
+def _sweep(
+    layer: str, device: str, dtype: str, mode: str, rate: float, limit: float, policy: TimingPolicy
+) -> tuple[list, list[str]]:
+    """(the sweep, what to say): the widest of NARROWER halvings of the width in its budget share, else the cheapest."""
+    kind = device_kind(device)
+    widest, share_s = WIDTH[kind], SWEEP_SHARE * BUDGET_S[kind]
+    where = f"{layer} ({mode} on {device})"
+    found = []
+    for d in (widest >> i for i in range(NARROWER + 1)):
+        first = start_n(layer, device, dtype, mode, rate, limit, d)
+        sweep = _doubling(layer, first, device, dtype, mode, limit, d)
+        said = []
+        if first is not None and len(sweep) < MIN_POINTS and sweep:
+            first = sweep[-1].n // 2 ** (MIN_POINTS - 1)
+            ok = first >= regime_n(layer, device, dtype, mode, d)
+            sweep = _doubling(layer, first, device, dtype, mode, limit, d) if ok else []
+            said = [f"auto: {where} starts at n = {first}: half the memory ends first"]
+        if len(sweep) >= MIN_POINTS:
+            found.append((sum(point_time_s(p, policy, rate) for p in sweep), sweep, said))
+            if found[-1][0] <= share_s:
+                break
+    if not found:
+        return [], [f"auto: {where} left out: no 8x of n in half the memory where Table 1's term sets its FLOPs"]
+    cost_s, sweep, said = found[-1] if found[-1][0] <= share_s else min(found, key=lambda f: f[0])
+    if sweep[0].d < widest:
+        why = "half the memory ends before 8x of n where Table 1's term sets its FLOPs"
+        if any(f[1][0].d == widest for f in found):
+            why = f"its sweep would take {found[0][0]:.0f} s, {cost_s:.0f} s here"
+        said.append(f"auto: {where} at d = {sweep[0].d}, {sweep[0].heads or 1} head(s): at d = {widest}, {why}")
+    return sweep, said
 
 
 def probe_spec(layer: str, device: str, dtype: str) -> PointSpec:
@@ -92,32 +140,25 @@ def plan(
     """(the specs, a line per sweep left out or trimmed): POINTS doublings from `start_n`, within memory and budget."""
     specs, notes = [], []
     for device in devices:
-        rate, limit = rates[device_key(device, dtype)], EXTEND_MEMORY_SHARE * memory_bytes[device]
+        limit = EXTEND_MEMORY_SHARE * memory_bytes[device]
         sweeps = []
         for grid in grids:
             each, layers = grid["mode"][0], grid["layers"]
             if mode not in (None, each):
                 continue
             for layer in layers:
-                first = start_n(layer, device, dtype, each, rate, limit)
-                sweep = _doubling(layer, first, device, dtype, each, limit)
-                if first is not None and len(sweep) < MIN_POINTS and sweep:
-                    first = sweep[-1].n // 2 ** (MIN_POINTS - 1)
-                    sweep = _doubling(layer, first, device, dtype, each, limit) if first >= FIRST_N else []
-                    if len(sweep) >= MIN_POINTS:
-                        notes.append(
-                            f"auto: {layer} ({each} on {device}) starts at n = {first}: half the memory ends first"
-                        )
-                if len(sweep) < MIN_POINTS:
-                    notes.append(f"auto: {layer} ({each} on {device}) left out: no 8x of n in half the memory")
-                    continue
-                sweeps.append(sweep)
-        cost = {id(s): sum(point_time_s(p, policy, rate) for p in s) for s in sweeps}
+                rate = rate_of(rates, probe_spec(layer, device, dtype))
+                sweep, said = _sweep(layer, device, dtype, each, rate, limit, policy)
+                notes += said
+                if sweep:
+                    sweeps.append(sweep)
+        cost = {id(s): sum(point_time_s(p, policy, rate_of(rates, p)) for p in s) for s in sweeps}
         while sum(cost.values()) > BUDGET_S[device_kind(device)]:
             dearest = max((s for s in sweeps if len(s) > MIN_POINTS), key=lambda s: cost[id(s)], default=None)
             if dearest is None:
                 break
             notes.append(f"auto: {dearest[-1].layer} ({dearest[-1].mode} on {device}) trimmed to n ≤ {dearest[-2].n}")
-            cost[id(dearest)] -= point_time_s(dearest.pop(), policy, rate)
+            last = dearest.pop()
+            cost[id(dearest)] -= point_time_s(last, policy, rate_of(rates, last))
         specs += [s for sweep in sweeps for s in sweep]
     return specs, notes

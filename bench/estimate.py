@@ -16,7 +16,7 @@ from .formats import stored_peaks
 from .policy import WARMUP_ROUNDS, TimingPolicy
 from .spec import DECODE_MODE, PointSpec, device_key
 
-# Fitted to the reference runs (results/reference/): CPU ones to the quick preset's, CUDA ones to the H200's.
+# Fitted to the reference runs (results/reference/): CPU ones to the quick preset's, CUDA ones to the H100's.
 CALL_OVERHEAD_S = {"cpu": 50e-6, "cuda": 50e-6}
 COMPUTE_EFFICIENCY = 0.5  # the share of the measured compute rate a layer's matrix products reach
 ACTIVATION_FLOPS_PER_BYTE = {"cpu": 128.0, "cuda": 32.0}  # element-wise work, in units of the compute rate
@@ -24,9 +24,9 @@ DECODE_CALL_S = {"cpu": 120e-6, "cuda": 100e-6}  # a decode step's few small ope
 STATE_FLOPS_PER_BYTE = {"cpu": 32.0, "cuda": 8.0}
 STEP_OVERHEAD_S = {"cpu": 10e-6, "cuda": 5e-6}  # a recurrence's per-step operators
 PROBE_STEP_S = {"cpu": 0.5e-3, "cuda": 0.7e-3}  # what the FLOP counter and the profiler add a recurrence's step
-# A visit: building the layer, the pass's record, a GPU's graph capture; and its input, drawn on the CPU (measured)
-VISIT_OVERHEAD_S = {"cpu": 5e-3, "cuda": 0.15}
-INPUT_S_PER_ELEMENT = {"cpu": 5.5e-9, "cuda": 6.6e-9}
+# A visit: building the layer, the pass's record, a GPU's graph capture; and its input, drawn on its device (measured)
+VISIT_OVERHEAD_S = {"cpu": 5e-3, "cuda": 0.02}
+INPUT_S_PER_ELEMENT = {"cpu": 5.5e-9, "cuda": 0.02e-9}
 GRAPH_PASSES = {"cpu": 0, "cuda": 1}
 MEMORY_CEILINGS_S = {"cpu": 7.0, "cuda": 1.0}  # bench.peak's bandwidth (CPU: its caches too, 5 s + 2 s) and latency
 PROBE_OVERHEAD_S = 5e-3  # the FLOP counter's and the profiler's set-up, once per point
@@ -37,7 +37,8 @@ TRAIN_STEP_CHAINS = 2
 TRAIN_HELD_COPIES = 2
 PREFILL_COPIES = 3
 CALIBRATION_CALLS = 2  # bench.timing.calibrate: a call that pays lazy initialisation, then the timed one
-# bench.peak.quick_rate: a few rounds of the peak's smallest kernels, well under a second with their warm-up
+# bench.peak.quick_rates: a few rounds of the peak's smallest kernels, well under a second with their warm-up
+CONVOLVES = " convolution"  # a rates key's suffix: the rate of a layer whose products are convolutions (`convolves`)
 QUICK_POLICY = TimingPolicy(min_rounds=3, max_rounds=10, target_s=0.05, min_round_s=0.005, passes=1)
 
 
@@ -179,7 +180,10 @@ class PlanEstimate:
 
 
 def rate_of(rates: Mapping[str, float], spec: PointSpec) -> float:
-    return rates[device_key(spec.device, spec.dtype)]
+    key = device_key(spec.device, spec.dtype)
+    return (
+        rates.get(key + CONVOLVES, rates[key]) if getattr(models.LAYERS[spec.layer], "convolves", False) else rates[key]
+    )
 
 
 def estimate_plan(specs: Iterable[PointSpec], policy: TimingPolicy, rates: Mapping[str, float]) -> PlanEstimate:
@@ -222,8 +226,10 @@ def rates_from_meta(meta: dict) -> dict[str, float]:
 
 
 def quick_rates(specs: Iterable[PointSpec]) -> dict[str, float]:
-    """bench.peak.quick_rate of every device and dtype of the plan, at the torch threads in force."""
-    return {
-        device_key(device, dtype): peak.quick_rate(device, models.DTYPES[dtype], QUICK_POLICY)
-        for device, dtype in sorted({(s.device, s.dtype) for s in specs})
-    }
+    """bench.peak.quick_rates of every device and dtype of the plan, at the torch threads in force."""
+    rates = {}
+    for device, dtype in sorted({(s.device, s.dtype) for s in specs}):
+        measured = peak.quick_rates(device, models.DTYPES[dtype], QUICK_POLICY)
+        rates[device_key(device, dtype)] = measured["matmul"]
+        rates[device_key(device, dtype) + CONVOLVES] = measured["convolution"]
+    return rates

@@ -329,8 +329,7 @@ def extended_text(sweep: pd.DataFrame, variable: str) -> str:
 
 
 def two_term_fit(points: pd.DataFrame) -> tuple[float, float, float, float]:
-    """(c, a, b, rms relative error) of time ≈ c + a·n·d² + b·n²·d for attention points (their time on one
-    clock in `time_s`), by non-negative least squares on relative error: both terms matter near n ~ d."""
+    """(c, a, b, rms relative error): attention's `time_s` ≈ c + a·n·d² + b·n²·d, non-negative least squares."""
     n, d, t = (points[c].to_numpy(float) for c in ("n", "d", "time_s"))
     basis = np.column_stack([np.ones_like(n), n * d**2, n**2 * d]) / t[:, None]
     coef, _ = optimize.nnls(basis, np.ones_like(t))

@@ -24,8 +24,7 @@ def exit_code(exc: BaseException | None = None) -> int:
 
 
 def exit_at_once() -> None:
-    """Until the program can save anything (while it imports): a signal ends it at once, with one line. Raising
-    instead would interrupt an import half-way: a traceback, or a half-built module failing later."""
+    """While it imports, a signal ends the program at once in one line (raising would leave a half-built module)."""
 
     def handler(signum, frame):
         os.write(2, f"interrupted ({NAMES.get(signum, signum)}) while starting; nothing was stored\n".encode())

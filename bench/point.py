@@ -1,5 +1,4 @@
-"""One pass over one point of a sweep: build its layer, prepare its call, time a share of its rounds, and on its
-first pass run the probes after them (they slow the call). bench.run schedules and stores the passes."""
+"""One pass over one point: build its layer and call, time a share of its rounds, on a first pass the probes after."""
 
 from __future__ import annotations
 
@@ -32,6 +31,16 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MESSAGES)
 
 
+def draws(seed: int, device: str) -> Callable[..., torch.Tensor]:
+    """draw(*shape, dtype=None) on `device` itself (a CPU draw took 4-6 ns an element, most of a GPU visit's time)."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+
+    def draw(*shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return torch.randn(shape, generator=generator, device=device).to(dtype=dtype)
+
+    return draw
+
+
 @dataclass(frozen=True)
 class PassResult:
     rounds_planned: int  # the point's rounds over all passes (its calibration)
@@ -58,8 +67,7 @@ def one_call(
         return forward, forward
     layer.train()
     x.requires_grad_(True)
-    generator = torch.Generator(device="cpu").manual_seed(seed + 1)
-    upstream = torch.randn(x.shape, generator=generator).to(x.device, x.dtype)
+    upstream = draws(seed + 1, spec.device)(*x.shape, dtype=x.dtype)
     leaves = (x, *(p for p in layer.parameters() if p.requires_grad))
 
     def train_step():
@@ -72,11 +80,10 @@ def one_call(
 
 def decode_call(spec: PointSpec, layer: torch.nn.Module, seed: int) -> tuple[Callable[[], object], int]:
     """(call, the state's bytes): the step at position n from a prefilled state (method: docs/method.md)."""
-    generator = torch.Generator(device="cpu").manual_seed(seed)
-    dtype = spec.config().torch_dtype
+    draw, dtype = draws(seed, spec.device), spec.config().torch_dtype
 
     def tokens(n: int) -> torch.Tensor:
-        return torch.randn(spec.batch, n, spec.d, generator=generator).to(spec.device, dtype)
+        return draw(spec.batch, n, spec.d, dtype=dtype)
 
     if spec.mode == RECOMPUTE_MODE:
         x = tokens(spec.n + 1)
@@ -121,8 +128,7 @@ def measure_pass(
             call, state_bytes = decode_call(spec, layer, seed)
             forward = call
         else:
-            generator = torch.Generator(device="cpu").manual_seed(seed)
-            x = torch.randn(spec.batch, spec.n, spec.d, generator=generator).to(spec.device, cfg.torch_dtype)
+            x = draws(seed, spec.device)(spec.batch, spec.n, spec.d, dtype=cfg.torch_dtype)
             call, forward = one_call(spec, layer, x, seed)
         on_gpu = spec.device.startswith("cuda")
         target = synced(call, torch.cuda.synchronize if on_gpu else None)

@@ -97,6 +97,7 @@ class Conv(_Convolution):
     """Conv1d d -> d with an odd kernel k, centered: output i sees inputs i-(k-1)/2 .. i+(k-1)/2."""
 
     uses = ("k",)
+    convolves = True
     table1 = Table1Row(lambda n, d, k, r: k * n * d**2, "O(k·n·d²)", "O(1)", "O(n/k)", sizes=("k",))
     decode = DecodeRow(
         lambda t, d, k, r, dil: k * d**2, "O(k·d²)", lambda t, d, k, r, dil: k * d, "O(k·d)", ("k",), source=WAVENET

@@ -4,13 +4,14 @@ the machine at hand, doubles over 16x, and stays within the memory and the time 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 import models
 from bench import auto
 from bench.cli import main
-from bench.estimate import call_parts_s, point_memory_bytes, point_time_s
+from bench.estimate import analytic_flops, call_parts_s, point_memory_bytes, point_time_s
 from bench.policy import TimingPolicy
 from bench.presets import get_preset
 from bench.spec import DECODE_MODE, DEFAULT_MODE
@@ -22,14 +23,28 @@ GRIDS = get_preset("auto").grids
 MODES = {grid["mode"][0]: grid["layers"] for grid in GRIDS}  # presets.toml's [auto]: the layers of each mode
 
 
+def _local_flops_exponent(layer: str, n: int, d: int | None = None) -> float:
+    a, b = (auto._spec(layer, size, "cpu", "float32", DEFAULT_MODE, d) for size in (n, 2 * n))
+    return math.log2(analytic_flops(b) / analytic_flops(a))
+
+
 @pytest.mark.parametrize("layer", ["conv", "lstm", "attention", "attention_linear"])
-def test_a_sweep_starts_where_its_work_is_four_times_a_calls_fixed_cost(layer):
+def test_a_sweep_starts_where_its_work_is_eight_times_a_calls_fixed_cost_in_table1s_regime(layer):
     n = auto.start_n(layer, "cpu", "float32", DEFAULT_MODE, CPU_RATE, PLENTY["cpu"])
     fixed, growing = call_parts_s(auto._spec(layer, n, "cpu", "float32", DEFAULT_MODE), CPU_RATE)
     assert growing >= auto.WORK_OVER_CALL * fixed
-    if n > auto.FIRST_N:  # half of it falls short
+    predicted = 2.0 if layer == "attention" else 1.0  # Table 1 in n: n²·d, else linear
+    assert abs(_local_flops_exponent(layer, n) - predicted) <= 0.15
+    if n > auto.FIRST_N:  # half of it falls short of one or the other
         fixed, growing = call_parts_s(auto._spec(layer, n // 2, "cpu", "float32", DEFAULT_MODE), CPU_RATE)
-        assert growing < auto.WORK_OVER_CALL * fixed
+        short = abs(_local_flops_exponent(layer, n // 2) - predicted) > 0.15
+        assert growing < auto.WORK_OVER_CALL * fixed or short
+
+
+def test_softmax_attention_starts_where_its_n_squared_term_sets_the_flops():
+    # attention at d = 64: projections 8·n·d² against scores 4·n²·d; the local exponent is within 0.15 of 2 from 1024
+    assert auto.regime_n("attention", "cpu", "float32", DEFAULT_MODE) == 1024
+    assert abs(_local_flops_exponent("attention", 512) - 2) > 0.15
 
 
 def test_a_decode_step_whose_state_does_not_grow_starts_at_the_first_size():
@@ -67,9 +82,24 @@ def test_a_gpu_is_planned_at_its_own_sizes():
     cpu = auto.start_n("conv", "cpu", "float32", DEFAULT_MODE, CPU_RATE, PLENTY["cpu"])
     gpu = auto.start_n("conv", "cuda", "float32", DEFAULT_MODE, GPU_RATE, PLENTY["cuda"])
     assert gpu > cpu  # a GPU's call is work only at sizes a CPU takes long over
-    specs, _ = auto.plan(GRIDS, ["cuda"], "float32", {"cuda": GPU_RATE}, PLENTY, POLICY, mode=DEFAULT_MODE)
-    assert {s.d for s in specs} == {auto.WIDTH["cuda"]} and {s.device for s in specs} == {"cuda"}
-    assert {s.layer for s in specs} <= set(MODES[DEFAULT_MODE]) and len(specs) >= auto.MIN_POINTS
+    specs, notes = auto.plan(GRIDS, ["cuda"], "float32", {"cuda": GPU_RATE}, PLENTY, POLICY, mode=DEFAULT_MODE)
+    assert {s.device for s in specs} == {"cuda"} and {s.layer for s in specs} == set(MODES[DEFAULT_MODE])
+    narrower = {s.layer for s in specs if s.d < auto.WIDTH["cuda"]}
+    assert {s.layer for s in specs if s.d == auto.WIDTH["cuda"]} >= {"conv", "lstm", "scan", "attention_linear"}
+    for layer in narrower:  # each one narrowed is said, with its heads of 64
+        spec = next(s for s in specs if s.layer == layer)
+        assert spec.d // spec.heads == 64
+        assert any(line.startswith(f"auto: {layer} (inference on cuda) at d = {spec.d}") for line in notes)
+
+
+def test_explicit_attention_is_narrowed_where_its_scores_leave_the_memory_before_its_regime():
+    # at d = 512 its n² scores (4·8·n²·4 bytes) pass 8 GB by n = 8192, before 8x of n past its regime's start
+    specs, notes = auto.plan(GRIDS, ["cuda"], "float32", {"cuda": GPU_RATE}, {"cuda": 16e9}, POLICY, mode=DEFAULT_MODE)
+    ns = sorted(s.n for s in specs if s.layer == "attention_math")
+    (d,) = {s.d for s in specs if s.layer == "attention_math"}
+    assert d < auto.WIDTH["cuda"] and len(ns) >= auto.MIN_POINTS
+    assert ns[0] >= auto.regime_n("attention_math", "cuda", "float32", DEFAULT_MODE, d)
+    assert any("attention_math (inference on cuda) at d = " in line and "half the memory" in line for line in notes)
 
 
 def test_the_auto_preset_sweeps_every_layer_in_inference_and_decode():

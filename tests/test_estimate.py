@@ -304,3 +304,14 @@ def test_counting_a_recurrence_holds_what_the_estimate_says(layer, dtype):
         assert held <= forward  # nothing that grows with n
     else:
         assert 0.9 <= held / expected <= 1.2, (held, expected)
+
+
+def test_a_layer_that_convolves_takes_the_convolutions_rate_and_the_others_the_matmuls():
+    # a GPU's float32 convolution runs TF32, 6x its matmul (the H100's: 3.0e14 against 4.9e13 FLOP/s)
+    rates = {"cuda": 4.9e13, "cuda convolution": 3.0e14}
+    conv, separable = (PointSpec(layer, 4096, 512, k=3, device="cuda") for layer in ("conv", "conv_separable"))
+    assert estimate.rate_of(rates, conv) == 3.0e14 and estimate.rate_of(rates, separable) == 4.9e13
+    assert estimate.rate_of(rates, PointSpec("conv_dilated", 4096, 512, k=3, device="cuda")) == 3.0e14
+    assert estimate.rate_of({"cuda": 4.9e13}, conv) == 4.9e13  # rates from meta.json's peaks have no convolution's
+    measured = estimate.quick_rates([PointSpec("conv", 8, 8, k=3)])
+    assert set(measured) == {"cpu", "cpu" + estimate.CONVOLVES} and all(r > 0 for r in measured.values())

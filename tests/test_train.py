@@ -249,3 +249,17 @@ def test_gpu_train_flops_equal_the_analytic_ones(name):
         count = count_flops(call)
     assert count.uncounted_ops == ()
     assert count.total == models.analytic_flops(name, spec.batch, spec.n, spec.config(), "train", "cuda")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_a_points_inputs_are_drawn_on_its_device_in_order_from_its_seed(device):
+    from bench.point import draws  # noqa: PLC0415
+
+    draw, again = draws(7, device), draws(7, device)
+    first, token = draw(2, 3, 4, dtype=torch.bfloat16), draw(1, 1, 4)  # a decode's prefix, then its token
+    assert first.device.type == device and first.dtype == torch.bfloat16 and token.dtype == torch.float32
+    assert torch.equal(again(2, 3, 4, dtype=torch.bfloat16), first) and torch.equal(again(1, 1, 4), token)
+    if device == "cpu":  # the CPU's inputs are the ones earlier runs drew: a CPU generator's float32, then the dtype
+        g = torch.Generator().manual_seed(7)
+        assert torch.equal(first, torch.randn(2, 3, 4, generator=g).to(torch.bfloat16))
+        assert torch.equal(token, torch.randn(1, 1, 4, generator=g))

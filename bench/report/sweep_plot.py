@@ -150,8 +150,7 @@ def sweep_figure(
     panel: str = "source",
     exponent: Callable | None = None,
 ):
-    """One panel per value of `data[panel]`, axes shared, a line per layer (a style per sweep), a time not to be
-    trusted hollow, the y axis naming the panel's mode; `exponent`: a guide per layer."""
+    """A panel per value of `data[panel]`, a line per layer, an untrusted time hollow; `exponent`: a guide per layer."""
     keys = [key for key in titles if (data[panel] == key).any()]
     palette, markers = style.layer_palette(data["layer"].unique()), style.layer_markers(data["layer"].unique())
     styles = sweep_styles(data[data[panel].isin(keys)], panel)
