@@ -31,7 +31,7 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MESSAGES)
 
 
-def draws(seed: int, device: str) -> Callable[..., torch.Tensor]:
+def draws(seed: int, device: str | torch.device) -> Callable[..., torch.Tensor]:
     """draw(*shape, dtype=None) on `device` itself (a CPU draw took 4-6 ns an element, most of a GPU visit's time)."""
     generator = torch.Generator(device=device).manual_seed(seed)
 
@@ -67,7 +67,7 @@ def one_call(
         return forward, forward
     layer.train()
     x.requires_grad_(True)
-    upstream = draws(seed + 1, spec.device)(*x.shape, dtype=x.dtype)
+    upstream = draws(seed + 1, x.device)(*x.shape, dtype=x.dtype)
     leaves = (x, *(p for p in layer.parameters() if p.requires_grad))
 
     def train_step():

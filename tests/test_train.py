@@ -4,6 +4,7 @@ mode through the spec, the storage, a run and the report."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
@@ -263,3 +264,14 @@ def test_a_points_inputs_are_drawn_on_its_device_in_order_from_its_seed(device):
         g = torch.Generator().manual_seed(7)
         assert torch.equal(first, torch.randn(2, 3, 4, generator=g).to(torch.bfloat16))
         assert torch.equal(token, torch.randn(1, 1, 4, generator=g))
+
+
+def test_a_train_calls_upstream_gradient_is_drawn_where_its_input_lies():
+    # The cuda tests call a CPU-labelled spec's step on a GPU's input: the gradient follows the input, not the label
+    # (drawn on the spec's device, it failed there: "invalid gradient - expected device cuda:0 but got cpu").
+    spec = dataclasses.replace(_point("conv", 16), device="cuda")
+    layer = models.build("conv", spec.config(), device="cpu")
+    call, _ = one_call(spec, layer, torch.randn(spec.batch, spec.n, spec.d), seed=0)
+    with grad_mode(spec):
+        call()
+    assert layer.conv.weight.grad is not None and layer.conv.weight.grad.device.type == "cpu"
