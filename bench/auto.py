@@ -22,7 +22,7 @@ KERNEL = 3
 WORK_OVER_CALL = 8.0  # a sweep starts where what grows with n is this multiple of the per-call cost (89 % of the time)
 POINTS, MIN_POINTS = 5, 4  # doubling from the start: 16x, and at least 8x where the budget trims it
 FIRST_N, LAST_N = 16, 2**24
-BUDGET_S = {"cpu": 240.0, "cuda": 150.0}  # the plan's estimated time, at most, per device
+BUDGET_S = {"cpu": 240.0, "cuda": 150.0}
 
 
 def _spec(layer: str, n: int, device: str, dtype: str, mode: str, d: int | None = None) -> PointSpec | None:
@@ -137,7 +137,7 @@ def plan(
     policy: TimingPolicy,
     mode: str | None = None,
 ) -> tuple[list[PointSpec], list[str]]:
-    """(the specs, a line per sweep left out or trimmed): POINTS doublings from `start_n`, within memory and budget."""
+    """(the specs, a line per sweep left out or trimmed): POINTS doublings from `start_n`, in memory and BUDGET_S."""
     specs, notes = [], []
     for device in devices:
         limit = EXTEND_MEMORY_SHARE * memory_bytes[device]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Mapping
@@ -33,11 +34,12 @@ MIN_RATIO, MAX_RATIO = math.sqrt(2), 2.0
 FLOPS_TERM = "does not set the counted FLOPs"
 ANSWERABLE = ("not asymptotic yet", "too few points", "straddles", "too wide", FLOPS_TERM)
 NARROWABLE = ("straddles", "too wide")
+FLAT = 0.9
 
 
 @dataclass(frozen=True)
 class Proposal:
-    """One sweep's next points, or why it stops; `whole`: all or none (fewer leave it as undecided as before)."""
+    """A sweep's next points or why it stops; `whole`: all or none; `instead`: points to take if none of these fits."""
 
     sweep: str
     variable: str
@@ -46,6 +48,7 @@ class Proposal:
     costs_s: tuple[float, ...]
     stopped: str = ""
     whole: bool = False
+    instead: Proposal | None = None
 
     def affordable(self, left_s: float) -> int:
         if self.whole:
@@ -71,6 +74,15 @@ def ladder(x: np.ndarray, target: float) -> list[float]:
 
 def _step(x: np.ndarray) -> float:
     return min(max(float(x[-1] / x[-2]), MIN_RATIO), MAX_RATIO)
+
+
+def rate_still_moving(sweep: pd.DataFrame, variable: str, low: float, high: float) -> bool:
+    """Whether the last 3 rates in [low, high] move one way by over 1 − FLAT (a cache's edge): more inside keep it."""
+    sweep = clocks.on_clock(sweep)
+    inside = sweep[(sweep[variable] >= low) & (sweep[variable] <= high)].sort_values(variable)
+    rate = (inside["flops_counted"] / inside["time_s"]).to_numpy(float)[-3:]
+    steps = np.sign(np.diff(rate))
+    return len(rate) == 3 and abs(steps.sum()) == 2 and rate.min() < FLAT * rate.max()
 
 
 def largest_midpoints(x: np.ndarray, low: float, high: float) -> list[float]:
@@ -158,37 +170,44 @@ def propose(
             end = specs[sweep["point_id"].iloc[-1]]
             x = sweep[variable].to_numpy(float)
             growth = _growth(sweep, variable, [visit_s(pid) if pid in specs else math.nan for pid in sweep["point_id"]])
-            end_s = visit_s(end.point_id)
-            chosen, costs, stopped, whole = [], [], "", FLOPS_TERM in row["reason"]
+            end_s, whole = visit_s(end.point_id), FLOPS_TERM in row["reason"]
+            instead = []
             if whole:
                 sizes = ladder(x, flops_regime_start(end, variable, _step(x)))
                 sizes = sizes[: regime_prefix(sweep, end, variable, sizes) or 0]
-                stopped = "" if sizes else f"Table 1's term carries no {variable} within 2^20 times {x[-1]:g}"
             elif any(words in row["reason"] for words in NARROWABLE):
-                sizes = largest_midpoints(x, row["x_min"], row["x_max"]) or ladder(x, row.get("plateau_size", math.nan))
+                sizes = largest_midpoints(x, row["x_min"], row["x_max"])
+                if not sizes or rate_still_moving(sweep, variable, row["x_min"], row["x_max"]):
+                    sizes, instead = ladder(x, row.get("plateau_size", math.nan)), sizes
             else:
                 sizes = ladder(x, row.get("plateau_size", math.nan))
-            for value in sizes:
-                spec = sized(end, variable, value)
-                if spec is None:
-                    stopped = f"{variable} = {round(value)} is no size {end.layer} takes"
-                    break
-                if spec.point_id in specs or spec in chosen:
-                    continue
-                need, limit = estimate.point_memory_bytes(spec), memory_limits.get(spec.device, math.inf)
-                if need > limit:
-                    stopped = (
-                        f"{variable} = {getattr(spec, variable)} would hold about {need / 1e9:.2g} GB, over the "
-                        f"{limit / 1e9:.2g} GB the extension may use"
-                    )
-                    break
-                chosen.append(spec)
-                costs.append(end_s * (getattr(spec, variable) / float(x[-1])) ** growth)
-            if whole and stopped:
-                chosen, costs = [], []
-            words = _sweep_words(end, variable)
-            proposals.append(Proposal(words, variable, row["reason"], tuple(chosen), tuple(costs), stopped, whole))
+            place = functools.partial(_place, end, variable, specs, memory_limits, end_s, float(x[-1]), growth)
+            chosen, costs, stopped = place(sizes)
+            if whole and (stopped or not sizes):
+                chosen, costs = (), ()
+                stopped = stopped or f"Table 1's term carries no {variable} within 2^20 times {x[-1]:g}"
+            words, why = _sweep_words(end, variable), row["reason"]
+            between = Proposal(words, variable, why, *place(instead)[:2]) if instead else None
+            proposals.append(Proposal(words, variable, why, chosen, costs, stopped, whole, between))
     return proposals
+
+
+def _place(end, variable, known, memory_limits, end_s, x_end, growth, sizes) -> tuple[tuple, tuple, str]:
+    chosen, costs = [], []
+    for value in sizes:
+        spec = sized(end, variable, value)
+        if spec is None:
+            return tuple(chosen), tuple(costs), f"{variable} = {round(value)} is no size {end.layer} takes"
+        if spec.point_id in known or spec in chosen:
+            continue
+        need, limit = estimate.point_memory_bytes(spec), memory_limits.get(spec.device, math.inf)
+        if need > limit:
+            size = getattr(spec, variable)
+            why = f"{variable} = {size} would hold about {need / 1e9:.2g} GB, over the {limit / 1e9:.2g} GB"
+            return tuple(chosen), tuple(costs), why + " the extension may use"
+        chosen.append(spec)
+        costs.append(end_s * (getattr(spec, variable) / x_end) ** growth)
+    return tuple(chosen), tuple(costs), ""
 
 
 def modelled(specs: list[PointSpec], call_s: Callable[[PointSpec], float]) -> pd.DataFrame:
@@ -271,11 +290,25 @@ def memory_limits(devices) -> dict[str, float]:
     return {device: EXTEND_MEMORY_SHARE * free for device, free in available.items()}
 
 
+def _first_cost_s(p: Proposal) -> float:
+    own = sum(p.costs_s[: None if p.whole else 1]) if p.specs else math.inf
+    return min(own, _first_cost_s(p.instead)) if p.instead is not None else own
+
+
 def choose(proposals: list[Proposal], left_s: float, told: set[str]) -> tuple[list[PointSpec], list[str], float]:
-    """(the points that fit in left_s, sweeps against n first, the cheapest first; the lines to log; their cost)."""
+    """(the points that fit in left_s, cheapest first, d and k waiting while n takes any; lines to log; their cost)."""
     chosen, lines, cost_s = [], [], 0.0
-    for p in sorted(proposals, key=lambda p: (VARIABLES.index(p.variable), sum(p.costs_s[: None if p.whole else 1]))):
+    n_first = any(p.variable == VARIABLES[0] and p.affordable(left_s) for p in proposals)
+    for p in sorted(proposals, key=lambda p: (VARIABLES.index(p.variable), _first_cost_s(p))):
+        if n_first and p.variable != VARIABLES[0]:
+            if f"waiting {p.sweep}" not in told:
+                told.add(f"waiting {p.sweep}")
+                lines.append(f"waiting: {p.sweep}, {short_reason(p.reason)}: the sweeps against n are extended first")
+            continue
         taken = p.affordable(left_s)
+        if not taken and p.instead is not None and p.instead.affordable(left_s):
+            p = p.instead
+            taken = p.affordable(left_s)
         if taken:
             left_s -= sum(p.costs_s[:taken])
             cost_s += sum(p.costs_s[:taken])

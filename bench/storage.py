@@ -40,7 +40,7 @@ def _disk_full(path: Path, exc: OSError) -> DiskFull:
 
 
 def write_json(path: Path, obj) -> None:
-    """Write atomically (a temporary file beside it, fsync, rename over); a failed write leaves no trace."""
+    """Write atomically (a temporary file beside it, fsync, rename over); a failed or interrupted write: no trace."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "w") as f:
@@ -49,9 +49,9 @@ def write_json(path: Path, obj) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
-        if exc.errno == errno.ENOSPC:
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
             raise _disk_full(path, exc) from None
         raise
 

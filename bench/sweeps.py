@@ -28,7 +28,7 @@ VARIABLES = ("n", "d", "k")
 MIN_FIT_POINTS = 3
 METRIC_COLUMN = {"flops": "flops_counted", "time": "time_median_s", "memory": "mem_peak_bytes"}
 TOLERANCE = {"flops": 0.15, "time": 0.2, "memory": 0.35}  # the band around a prediction, and Table 1's regime
-PLATEAU_FRACTION = 0.8  # a time sweep is asymptotic from the first point within this share of its best rate
+PLATEAU_FRACTION, ASYMPTOTIC_POINTS = 0.8, 4  # a time fit needs 4 points from its plateau on (3 let a drift decide)
 PER_CALL_SHARE_THRESHOLD = 0.2  # a per-call cost above this share of the time explains a time exponent
 ELEMENTWISE_SHARE_THRESHOLD = 0.05  # element-wise work above this share of all FLOPs may set the time
 # per point, the device's compute peak on each clock (bench.peak), where the caller adds it
@@ -277,7 +277,7 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
         )
         return result(reliable.iloc[0:0], "plateau", reason, overhead)
     data = reliable.iloc[max(plateau_start(rates), regime) :]
-    if len(data) >= MIN_FIT_POINTS:
+    if len(data) >= ASYMPTOTIC_POINTS:
         return result(data, "plateau", "", overhead)
     peak_column = PEAK_COLUMNS.get(on, PEAK_COLUMNS[policy.WALL])  # a GPU's ceilings are timed synchronised
     peak = reliable[peak_column].to_numpy(float) if peak_column in reliable else np.full(len(rates), np.nan)

@@ -64,3 +64,16 @@ def test_points_csv_begins_with_a_points_identity():
     identity = [c.name for c in schema.IDENTITY]
     assert sorted(identity) == sorted(IDENTITY)
     assert schema.names()[: len(IDENTITY)] == identity and schema.names()[-1] == "finished_utc"
+
+
+def test_a_write_interrupted_half_way_leaves_no_trace(tmp_path, monkeypatch):
+    # Ctrl-C while `run` wrote plan.json left plan.json.tmp: the folder was then neither begun nor empty, and
+    # `--resume` refused it as "not a run folder"
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(storage.json, "dump", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        storage.write_json(tmp_path / "plan.json", {"a": 1})
+    assert list(tmp_path.iterdir()) == []
+    assert folder.unbegun(tmp_path)
