@@ -30,7 +30,7 @@ from bench.spec import PointSpec
 ROOT = Path(__file__).resolve().parent.parent
 # 4 layer sweeps of 5 points: 4 chunks, two a node
 PLAN = ["run", "--layers", "conv,rnn,gru,lstm", "--n", "8,12,16,24,32", "--d", "4", "--device", "cpu"]
-PLAN += ["--rounds", "3", "--target-time", "0.005", "--passes", "2", "--no-progress", "--yes"]
+PLAN += ["--rounds", "3", "--target-time", "0.005", "--passes", "2", "--no-progress", "--yes", "--no-extend"]
 LAYERS = ("conv", "rnn", "gru", "lstm")
 
 
