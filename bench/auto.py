@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 
 import models
@@ -53,9 +54,11 @@ def _state_grows(spec: PointSpec) -> bool:
     )
 
 
+@functools.lru_cache(maxsize=1024)
 def regime_n(layer: str, device: str, dtype: str, mode: str, d: int | None = None) -> int:
-    """The least power of two from which the analytic FLOPs double as Table 1's term says (FIRST_N if never)."""
-    first = next(s for n in range(4, 25) if (s := _spec(layer, 2**n, device, dtype, mode, d)) is not None)
+    """The least power of two from which the analytic FLOPs double as Table 1's term says (FIRST_N if never); kept."""
+    sizes = (2**i for i in range(FIRST_N.bit_length() - 1, LAST_N.bit_length()))
+    first = next(s for n in sizes if (s := _spec(layer, n, device, dtype, mode, d)) is not None)
     start = flops_regime_start(first, "n", 2.0)
     return max(FIRST_N, int(start)) if start == start else FIRST_N
 

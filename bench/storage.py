@@ -39,21 +39,28 @@ def _disk_full(path: Path, exc: OSError) -> DiskFull:
     )
 
 
-def write_json(path: Path, obj) -> None:
-    """Write atomically (a temporary file beside it, fsync, rename over); a failed or interrupted write: no trace."""
+def _atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """`write` a temporary file beside `path`, then rename it over; a failed or interrupted write leaves no trace."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=False, default=str)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
+        write(tmp)
         os.replace(tmp, path)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
             raise _disk_full(path, exc) from None
         raise
+
+
+def write_json(path: Path, obj) -> None:
+    def write(tmp: Path) -> None:
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=False, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    _atomically(path, write)
 
 
 def read_json(path: Path) -> dict:
@@ -164,9 +171,7 @@ def read_csv(path: Path) -> pd.DataFrame:
 
 
 def write_table(path: Path, df: pd.DataFrame) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    df.to_csv(tmp, index=False, errors="backslashreplace")
-    os.replace(tmp, path)
+    _atomically(path, lambda tmp: df.to_csv(tmp, index=False, errors="backslashreplace"))
 
 
 def point_words(row: pd.Series) -> str:
