@@ -7,6 +7,7 @@ import argparse
 import math
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -387,11 +388,13 @@ def console() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _print_paths_as_given()
+    started = psutil.Process().create_time() if argv is None else time.time()
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     try:
         with interrupts.as_exceptions():  # Ctrl-C and SIGTERM: the run stores what it has, then one line here
             args = build_parser().parse_args(argv)
+            args.started = started
             return COMMANDS[args.command](args, ["python -m bench", *argv])
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)

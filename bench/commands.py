@@ -63,7 +63,7 @@ def _grid_specs(args, cluster=None) -> list[PointSpec]:
 
 GRID_OPTIONS = ("layers", *SIZES)  # those `run` has options for; a preset sets them all
 # What `run --resume DIR` reads (where to measure the rest, too); DIR/plan.json fixes the rest of the options.
-RESUME_READS = ("command", "debug", "resume", "no_progress", "ray", "exclusive_node")
+RESUME_READS = ("command", "debug", "resume", "no_progress", "ray", "exclusive_node", "started")
 
 
 def _policy(args, policy: TimingPolicy) -> TimingPolicy:
@@ -189,7 +189,14 @@ def _run_on(args, argv, cluster) -> int:
         specs, rates, policy = _what_to_measure(args, cluster)
         load = sample_load()
         lines = before_measuring(
-            specs, policy, threads=args.threads, yes=args.yes, on_cluster=cluster is not None, rates=rates, load=load
+            specs,
+            policy,
+            threads=args.threads,
+            yes=args.yes,
+            on_cluster=cluster is not None,
+            rates=rates,
+            load=load,
+            started=getattr(args, "started", None),
         )
         run = Run.create(
             specs,

@@ -22,13 +22,15 @@ COMPUTE_EFFICIENCY = 0.5  # the share of the measured compute rate a layer's mat
 ACTIVATION_FLOPS_PER_BYTE = {"cpu": 128.0, "cuda": 32.0}  # element-wise work, in units of the compute rate
 DECODE_CALL_S = {"cpu": 120e-6, "cuda": 100e-6}  # a decode step's few small operators; its state read follows
 STATE_FLOPS_PER_BYTE = {"cpu": 32.0, "cuda": 8.0}
+STATE_BANDWIDTH_SHARE = 0.65  # of the triad's at the state's size, where measured (the 2-core VM's decode: 0.63-0.67)
 STEP_OVERHEAD_S = {"cpu": 10e-6, "cuda": 5e-6}  # a recurrence's per-step operators
+FUSED_CPU_STEP_S = 1e-6  # oneDNN's fused LSTM's step: 1.3 µs with its products at d = 40 (2-core VM)
 PROBE_STEP_S = {"cpu": 0.5e-3, "cuda": 0.7e-3}  # what the FLOP counter and the profiler add a recurrence's step
 # A visit: building the layer, the pass's record, a GPU's graph capture; and its input, drawn on its device (measured)
 VISIT_OVERHEAD_S = {"cpu": 5e-3, "cuda": 0.02}
 INPUT_S_PER_ELEMENT = {"cpu": 5.5e-9, "cuda": 0.02e-9}
 GRAPH_PASSES = {"cpu": 0, "cuda": 1}
-MEMORY_CEILINGS_S = {"cpu": 7.0, "cuda": 1.0}  # bench.peak's bandwidth (CPU: its caches too, 5 s + 2 s) and latency
+MEMORY_CEILINGS_S = {"cpu": 4.0, "cuda": 1.0}  # bench.peak's bandwidth and latency (CPU: 2 s + 2 s, its caches before)
 PROBE_OVERHEAD_S = 5e-3  # the FLOP counter's and the profiler's set-up, once per point
 PROBE_CALLS = 2  # the FLOP counter's and the memory probe's, on a point's first pass
 # A training call goes over its activations 3 times, a recurrence's steps twice, and holds activations and gradients.
@@ -37,7 +39,6 @@ TRAIN_STEP_CHAINS = 2
 TRAIN_HELD_COPIES = 2
 PREFILL_COPIES = 3
 CALIBRATION_CALLS = 2  # bench.timing.calibrate: a call that pays lazy initialisation, then the timed one
-# bench.peak.quick_rates: a few rounds of the peak's smallest kernels, well under a second with their warm-up
 CONVOLVES = " convolution"  # a rates key's suffix: the rate of a layer whose products are convolutions (`convolves`)
 QUICK_POLICY = TimingPolicy(min_rounds=3, max_rounds=10, target_s=0.05, min_round_s=0.005, passes=1)
 
@@ -51,6 +52,11 @@ def _parameters(layer_cls: type, cfg: models.LayerConfig) -> int:
     with torch.device("meta"):
         module = layer_cls(cfg)
     return sum(p.numel() for p in module.parameters())
+
+
+def _fused_on_cpu(spec: PointSpec) -> bool:
+    fused_on = getattr(models.LAYERS[spec.layer], "fused_on", None)
+    return spec.device == "cpu" and fused_on is not None and fused_on(spec.device, spec.dtype, spec.trains)
 
 
 def sequential_steps(spec: PointSpec) -> int:
@@ -77,12 +83,33 @@ def analytic_flops(spec: PointSpec) -> int:
     return models.analytic_flops(spec.layer, spec.batch, spec.n, spec.config(), spec.mode, spec.device)
 
 
-def call_time_s(spec: PointSpec, rate: float) -> float:
+@dataclass(frozen=True)
+class Memory:
+    """A device's (up to bytes, bytes/s) levels, smallest first (bench.hierarchy): a cache's edge in a state read."""
+
+    levels: tuple[tuple[int, float], ...]
+
+    def bytes_per_s(self, working_set_bytes: int) -> float:
+        return next((rate for up_to, rate in self.levels if working_set_bytes <= up_to), self.levels[-1][1])
+
+
+def memory_of(bandwidth: dict | None) -> Memory | None:
+    """The Memory of meta.json's `memory_bandwidth` entry of a device (or {"hierarchy": ...}); None without levels."""
+    levels = ((bandwidth or {}).get("hierarchy") or {}).get("levels")
+    return Memory(tuple((int(v["up_to_bytes"]), float(v["bytes_per_s"])) for v in levels)) if levels else None
+
+
+def quick_memory(devices: Iterable[str]) -> dict[str, Memory]:
+    found = {device: memory_of({"hierarchy": peak.memory_hierarchy(device)}) for device in devices if device == "cpu"}
+    return {device: memory for device, memory in found.items() if memory is not None}
+
+
+def call_time_s(spec: PointSpec, rate: float, memory: Memory | None = None) -> float:
     """Seconds of one call of `spec` at `rate` FLOP/s: a per-call cost, a roofline, and its sequential steps."""
-    return sum(call_parts_s(spec, rate))
+    return sum(call_parts_s(spec, rate, memory))
 
 
-def call_parts_s(spec: PointSpec, rate: float) -> tuple[float, float]:
+def call_parts_s(spec: PointSpec, rate: float, memory: Memory | None = None) -> tuple[float, float]:
     """(the per-call cost, what grows with the sizes) of `spec`'s call."""
     kind = device_kind(spec.device)
     train = spec.trains
@@ -91,9 +118,13 @@ def call_parts_s(spec: PointSpec, rate: float) -> tuple[float, float]:
     compute_s = flops / (COMPUTE_EFFICIENCY * rate)
     memory_s = activations * (TRAIN_ACTIVATION_PASSES if train else 1) * ACTIVATION_FLOPS_PER_BYTE[kind] / rate
     if spec.mode == DECODE_MODE:
-        return DECODE_CALL_S[kind], max(compute_s, activations * STATE_FLOPS_PER_BYTE[kind] / rate)
+        read_s = activations * STATE_FLOPS_PER_BYTE[kind] / rate
+        if memory is not None:
+            read_s = activations / (STATE_BANDWIDTH_SHARE * memory.bytes_per_s(activations))
+        return DECODE_CALL_S[kind], max(compute_s, read_s)
     steps = sequential_steps(spec) * (TRAIN_STEP_CHAINS if train else 1)
-    return CALL_OVERHEAD_S[kind], max(compute_s, memory_s) + steps * STEP_OVERHEAD_S[kind]
+    step_s = FUSED_CPU_STEP_S if _fused_on_cpu(spec) else STEP_OVERHEAD_S[kind]
+    return CALL_OVERHEAD_S[kind], max(compute_s, memory_s) + steps * step_s
 
 
 def passes_time_s(call_s: float, policy: TimingPolicy, overhead_s: float = 0.0) -> float:
@@ -111,7 +142,7 @@ def point_time_s(spec: PointSpec, policy: TimingPolicy, rate: float, call_s: flo
     passes_s = passes_time_s(call_s, policy, VISIT_OVERHEAD_S[kind] + inputs_s)
     passes_s += GRAPH_PASSES[kind] * passes_time_s(call_s, policy, VISIT_OVERHEAD_S[kind])
     first_s = (CALIBRATION_CALLS + PROBE_CALLS) * call_s + PROBE_OVERHEAD_S
-    first_s += sequential_steps(spec) * PROBE_STEP_S[device_kind(spec.device)]
+    first_s += 0 if _fused_on_cpu(spec) else sequential_steps(spec) * PROBE_STEP_S[device_kind(spec.device)]
     return passes_s + first_s
 
 
@@ -165,10 +196,13 @@ class PlanEstimate:
     extend_s: float = 0.0  # and at most this: points beyond the sweeps that do not decide yet (bench.extend)
     extend_foreseen_s: float = 0.0
     slowdown: float = 1.0
+    begun_s: float = 0.0  # what the command took before its plan: start-up, the rates the plan is made from
 
     @property
     def time_s(self) -> float:
-        return (sum(p.time_s for p in self.points) + self.peaks_s + self.extend_foreseen_s) * self.slowdown
+        return (
+            sum(p.time_s for p in self.points) + self.peaks_s + self.extend_foreseen_s
+        ) * self.slowdown + self.begun_s
 
     def largest(self) -> dict[str, PointEstimate]:
         """Each device's point of the largest memory estimate: the run's peak there (points run one at a time)."""
@@ -186,17 +220,23 @@ def rate_of(rates: Mapping[str, float], spec: PointSpec) -> float:
     )
 
 
-def estimate_plan(specs: Iterable[PointSpec], policy: TimingPolicy, rates: Mapping[str, float]) -> PlanEstimate:
+def estimate_plan(
+    specs: Iterable[PointSpec], policy: TimingPolicy, rates: Mapping[str, float], memory: Mapping[str, Memory] = {}
+) -> PlanEstimate:
     """The estimate of a run of `specs`; `rates`: compute FLOP/s by `device_key(device, dtype)`, as in meta.json."""
     specs = list(specs)
+
+    def call_s(s: PointSpec) -> float:
+        return call_time_s(s, rate_of(rates, s), memory.get(s.device))
+
     missing = sorted({device_key(s.device, s.dtype) for s in specs} - set(rates))
     if missing:
         raise ValueError(f"no compute rate for {', '.join(missing)}")
     points = tuple(
         PointEstimate(
             spec=s,
-            call_s=call_time_s(s, rate_of(rates, s)),
-            time_s=point_time_s(s, policy, rate_of(rates, s)),
+            call_s=call_s(s),
+            time_s=point_time_s(s, policy, rate_of(rates, s), call_s(s)),
             memory_bytes=point_memory_bytes(s),
         )
         for s in specs
@@ -213,8 +253,8 @@ def estimate_plan(specs: Iterable[PointSpec], policy: TimingPolicy, rates: Mappi
 
     foreseen_s = extend.forecast_s(
         specs,
-        lambda s: call_time_s(s, rate_of(rates, s)),
-        lambda s: point_time_s(s, policy, rate_of(rates, s)),
+        call_s,
+        lambda s: point_time_s(s, policy, rate_of(rates, s), call_s(s)),
         extend_s,
         extend.memory_limits({s.device for s in specs}),
     )

@@ -20,6 +20,7 @@ from .preflight import device_memory, format_duration, sizes_text
 from .spec import PointSpec, device_key, validate
 from .sweeps import (
     MIN_FIT_POINTS,
+    PLATEAU_FRACTION,
     TOLERANCE,
     VARIABLES,
     predicted_exponent,
@@ -34,7 +35,6 @@ MIN_RATIO, MAX_RATIO = math.sqrt(2), 2.0
 FLOPS_TERM = "does not set the counted FLOPs"
 ANSWERABLE = ("not asymptotic yet", "too few points", "straddles", "too wide", FLOPS_TERM)
 NARROWABLE = ("straddles", "too wide")
-FLAT = 0.9
 
 
 @dataclass(frozen=True)
@@ -77,18 +77,20 @@ def _step(x: np.ndarray) -> float:
 
 
 def rate_still_moving(sweep: pd.DataFrame, variable: str, low: float, high: float) -> bool:
-    """Whether the last 3 rates in [low, high] move one way by over 1 − FLAT (a cache's edge): more inside keep it."""
+    """Whether the last 3 rates in [low, high] move one way past the plateau's band (a cache's edge), not noise."""
     sweep = clocks.on_clock(sweep)
     inside = sweep[(sweep[variable] >= low) & (sweep[variable] <= high)].sort_values(variable)
     rate = (inside["flops_counted"] / inside["time_s"]).to_numpy(float)[-3:]
     steps = np.sign(np.diff(rate))
-    return len(rate) == 3 and abs(steps.sum()) == 2 and rate.min() < FLAT * rate.max()
+    return len(rate) == 3 and abs(steps.sum()) == 2 and rate.min() < PLATEAU_FRACTION * rate.max()
 
 
-def largest_midpoints(x: np.ndarray, low: float, high: float) -> list[float]:
+def midpoints(end: PointSpec, variable: str, x: np.ndarray, low: float, high: float) -> list[float]:
+    """The cheapest NEW_PER_ROUND new sizes between neighbours in [low, high]: as much narrowing for less time."""
     inside = x[(x >= low) & (x <= high)]
-    mids = [math.sqrt(a * b) for a, b in zip(inside[:-1], inside[1:]) if b / a >= MIN_RATIO]
-    return mids[::-1][:NEW_PER_ROUND]
+    mids = [sized(end, variable, math.sqrt(a * b)) for a, b in zip(inside[:-1], inside[1:])]
+    sizes = [getattr(m, variable) for m in mids if m is not None]
+    return [m for m, a, b in zip(sizes, inside[:-1], inside[1:]) if a < m < b][:NEW_PER_ROUND]
 
 
 def sized(spec: PointSpec, variable: str, value: float) -> PointSpec | None:
@@ -175,8 +177,8 @@ def propose(
             if whole:
                 sizes = ladder(x, flops_regime_start(end, variable, _step(x)))
                 sizes = sizes[: regime_prefix(sweep, end, variable, sizes) or 0]
-            elif any(words in row["reason"] for words in NARROWABLE):
-                sizes = largest_midpoints(x, row["x_min"], row["x_max"])
+            elif any(words in row["reason"] for words in NARROWABLE) or row["points"] >= MIN_FIT_POINTS:
+                sizes = midpoints(end, variable, x, row["x_min"], row["x_max"])
                 if not sizes or rate_still_moving(sweep, variable, row["x_min"], row["x_max"]):
                     sizes, instead = ladder(x, row.get("plateau_size", math.nan)), sizes
             else:
@@ -244,9 +246,10 @@ def first_pass_forecast_s(calls_s: Mapping[PointSpec, float], policy, meta: dict
     rates = estimate.rates_from_meta(meta)
     if not {device_key(s.device, s.dtype) for s in calls_s} <= set(rates):
         return None
+    memory = {device: estimate.memory_of(entry) for device, entry in meta.get("memory_bandwidth", {}).items()}
 
     def modelled_s(s: PointSpec) -> float:
-        return estimate.call_time_s(s, estimate.rate_of(rates, s))
+        return estimate.call_time_s(s, estimate.rate_of(rates, s), memory.get(s.device))
 
     def layer(s: PointSpec) -> tuple:
         return s.layer, s.mode, s.device, s.dtype

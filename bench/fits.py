@@ -24,6 +24,7 @@ from .sweeps import (
     VARIABLES,
     asymptotic_range,
     fixed_text,
+    log_sigma_from_interval,
     metric_column,
     mode_of_sweep,
     predicted_exponent,
@@ -111,14 +112,6 @@ class PowerFit:
 
 def _z(confidence: float) -> float:
     return float(stats.norm.ppf(0.5 + confidence / 2))
-
-
-def log_sigma_from_interval(ci_low, ci_high, confidence: float = policy.CONFIDENCE) -> np.ndarray:
-    """σ of a log median implied by its interval: (log high − log low) / (2·z); NaN where there is none."""
-    low, high = np.asarray(ci_low, float), np.asarray(ci_high, float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        sigma = (np.log(high) - np.log(low)) / (2 * _z(confidence))
-    return np.where((low > 0) & (high >= low), sigma, np.nan)
 
 
 def measurement_halfwidth(x, sigma_log, confidence: float = CONFIDENCE) -> float:

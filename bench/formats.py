@@ -12,12 +12,8 @@ from .errors import RunFailed
 from .spec import causal_of, mode_of
 
 SCHEMA = 2  # meta.json `schema` of the folders this version writes
-# Schema 1 folders were written over many versions; depending on their age they lack
-#   points.csv: columns added since (`mode`, `causal`, `node`, `mem_saved_bytes`...) and rows' `point_id`;
-#   timings.jsonl: `visit_s`, and before interleaved passes `point_id`, `attempt` and `pass` (not resumable);
-#     before sampling until known, attempt 1 was a whole second set of passes;
-#   started.jsonl: `process` (the writer's pid stood for it);
-#   meta.json: `plan_sha1` and `points_planned` (the plan is then taken as it is).
+# Schema 1 folders, by age, lack points.csv's newer columns and `point_id`, timings.jsonl's `visit_s`, `point_id`,
+# `attempt`, `pass`, started.jsonl's `process`, meta.json's `plan_sha1`, `points_planned` (the plan taken as it is).
 
 
 def schema_of(meta: dict, path: Path) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -190,7 +191,6 @@ def triad_array_bytes(cache_bytes: int | None, available_bytes: int) -> int:
 
 
 def _triad(device: str, elements: int, policy: TimingPolicy) -> dict:
-    """The triad on arrays of `elements` float32."""
     a, b, c = (torch.full((elements,), value, device=device) for value in (0.5, 1.5, 2.5))  # not zeros
     timing = _timed(device, {"triad": lambda: torch.add(b, c, alpha=TRIAD_SCALAR, out=a)}, policy)["triad"]
     moved = 3 * 4 * elements
@@ -207,6 +207,20 @@ def _triad(device: str, elements: int, policy: TimingPolicy) -> dict:
     return out
 
 
+def memory_hierarchy(device: str) -> dict:
+    """hierarchy.measure of a CPU device's triad at the threads in force: the plan's estimate, then the run's ceilings."""
+    return _memory_hierarchy(device, torch.get_num_threads())
+
+
+@functools.lru_cache(maxsize=8)
+def _memory_hierarchy(device: str, threads: int) -> dict:
+    return hierarchy.measure(
+        lambda elements: _triad(device, elements, HIERARCHY_POLICY)["bytes_per_s"],
+        last_level_cache_bytes(device),
+        cgroup.available_bytes(),
+    )
+
+
 def memory_bandwidth(device: str, swept: dict | None = None) -> dict:
     """The device's memory bandwidth by the triad, its best round (STREAM's figure); `cache`: inside that cache."""
     on_gpu = device.startswith("cuda")
@@ -219,10 +233,7 @@ def memory_bandwidth(device: str, swept: dict | None = None) -> dict:
     out |= {"kernel": f"triad a = b + {TRIAD_SCALAR:g}·c, float32", "last_level_cache_bytes": cache}
     if on_gpu:  # on a GPU a triad that fits in L2 is a few µs: its launch, not its bandwidth
         return out
-    swept = swept or hierarchy.measure(
-        lambda elements: _triad(device, elements, HIERARCHY_POLICY)["bytes_per_s"], cache, available
-    )
-    out["hierarchy"] = swept
+    out["hierarchy"] = swept = swept or memory_hierarchy(device)
     effective = swept["effective_last_level_cache_bytes"]
     if effective:
         out["effective_last_level_cache_bytes"] = effective

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import replace
 
 import pandas as pd
@@ -195,6 +197,8 @@ def summary_line(plan: PlanEstimate) -> str:
         )
     if plan.slowdown >= 1.05:
         extra += f"; all {plan.slowdown:.1f}x what it would take alone: other processes are busy on the cores"
+    if plan.begun_s:
+        extra = f", from the command's start: {format_duration(plan.begun_s)} of it before this line{extra}"
     return (
         f"plan: {len(plan.points)} points, about {format_duration(plan.time_s)} on this machine "
         f"(estimate{extra}), peak memory about {memory or '0 B'}"
@@ -310,11 +314,15 @@ def confirm_plan(
         raise BadInput("run: not confirmed, nothing measured; --yes measures without asking")
 
 
-def machine_rates(specs: list[PointSpec], threads: int | None) -> dict[str, float]:
+def _machine_threads(threads: int | None) -> AbstractContextManager:
     from .threads import pinned_threads
 
     quiet = Load(others_busy_cores=0.0, loadavg_1m=0.0, logical_cores=psutil.cpu_count() or 1, wall_s=0.0)
-    with pinned_threads(threads or choose_threads(quiet, physical_cores())[0]):  # the run measures its load
+    return pinned_threads(threads or choose_threads(quiet, physical_cores())[0])
+
+
+def machine_rates(specs: list[PointSpec], threads: int | None) -> dict[str, float]:
+    with _machine_threads(threads):
         return estimate.quick_rates(specs)
 
 
@@ -327,6 +335,7 @@ def before_measuring(
     on_cluster: bool,
     rates: dict[str, float] | None = None,
     load: Load | None = None,
+    started: float | None = None,
 ) -> list[str]:
     """The lines to print before a new run measures (warnings, then `plan: ...`); BadInput where it is refused."""
     warnings = plan_warnings(specs) + wide_kernel_warnings((s.layer, s.n, s.k) for s in specs)
@@ -335,9 +344,13 @@ def before_measuring(
             *(f"warning: {line}" for line in warnings),
             f"plan: {len(specs)} points (no estimate: this machine has no GPU to time a matmul on)",
         ]
-    plan = estimate.estimate_plan(specs, policy, rates or machine_rates(specs, threads))
+    with _machine_threads(threads):
+        memory = estimate.quick_memory({s.device for s in specs})
+    plan = estimate.estimate_plan(specs, policy, rates or machine_rates(specs, threads), memory)
     if load is not None and not on_cluster:
         plan = replace(plan, slowdown=slowdown(load, decide_threads(threads, load=load)[0]))
+    if started is not None:
+        plan = replace(plan, begun_s=max(0.0, time.time() - started))
     available, total = device_memory({s.device for s in specs})
     lines = [f"warning: {line}" for line in [*warnings, *expected_ooms(plan, total)]]
     lines.append(summary_line(plan))

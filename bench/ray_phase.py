@@ -118,7 +118,6 @@ class Phase:
             self.workers.clear()
 
     def _refresh(self) -> None:
-        """Start a worker on each placement that has none (a node may have joined)."""
         counts: dict[str, int] = {}
         for placement in placements(self.cluster.alive_nodes(), self.device, self.cluster.exclusive_node):
             key = (placement.node, counts.get(placement.node, 0))
@@ -149,7 +148,6 @@ class Phase:
         )
 
     def _note_node(self, facts: dict) -> None:
-        """meta.json's entry of the node, and its machine."""
         meta, node = self.folder.meta, facts["node"]
         entry = meta["nodes"].get(node) or {}
         devices = list(entry.get("devices") or [])

@@ -386,7 +386,6 @@ class Run:
         return self.folder.records_of(spec.point_id)
 
     def _result(self, spec: PointSpec) -> PointResult:
-        """The point over all its stored passes (made again when a pass is added)."""
         records = self._records(spec)
         cached = self._results.get(spec.point_id)
         if cached is None or cached[0] != len(records):

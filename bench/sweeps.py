@@ -194,6 +194,36 @@ def plateau_start(rates) -> int:
     return int(np.argmax(rates >= PLATEAU_FRACTION * rates.max()))
 
 
+def log_sigma_from_interval(ci_low, ci_high, confidence: float = policy.CONFIDENCE) -> np.ndarray:
+    """σ of a log median implied by its interval: (log high − log low) / (2·z); NaN where there is none."""
+    from scipy import stats  # noqa: PLC0415 - as loglog_slope
+
+    low, high = np.asarray(ci_low, float), np.asarray(ci_high, float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sigma = (np.log(high) - np.log(low)) / (2 * stats.norm.ppf(0.5 + confidence / 2))
+    return np.where((low > 0) & (high >= low), sigma, np.nan)
+
+
+def settled_start(sweep: pd.DataFrame, variable: str, start: int, confidence: float = policy.CONFIDENCE) -> int:
+    """start, past each leading point off the power law of the points after it (outside its prediction interval)."""
+    from scipy import stats  # noqa: PLC0415 - as loglog_slope
+
+    lx, ly = np.log(sweep[variable].to_numpy(float)), np.log(sweep["time_s"].to_numpy(float))
+    sigma = log_sigma_from_interval(sweep["time_s_ci_low"], sweep["time_s_ci_high"], confidence)
+    while len(lx) - start > ASYMPTOTIC_POINTS:
+        rest_x, rest_y = lx[start + 1 :], ly[start + 1 :]
+        fit, m = stats.linregress(rest_x, rest_y), len(rest_x)
+        scatter = np.sqrt(np.sum((rest_y - fit.intercept - fit.slope * rest_x) ** 2) / (m - 2))
+        spread = np.sum((rest_x - rest_x.mean()) ** 2)
+        leverage = 1 + 1 / m + (lx[start] - rest_x.mean()) ** 2 / spread
+        error = math.hypot(scatter * math.sqrt(leverage), np.nan_to_num(sigma[start]))
+        off = abs(ly[start] - fit.intercept - fit.slope * lx[start])
+        if off <= stats.t.ppf(0.5 + confidence / 2, m - 2) * error:
+            break
+        start += 1
+    return start
+
+
 @dataclass(frozen=True)
 class OverheadFit:
     """time ≈ per_call_s + flops / rate_flops_per_s."""
@@ -276,7 +306,7 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
             f"{int(reliable[variable].iloc[-1])}), so time cannot test it"
         )
         return result(reliable.iloc[0:0], "plateau", reason, overhead)
-    data = reliable.iloc[max(plateau_start(rates), regime) :]
+    data = reliable.iloc[settled_start(reliable, variable, max(plateau_start(rates), regime)) :]
     if len(data) >= ASYMPTOTIC_POINTS:
         return result(data, "plateau", "", overhead)
     peak_column = PEAK_COLUMNS.get(on, PEAK_COLUMNS[policy.WALL])  # a GPU's ceilings are timed synchronised

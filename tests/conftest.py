@@ -71,11 +71,16 @@ def _compute_peak_measured_once(tmp_path_factory, worker_id):
     def op_latency(device):
         return once(("latency", device, torch.get_num_threads()), lambda: real_latency(device))
 
+    def memory_hierarchy(device):
+        return once(("hierarchy", device), lambda: real_hierarchy(device))
+
     real, real_bandwidth, real_latency = bench.peak.compute_peak, bench.peak.memory_bandwidth, bench.peak.op_latency
+    real_hierarchy = bench.peak.memory_hierarchy
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(bench.peak, "compute_peak", compute_peak)
         patch.setattr(bench.peak, "memory_bandwidth", memory_bandwidth)
         patch.setattr(bench.peak, "op_latency", op_latency)
+        patch.setattr(bench.peak, "memory_hierarchy", memory_hierarchy)
         yield
 
 

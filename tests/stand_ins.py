@@ -15,6 +15,7 @@ CEILINGS_STUB = (
     f"import bench.run, bench.peak\nbench.peak.compute_peak = lambda device, dtype: dict({FAKE_PEAK!r}, dtype=str(dtype))\n"
     f"bench.peak.memory_bandwidth = lambda device, swept=None: dict({FAKE_BANDWIDTH!r})\n"
     f"bench.peak.op_latency = lambda device: dict({FAKE_LATENCY!r})\n"
+    "bench.peak.memory_hierarchy = lambda device: {}\n"
 )
 
 

@@ -288,7 +288,8 @@ def test_run_prints_the_plan_before_measuring(capsys, tmp_path, no_measuring, mo
     assert main([*GRID, "--n", "64,128", "--out", str(tmp_path / "run"), "--no-progress"]) == 0
     (err,) = printed
     (line,) = [line for line in err.splitlines() if line.startswith("plan: ")]
-    assert line.startswith("plan: 2 points, about ") and "on this machine (estimate; at most " in line
+    assert line.startswith("plan: 2 points, about ") and "on this machine (estimate, from the command's start: " in line
+    assert "of it before this line; at most " in line
     assert "more where points need more rounds), peak memory about " in line
     assert line.endswith("on cpu (conv n=128 d=8 batch=1 k=3)")
 

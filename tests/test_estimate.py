@@ -154,6 +154,38 @@ def test_a_recurrence_pays_each_of_its_n_steps():
     assert call_time_s(long, RATE) - call_time_s(short, RATE) == pytest.approx(256 * step_s)
 
 
+def test_a_fused_lstm_pays_its_fused_step_not_atens():
+    """oneDNN runs a float32 LSTM on the CPU as one operator: a step costs FUSED_CPU_STEP_S, not STEP_OVERHEAD_S,
+    and its first pass no per-step probe cost (the FLOP counter sees one operator); a GRU runs ATen's loop."""
+    short, long = PointSpec("lstm", n=256, d=128), PointSpec("lstm", n=512, d=128)
+    flops_s = 2 * 4 * 2 * 128 * 128 / (COMPUTE_EFFICIENCY * RATE)  # 4 gates, the input and the hidden product
+    fused = models.LAYERS["lstm"].fused_on("cpu", "float32")
+    step_s = (estimate.FUSED_CPU_STEP_S if fused else STEP_OVERHEAD_S["cpu"]) + flops_s
+    assert call_time_s(long, RATE) - call_time_s(short, RATE) == pytest.approx(256 * step_s)
+    first_s = estimate.point_time_s(long, QUICK_POLICY, RATE) - estimate.point_time_s(short, QUICK_POLICY, RATE)
+    gru_first_s = estimate.point_time_s(PointSpec("gru", n=512, d=128), QUICK_POLICY, RATE) - estimate.point_time_s(
+        PointSpec("gru", n=256, d=128), QUICK_POLICY, RATE
+    )
+    assert gru_first_s > 256 * estimate.PROBE_STEP_S["cpu"] > first_s or not fused
+
+
+def test_a_decodes_state_read_takes_the_bandwidth_of_the_level_it_fits_in():
+    """With the measured hierarchy (meta.json's levels), a decode's state is read at STATE_BANDWIDTH_SHARE of the
+    triad's rate at its size: past the last cache it takes memory's, a step in time at the cache's edge."""
+    bandwidth = {
+        "hierarchy": {"levels": [dict(up_to_bytes=2**25, bytes_per_s=4e10), dict(up_to_bytes=2**31, bytes_per_s=1e10)]}
+    }
+    memory = estimate.memory_of(bandwidth)
+    assert memory.bytes_per_s(2**20) == 4e10 and memory.bytes_per_s(2**26) == 1e10 == memory.bytes_per_s(2**40)
+    assert estimate.memory_of({"bytes_per_s": 1e10}) is None  # a GPU's: no levels swept
+    inside, beyond = (PointSpec("attention", n=n, d=64, heads=1, mode="decode") for n in (2**15, 2**17))
+    for spec, rate in ((inside, 4e10), (beyond, 1e10)):
+        state = models.analytic_decode_state_bytes("attention", 1, spec.n, spec.config())
+        assert call_time_s(spec, RATE, memory) == pytest.approx(
+            estimate.DECODE_CALL_S["cpu"] + state / (estimate.STATE_BANDWIDTH_SHARE * rate)
+        )
+
+
 @pytest.mark.parametrize("call_s", [1e-5, 3e-4, 2e-3, 0.04, 0.5])
 def test_the_passes_arithmetic_is_the_timing_engines(call_s):
     """Count the calls bench.timing really makes (calibrate, then each pass's time_rounds) on a fake clock
@@ -242,6 +274,11 @@ def test_the_summary_line():
     assert preflight.summary_line(plan) == (
         "plan: 2 points, about 2.3 min on this machine (estimate), peak memory about 579 MB on cpu "
         "(attention_math n=128 d=8 batch=1 heads=1)"
+    )
+    begun = dataclasses.replace(plan, begun_s=6.0)  # the command's start-up and the rates, counted in
+    assert begun.time_s == plan.time_s + 6.0
+    assert "about 2.4 min on this machine (estimate, from the command's start: 6 s of it before this line)" in (
+        preflight.summary_line(begun)
     )
     with_budget = dataclasses.replace(plan, extra_s=70)
     assert preflight.summary_line(with_budget).startswith(

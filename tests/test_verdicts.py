@@ -122,6 +122,22 @@ def test_the_plateau_is_the_settled_end_past_a_fall_in_rate():
     assert sweeps.plateau_start([5.0]) == 0
 
 
+def test_leading_points_off_the_later_power_law_are_left_out_of_the_time_fit():
+    # conv's training on the 2-core VM past a cache's edge (ms): all six within 0.8 of the best rate, but 7.97 ms at
+    # 8192 lies 7 % under the line through the five after it (exponent ≈ 1.04, scatter under 1 %): past its 95 %
+    # prediction interval, so it is left out; 10240 too (4 % under the four after it); then ASYMPTOTIC_POINTS remain.
+    ns = [8192, 10240, 12288, 16384, 20480, 24576]
+    ms = np.array([7.970, 10.853, 13.547, 18.303, 22.685, 27.298])
+    sweep = _sweep("conv", xs=ns, time_s=ms / 1e3, flops=2.6e5 * np.asarray(ns, float), k=3)
+    assert sweeps.settled_start(sweeps.clocks.on_clock(sweep), "n", 0) == 2 == len(ns) - sweeps.ASYMPTOTIC_POINTS
+    row = _time_row(fits.fit_table(sweep))  # with 8192: 1.10 [1.00, 1.21], straddling 1.2
+    assert (row.x_min, row.points, row.verdict) == (12288, 4, "consistent")
+    # A power law with a scatter of its own keeps every point.
+    wobble = np.array([1.0, 1.03, 0.98, 1.02, 0.99, 1.01])
+    steady = _sweep("conv", xs=ns, time_s=1e-6 * np.asarray(ns, float) * wobble, k=3)
+    assert sweeps.settled_start(sweeps.clocks.on_clock(steady), "n", 0) == 0
+
+
 def test_flops_and_memory_keep_the_fixed_rule():
     sweep = _per_call_sweep([1, 2, 4, 8, 16, 32])
     table = fits.fit_table(sweep)
