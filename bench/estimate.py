@@ -16,7 +16,6 @@ from .formats import stored_peaks
 from .policy import WARMUP_ROUNDS, TimingPolicy
 from .spec import DECODE_MODE, PointSpec, device_key
 
-# Fitted to the reference runs (results/reference/): CPU ones to the quick preset's, CUDA ones to the H100's.
 CALL_OVERHEAD_S = {"cpu": 50e-6, "cuda": 50e-6}
 COMPUTE_EFFICIENCY = 0.5  # the share of the measured compute rate a layer's matrix products reach
 ACTIVATION_FLOPS_PER_BYTE = {"cpu": 128.0, "cuda": 32.0}  # element-wise work, in units of the compute rate

@@ -17,9 +17,10 @@ from .errors import BadInput
 from .fits import time_row
 from .policy import EXTEND_MEMORY_SHARE, WALL
 from .preflight import device_memory, format_duration, sizes_text
-from .spec import PointSpec, device_key, validate
+from .spec import WHERE, PointSpec, device_key, validate
 from .sweeps import (
     MIN_FIT_POINTS,
+    PER_CALL_SHARE_THRESHOLD,
     PLATEAU_FRACTION,
     TOLERANCE,
     VARIABLES,
@@ -49,6 +50,7 @@ class Proposal:
     stopped: str = ""
     whole: bool = False
     instead: Proposal | None = None
+    decided_elsewhere: bool = False
 
     def affordable(self, left_s: float) -> int:
         if self.whole:
@@ -162,36 +164,47 @@ def propose(
     fit: Callable[[str, pd.DataFrame, str], dict] = time_row,
 ) -> list[Proposal]:
     """Each undecided time sweep of a run's `points` and its next points (`visit_s`: a stored point's seconds)."""
-    proposals = []
+    fitted = []
     for variable in VARIABLES:
         for fixed, sweep in sweeps(points, variable):
             sweep = sweep.sort_values(variable)
-            row = fit(fixed["layer"], sweep, variable)
-            if len(sweep) < MIN_FIT_POINTS or not answerable(row) or sweep["point_id"].iloc[-1] not in specs:
-                continue
-            end = specs[sweep["point_id"].iloc[-1]]
-            x = sweep[variable].to_numpy(float)
-            growth = _growth(sweep, variable, [visit_s(pid) if pid in specs else math.nan for pid in sweep["point_id"]])
-            end_s, whole = visit_s(end.point_id), FLOPS_TERM in row["reason"]
-            instead = []
-            if whole:
-                sizes = ladder(x, flops_regime_start(end, variable, _step(x)))
-                sizes = sizes[: regime_prefix(sweep, end, variable, sizes) or 0]
-            elif any(words in row["reason"] for words in NARROWABLE) or row["points"] >= MIN_FIT_POINTS:
-                sizes = midpoints(end, variable, x, row["x_min"], row["x_max"])
-                if not sizes or rate_still_moving(sweep, variable, row["x_min"], row["x_max"]):
-                    sizes, instead = ladder(x, row.get("plateau_size", math.nan)), sizes
-            else:
-                sizes = ladder(x, row.get("plateau_size", math.nan))
-            place = functools.partial(_place, end, variable, specs, memory_limits, end_s, float(x[-1]), growth)
-            chosen, costs, stopped = place(sizes)
-            if whole and (stopped or not sizes):
-                chosen, costs = (), ()
-                stopped = stopped or f"Table 1's term carries no {variable} within 2^20 times {x[-1]:g}"
-            words, why = _sweep_words(end, variable), row["reason"]
-            between = Proposal(words, variable, why, *place(instead)[:2]) if instead else None
-            proposals.append(Proposal(words, variable, why, chosen, costs, stopped, whole, between))
+            fitted.append((variable, (fixed["layer"], *(fixed.get(k) for k in WHERE), variable), sweep))
+            fitted[-1] += (fit(fixed["layer"], sweep, variable),)
+    decided = {key for _, key, _, row in fitted if row["verdict"] != "inconclusive"}
+    proposals = []
+    for variable, key, sweep, row in fitted:
+        if len(sweep) < MIN_FIT_POINTS or not answerable(row) or sweep["point_id"].iloc[-1] not in specs:
+            continue
+        end = specs[sweep["point_id"].iloc[-1]]
+        x = sweep[variable].to_numpy(float)
+        growth = _growth(sweep, variable, [visit_s(pid) if pid in specs else math.nan for pid in sweep["point_id"]])
+        whole = FLOPS_TERM in row["reason"]
+        sizes, instead = _sizes(sweep, variable, row, end, whole)
+        place = functools.partial(_place, end, variable, specs, memory_limits, visit_s(end.point_id), x[-1], growth)
+        chosen, costs, stopped = place(sizes)
+        if whole and (stopped or not sizes):
+            chosen, costs = (), ()
+            stopped = stopped or f"Table 1's term carries no {variable} within 2^20 times {x[-1]:g}"
+        words, why = _sweep_words(end, variable), row["reason"]
+        between = Proposal(words, variable, why, *place(instead)[:2]) if instead else None
+        proposals.append(Proposal(words, variable, why, chosen, costs, stopped, whole, between, key in decided))
     return proposals
+
+
+def _sizes(sweep: pd.DataFrame, variable: str, row: Mapping, end: PointSpec, whole: bool) -> tuple[list, list]:
+    """(sizes, else these): midpoints in the fitted range, or larger sizes where a per-call cost or a cache bends it."""
+    x = sweep[variable].to_numpy(float)
+    if whole:
+        sizes = ladder(x, flops_regime_start(end, variable, _step(x)))
+        return sizes[: regime_prefix(sweep, end, variable, sizes) or 0], []
+    beyond = ladder(x, row.get("plateau_size", math.nan))
+    if not (any(words in row["reason"] for words in NARROWABLE) or row["points"] >= MIN_FIT_POINTS):
+        return beyond, []
+    between = midpoints(end, variable, x, row["x_min"], row["x_max"])
+    bent = row.get("per_call_share", 0.0) > PER_CALL_SHARE_THRESHOLD
+    if not between or bent or rate_still_moving(sweep, variable, row["x_min"], row["x_max"]):
+        return beyond, between
+    return between, []
 
 
 def _place(end, variable, known, memory_limits, end_s, x_end, growth, sizes) -> tuple[tuple, tuple, str]:
@@ -302,7 +315,7 @@ def choose(proposals: list[Proposal], left_s: float, told: set[str]) -> tuple[li
     """(the points that fit in left_s, cheapest first, d and k waiting while n takes any; lines to log; their cost)."""
     chosen, lines, cost_s = [], [], 0.0
     n_first = any(p.variable == VARIABLES[0] and p.affordable(left_s) for p in proposals)
-    for p in sorted(proposals, key=lambda p: (VARIABLES.index(p.variable), _first_cost_s(p))):
+    for p in sorted(proposals, key=lambda p: (VARIABLES.index(p.variable), p.decided_elsewhere, _first_cost_s(p))):
         if n_first and p.variable != VARIABLES[0]:
             if f"waiting {p.sweep}" not in told:
                 told.add(f"waiting {p.sweep}")

@@ -31,8 +31,7 @@ TOLERANCE = {"flops": 0.15, "time": 0.2, "memory": 0.35}  # the band around a pr
 PLATEAU_FRACTION, ASYMPTOTIC_POINTS = 0.8, 4  # a time fit needs 4 points from its plateau on (3 let a drift decide)
 PER_CALL_SHARE_THRESHOLD = 0.2  # a per-call cost above this share of the time explains a time exponent
 ELEMENTWISE_SHARE_THRESHOLD = 0.05  # element-wise work above this share of all FLOPs may set the time
-# per point, the device's compute peak on each clock (bench.peak), where the caller adds it
-PEAK_COLUMNS = {policy.WALL: "peak_flops_per_s", policy.CPU: "peak_cpu_flops_per_s"}
+PEAK_COLUMNS = {policy.WALL: "peak_flops_per_s", policy.CPU: "peak_cpu_flops_per_s"}  # each clock's, per point
 SWEEP_KEYS = ["layer", *WHERE, "batch", *(s for s in SIZES if s != "batch")]  # a point's identity (bench.spec)
 FIXED_SIZES = tuple(s for s in SIZES if s != "batch")  # what fits.csv's `fixed` names; batch has its own column
 

@@ -179,6 +179,34 @@ def test_three_settled_points_short_of_the_fit_get_points_between_them_not_past_
     assert proposal.costs_s == pytest.approx([0.375**growth, 0.75**growth])  # from 2^19's visits of 1 s
 
 
+def test_a_per_call_cost_that_bends_the_fitted_range_gets_larger_sizes_first():
+    # t = 1 ms + n µs, scattered ±5 %: the fit over n = 3000-12288 straddles (0.84) and explains it by the per-call
+    # cost, 26 % of the time at its first point; points between would keep that share, larger ones shrink it
+    ns = [3000, 4096, 6144, 8192, 12288]
+    specs, points = _conv_sweep(ns)
+    points["time_median_s"] *= [1, 1.05, 0.97, 1.03, 1]
+    (proposal,) = extend.propose(points, {s.point_id: s for s in specs}, lambda pid: 1.0, {"cpu": math.inf})
+    assert "straddles" in proposal.reason and "a per-call cost" in proposal.reason
+    assert min(s.n for s in proposal.specs) > 12288 and all(3000 < s.n < 12288 for s in proposal.instead.specs)
+
+
+def test_a_layer_and_mode_undecided_everywhere_goes_before_one_another_sweep_decides():
+    specs = [PointSpec("conv", n=n, d=8, batch=1, k=3) for n in (1000, 2000)]
+    other = extend.Proposal("other", "n", "interval too wide", (specs[0],), (1.0,), decided_elsewhere=True)
+    alone = extend.Proposal("alone", "n", "interval too wide", (specs[1],), (2.0,))
+    assert extend.choose([other, alone], 2.5, set())[0] == [specs[1]]  # dearer, but its layer has no verdict yet
+    assert extend.choose([other, alone], 5.0, set())[0] == [specs[1], specs[0]]
+    ns = [2**16, 2**17, 2**18, 2**19]  # propose marks it: a second sweep of the same layer and mode that decides
+    specs, points = _conv_sweep(ns)
+    flops = 1e3 * np.asarray(ns, float)
+    batch4 = [PointSpec("conv", n=n, d=8, batch=4, k=3) for n in ns]
+    points = pd.concat(
+        [_points(specs, flops / np.array([80e9, 44e9, 48e9, 44e9]), flops), _points(batch4, flops / 1e9, flops)]
+    )
+    (proposal,) = extend.propose(points, {s.point_id: s for s in specs + batch4}, lambda pid: 1.0, {"cpu": math.inf})
+    assert proposal.decided_elsewhere and "batch=1" in proposal.sweep
+
+
 def test_the_plan_states_the_extension_budget_before_the_run():
     specs = [PointSpec("conv", n=n, d=8, batch=1, k=3) for n in (64, 128)]
     on = policy.TimingPolicy(extend_budget=0.5)
