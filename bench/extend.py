@@ -311,15 +311,20 @@ def _first_cost_s(p: Proposal) -> float:
     return min(own, _first_cost_s(p.instead)) if p.instead is not None else own
 
 
+def _tier(p: Proposal) -> tuple[int, bool]:
+    return VARIABLES.index(p.variable), p.decided_elsewhere
+
+
 def choose(proposals: list[Proposal], left_s: float, told: set[str]) -> tuple[list[PointSpec], list[str], float]:
-    """(the points that fit in left_s, cheapest first, d and k waiting while n takes any; lines to log; their cost)."""
+    """(points within left_s, cheapest first, waiting while n or a layer without a verdict takes any; lines; cost)."""
     chosen, lines, cost_s = [], [], 0.0
-    n_first = any(p.variable == VARIABLES[0] and p.affordable(left_s) for p in proposals)
-    for p in sorted(proposals, key=lambda p: (VARIABLES.index(p.variable), p.decided_elsewhere, _first_cost_s(p))):
-        if n_first and p.variable != VARIABLES[0]:
+    affordable = [_tier(p) for p in proposals if p.affordable(left_s) or (p.instead and p.instead.affordable(left_s))]
+    for p in sorted(proposals, key=lambda p: (_tier(p), _first_cost_s(p))):
+        if affordable and _tier(p) > min(affordable):
+            first = "the sweeps against n" if p.variable != VARIABLES[0] else "layers without a verdict yet"
             if f"waiting {p.sweep}" not in told:
                 told.add(f"waiting {p.sweep}")
-                lines.append(f"waiting: {p.sweep}, {short_reason(p.reason)}: the sweeps against n are extended first")
+                lines.append(f"waiting: {p.sweep}, {short_reason(p.reason)}: {first} are extended first")
             continue
         taken = p.affordable(left_s)
         if not taken and p.instead is not None and p.instead.affordable(left_s):

@@ -318,6 +318,10 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
     size = size_for_flops(reliable[variable], flops, target) if target > flops[-1] else math.nan
     if math.isfinite(size):
         reach = f"{variable} ≥ {math.ceil(round(size, 6))} would reach the plateau"  # round: float noise
+    elif rates[-1] < PLATEAU_FRACTION * rates.max():
+        reach = (
+            "the rate falls as the data outgrows a cache, so no size is predicted: larger ones find where it settles"
+        )
     elif target <= flops[-1]:
         reach = "the rate rises more than a per-call cost explains (t = c + f/R), so no size is predicted"
     else:

@@ -194,8 +194,10 @@ def test_a_layer_and_mode_undecided_everywhere_goes_before_one_another_sweep_dec
     specs = [PointSpec("conv", n=n, d=8, batch=1, k=3) for n in (1000, 2000)]
     other = extend.Proposal("other", "n", "interval too wide", (specs[0],), (1.0,), decided_elsewhere=True)
     alone = extend.Proposal("alone", "n", "interval too wide", (specs[1],), (2.0,))
-    assert extend.choose([other, alone], 2.5, set())[0] == [specs[1]]  # dearer, but its layer has no verdict yet
-    assert extend.choose([other, alone], 5.0, set())[0] == [specs[1], specs[0]]
+    chosen, lines, _ = extend.choose([other, alone], 5.0, set())
+    assert chosen == [specs[1]]  # dearer, but its layer has no verdict yet: the other waits while it takes points
+    assert lines[1] == "waiting: other, interval too wide: layers without a verdict yet are extended first"
+    assert extend.choose([other, alone], 1.5, set())[0] == [specs[0]]  # none of its points fits: the other's turn
     ns = [2**16, 2**17, 2**18, 2**19]  # propose marks it: a second sweep of the same layer and mode that decides
     specs, points = _conv_sweep(ns)
     flops = 1e3 * np.asarray(ns, float)
@@ -274,8 +276,10 @@ def test_a_run_extends_an_undecided_sweep_and_marks_the_points(extended_run):
     assert meta["points_planned"] == 3 and meta["points_extended"] == len(added) == meta["points_stored"] - 3
 
 
-def test_a_resume_measures_the_added_points_a_cut_left(extended_run, tmp_path):
+def test_a_resume_measures_the_added_points_a_cut_left(extended_run, tmp_path, monkeypatch):
     import shutil
+
+    monkeypatch.setattr(policy, "EXTEND_MIN_S", 3.0)  # the budget the run had (the resume may still take a round more)
 
     run = tmp_path / "run"
     shutil.copytree(extended_run, run)
@@ -286,7 +290,7 @@ def test_a_resume_measures_the_added_points_a_cut_left(extended_run, tmp_path):
     (run / "meta.json").write_text(json.dumps(meta))
     assert main(["run", "--resume", str(run), "--no-progress"]) == 0
     again = read_points(run)
-    assert sorted(again["n"]) == sorted(points["n"])
+    assert set(points["n"]) <= set(again["n"]) and len(again) == again["n"].nunique()
     assert again.loc[again["n"] > 64, "extended"].fillna(0).astype(bool).all()
 
 

@@ -138,6 +138,13 @@ def test_leading_points_off_the_later_power_law_are_left_out_of_the_time_fit():
     assert sweeps.settled_start(sweeps.clocks.on_clock(steady), "n", 0) == 0
 
 
+def test_a_rate_falling_past_the_band_is_said_as_a_fall_not_a_rise():
+    # 100, 70, 55 (10^9 FLOP/s): no settled end of 3, so all three from the best, one short of ASYMPTOTIC_POINTS
+    ns = np.array([1024, 2048, 4096], float)
+    row = _time_row(fits.fit_table(_sweep("conv", xs=ns, time_s=1e3 * ns / np.array([100e9, 70e9, 55e9]), k=3)))
+    assert row.reason.startswith("not asymptotic yet (100 % → 55 % of the sweep's best; the rate falls as the data")
+
+
 def test_flops_and_memory_keep_the_fixed_rule():
     sweep = _per_call_sweep([1, 2, 4, 8, 16, 32])
     table = fits.fit_table(sweep)
