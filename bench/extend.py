@@ -198,10 +198,11 @@ def _sizes(sweep: pd.DataFrame, variable: str, row: Mapping, end: PointSpec, who
         sizes = ladder(x, flops_regime_start(end, variable, _step(x)))
         return sizes[: regime_prefix(sweep, end, variable, sizes) or 0], []
     beyond = ladder(x, row.get("plateau_size", math.nan))
-    if not (any(words in row["reason"] for words in NARROWABLE) or row["points"] >= MIN_FIT_POINTS):
+    narrowable = any(words in row["reason"] for words in NARROWABLE)
+    if not (narrowable or row["points"] >= MIN_FIT_POINTS):
         return beyond, []
     between = midpoints(end, variable, x, row["x_min"], row["x_max"])
-    bent = row.get("per_call_share", 0.0) > PER_CALL_SHARE_THRESHOLD
+    bent = narrowable and row.get("per_call_share", 0.0) > PER_CALL_SHARE_THRESHOLD
     if not between or bent or rate_still_moving(sweep, variable, row["x_min"], row["x_max"]):
         return beyond, between
     return between, []
