@@ -168,8 +168,8 @@ def propose(
     for variable in VARIABLES:
         for fixed, sweep in sweeps(points, variable):
             sweep = sweep.sort_values(variable)
-            fitted.append((variable, (fixed["layer"], *(fixed.get(k) for k in WHERE), variable), sweep))
-            fitted[-1] += (fit(fixed["layer"], sweep, variable),)
+            key = (fixed["layer"], *(fixed.get(k) for k in WHERE), variable)
+            fitted.append((variable, key, sweep, fit(fixed["layer"], sweep, variable)))
     decided = {key for _, key, _, row in fitted if row["verdict"] != "inconclusive"}
     proposals = []
     for variable, key, sweep, row in fitted:

@@ -31,6 +31,7 @@ from .sweeps import (
     sweeps,
     time_explanation,
     time_fit_range,
+    z_of,
 )
 from .sweeps import METRIC_COLUMN as METRIC_COLUMN
 from .sweeps import PEAK_COLUMNS as PEAK_COLUMNS  # these three and the above: what the report reads from here
@@ -110,16 +111,12 @@ class PowerFit:
     halfwidth_measurement: float = 0.0
 
 
-def _z(confidence: float) -> float:
-    return float(stats.norm.ppf(0.5 + confidence / 2))
-
-
 def measurement_halfwidth(x, sigma_log, confidence: float = CONFIDENCE) -> float:
     """z·sqrt(Σ w_i²σ_i²), w_i the slope's OLS weights: the half-width from the points' own σ_i alone."""
     lx = np.log(np.asarray(x, float))
     centred = lx - lx.mean()
     weights = centred / (centred @ centred)
-    return _z(confidence) * float(np.sqrt(np.sum((weights * np.asarray(sigma_log, float)) ** 2)))
+    return z_of(confidence) * float(np.sqrt(np.sum((weights * np.asarray(sigma_log, float)) ** 2)))
 
 
 def power_law_fit(x, y, sigma_log=None, confidence: float = CONFIDENCE) -> PowerFit:

@@ -346,7 +346,8 @@ def before_measuring(
         ]
     with _machine_threads(threads):
         memory = estimate.quick_memory({s.device for s in specs})
-    plan = estimate.estimate_plan(specs, policy, rates or machine_rates(specs, threads), memory)
+        rates = rates or estimate.quick_rates(specs)
+    plan = estimate.estimate_plan(specs, policy, rates, memory)
     if load is not None and not on_cluster:
         plan = replace(plan, slowdown=slowdown(load, decide_threads(threads, load=load)[0]))
     if started is not None:

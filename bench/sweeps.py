@@ -193,13 +193,17 @@ def plateau_start(rates) -> int:
     return int(np.argmax(rates >= PLATEAU_FRACTION * rates.max()))
 
 
-def log_sigma_from_interval(ci_low, ci_high, confidence: float = policy.CONFIDENCE) -> np.ndarray:
-    """σ of a log median implied by its interval: (log high − log low) / (2·z); NaN where there is none."""
+def z_of(confidence: float) -> float:
     from scipy import stats  # noqa: PLC0415 - as loglog_slope
 
+    return float(stats.norm.ppf(0.5 + confidence / 2))
+
+
+def log_sigma_from_interval(ci_low, ci_high, confidence: float = policy.CONFIDENCE) -> np.ndarray:
+    """σ of a log median implied by its interval: (log high − log low) / (2·z); NaN where there is none."""
     low, high = np.asarray(ci_low, float), np.asarray(ci_high, float)
     with np.errstate(invalid="ignore", divide="ignore"):
-        sigma = (np.log(high) - np.log(low)) / (2 * stats.norm.ppf(0.5 + confidence / 2))
+        sigma = (np.log(high) - np.log(low)) / (2 * z_of(confidence))
     return np.where((low > 0) & (high >= low), sigma, np.nan)
 
 
