@@ -25,8 +25,7 @@ STATE_BANDWIDTH_SHARE = 0.65  # of the triad's at the state's size, where measur
 STEP_OVERHEAD_S = {"cpu": 10e-6, "cuda": 5e-6}  # a recurrence's per-step operators
 FUSED_CPU_STEP_S = 1e-6  # oneDNN's fused LSTM's step: 1.3 µs with its products at d = 40 (2-core VM)
 PROBE_STEP_S = {"cpu": 0.5e-3, "cuda": 0.7e-3}  # what the FLOP counter and the profiler add a recurrence's step
-# A visit: building the layer, the pass's record, a GPU's graph capture; and its input, drawn on its device (measured)
-VISIT_OVERHEAD_S = {"cpu": 5e-3, "cuda": 0.02}
+VISIT_OVERHEAD_S = {"cpu": 5e-3, "cuda": 0.02}  # building the layer, its record, a GPU graph; its input: per element
 INPUT_S_PER_ELEMENT = {"cpu": 5.5e-9, "cuda": 0.02e-9}
 GRAPH_PASSES = {"cpu": 0, "cuda": 1}
 MEMORY_CEILINGS_S = {"cpu": 4.0, "cuda": 1.0}  # bench.peak's bandwidth and latency (CPU: 2 s + 2 s, its caches before)

@@ -30,9 +30,10 @@ from .sweeps import (
     table1_regime_start,
 )
 
-MAX_ROUNDS = 8
+MAX_ROUNDS = 12
 NEW_PER_ROUND = 2
 MIN_RATIO, MAX_RATIO = math.sqrt(2), 2.0
+STEP_COST_RATIO = 3.0  # past the end, a size costing more than this times the one before waits: this round may settle it
 FLOPS_TERM = "does not set the counted FLOPs"
 ANSWERABLE = ("not asymptotic yet", "too few points", "straddles", "too wide", FLOPS_TERM)
 NARROWABLE = ("straddles", "too wide")
@@ -180,7 +181,8 @@ def propose(
         growth = _growth(sweep, variable, [visit_s(pid) if pid in specs else math.nan for pid in sweep["point_id"]])
         whole = FLOPS_TERM in row["reason"]
         sizes, instead = _sizes(sweep, variable, row, end, whole)
-        place = functools.partial(_place, end, variable, specs, memory_limits, visit_s(end.point_id), x[-1], growth)
+        end_s = visit_s(end.point_id)
+        place = functools.partial(_place, end, variable, specs, memory_limits, end_s, x[-1], growth, whole)
         chosen, costs, stopped = place(sizes)
         if whole and (stopped or not sizes):
             chosen, costs = (), ()
@@ -208,7 +210,7 @@ def _sizes(sweep: pd.DataFrame, variable: str, row: Mapping, end: PointSpec, who
     return between, []
 
 
-def _place(end, variable, known, memory_limits, end_s, x_end, growth, sizes) -> tuple[tuple, tuple, str]:
+def _place(end, variable, known, memory_limits, end_s, x_end, growth, whole, sizes) -> tuple[tuple, tuple, str]:
     chosen, costs = [], []
     for value in sizes:
         spec = sized(end, variable, value)
@@ -221,8 +223,11 @@ def _place(end, variable, known, memory_limits, end_s, x_end, growth, sizes) -> 
             size = getattr(spec, variable)
             why = f"{variable} = {size} would hold about {need / 1e9:.2g} GB, over the {limit / 1e9:.2g} GB"
             return tuple(chosen), tuple(costs), why + " the extension may use"
+        cost_s = end_s * (getattr(spec, variable) / x_end) ** growth
+        if not whole and costs and getattr(spec, variable) > x_end and cost_s > STEP_COST_RATIO * costs[-1]:
+            break
         chosen.append(spec)
-        costs.append(end_s * (getattr(spec, variable) / x_end) ** growth)
+        costs.append(cost_s)
     return tuple(chosen), tuple(costs), ""
 
 

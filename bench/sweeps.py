@@ -175,7 +175,7 @@ def table1_regime_start(sweep: pd.DataFrame, variable: str, layer: str) -> int |
         local = math.log(flops[i + 1] / flops[i]) / math.log(x[i + 1] / x[i])
         predicted = predicted_exponent("flops", layer, sweep.iloc[i : i + 2], variable)
         within.append(abs(local - predicted) <= TOLERANCE["flops"])
-    start = len(within)  # the last pair that fails, plus one
+    start = len(within)
     while start > 0 and within[start - 1]:
         start -= 1
     return start if len(sweep) - start >= MIN_FIT_POINTS else None

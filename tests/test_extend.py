@@ -64,9 +64,11 @@ def test_an_undecided_sweep_gets_points_beyond_its_end_and_a_decided_one_none():
     assert sizes[0] > 512 and sizes == sorted(sizes) and len(sizes) >= extend.NEW_PER_ROUND
     # a visit's cost grows with the FLOPs and the time from the end point's 1 s: the steeper exponent is 1 here
     assert proposal.costs_s == pytest.approx([n / 512 for n in sizes], rel=0.05)
-    # visits that grow faster than the call (a decode's prefill, say): the cost follows the visits
+    # visits that grow faster than the call (a decode's prefill, say): the cost follows the visits, and a round
+    # takes the first size past the end alone where the next costs over 3x it: its times may settle the sweep
     (steep,) = extend.propose(points, ids, lambda pid: (ids[pid].n / 512) ** 2, {"cpu": math.inf})
-    assert steep.costs_s == pytest.approx([(n / 512) ** 2 for n in sizes], rel=1e-6)
+    assert steep.costs_s == pytest.approx([(sizes[0] / 512) ** 2], rel=1e-6)
+    assert [s.n for s in steep.specs] == sizes[:1] and (sizes[1] / sizes[0]) ** 2 > extend.STEP_COST_RATIO
     big_specs, big = _conv_sweep([2**20, 2**21, 2**22, 2**23])  # f/R from 1 s: the per-call cost is gone
     assert extend.propose(big, {s.point_id: s for s in big_specs}, lambda pid: 1.0, {"cpu": math.inf}) == []
     two_specs, two = _conv_sweep([64, 128])  # two points: a cross-section of a grid, not a sweep
