@@ -33,7 +33,9 @@ from .sweeps import (
 MAX_ROUNDS = 12
 NEW_PER_ROUND = 2
 MIN_RATIO, MAX_RATIO = math.sqrt(2), 2.0
-STEP_COST_RATIO = 3.0  # past the end, a size costing more than this times the one before waits: this round may settle it
+STEP_COST_RATIO = (
+    3.0  # past the end, a size costing more than this times the one before waits: this round may settle it
+)
 FLOPS_TERM = "does not set the counted FLOPs"
 ANSWERABLE = ("not asymptotic yet", "too few points", "straddles", "too wide", FLOPS_TERM)
 NARROWABLE = ("straddles", "too wide")
