@@ -17,6 +17,7 @@ from .policy import WARMUP_ROUNDS, TimingPolicy
 from .spec import DECODE_MODE, PointSpec, device_key
 
 CALL_OVERHEAD_S = {"cpu": 50e-6, "cuda": 50e-6}
+TRAIN_CALL_OVERHEAD_S = {"cpu": 200e-6, "cuda": 0.0}
 COMPUTE_EFFICIENCY = 0.5  # the share of the measured compute rate a layer's matrix products reach
 ACTIVATION_FLOPS_PER_BYTE = {"cpu": 128.0, "cuda": 32.0}  # element-wise work, in units of the compute rate
 DECODE_CALL_S = {"cpu": 120e-6, "cuda": 100e-6}  # a decode step's few small operators; its state read follows
@@ -122,7 +123,8 @@ def call_parts_s(spec: PointSpec, rate: float, memory: Memory | None = None) -> 
         return DECODE_CALL_S[kind], max(compute_s, read_s)
     steps = sequential_steps(spec) * (TRAIN_STEP_CHAINS if train else 1)
     step_s = FUSED_CPU_STEP_S if _fused_on_cpu(spec) else STEP_OVERHEAD_S[kind]
-    return CALL_OVERHEAD_S[kind], max(compute_s, memory_s) + steps * step_s
+    per_call_s = CALL_OVERHEAD_S[kind] + (TRAIN_CALL_OVERHEAD_S[kind] if train else 0.0)
+    return per_call_s, max(compute_s, memory_s) + steps * step_s
 
 
 def passes_time_s(call_s: float, policy: TimingPolicy, overhead_s: float = 0.0) -> float:

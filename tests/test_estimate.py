@@ -134,6 +134,16 @@ def test_a_convolutions_call_is_its_flops_at_the_matmul_share():
     assert call_time_s(spec, RATE) == pytest.approx(CALL_OVERHEAD_S["cpu"] + flops / (COMPUTE_EFFICIENCY * RATE))
 
 
+def test_a_training_call_pays_the_backwards_per_call_cost_on_a_cpu():
+    """Forward, backward (2x the products) and the autograd engine's fixed cost, which a GPU's graphs replay."""
+    spec = PointSpec("conv", n=512, d=128, batch=4, k=3, mode="train")
+    flops = 3 * 2 * 4 * 512 * 128 * 128 * 3
+    per_call_s = CALL_OVERHEAD_S["cpu"] + estimate.TRAIN_CALL_OVERHEAD_S["cpu"]
+    assert call_time_s(spec, RATE) == pytest.approx(per_call_s + flops / (COMPUTE_EFFICIENCY * RATE))
+    on_gpu = dataclasses.replace(spec, device="cuda")
+    assert estimate.call_parts_s(on_gpu, RATE)[0] == CALL_OVERHEAD_S["cuda"]
+
+
 def test_the_explicit_attentions_call_is_set_by_its_activation_bytes():
     """n×n scores and softmax per head: element-wise work on the memory side of the roofline."""
     spec = PointSpec("attention_math", n=2048, d=32, batch=4, heads=4)
