@@ -23,7 +23,7 @@ ACTIVATION_FLOPS_PER_BYTE = {"cpu": 128.0, "cuda": 32.0}  # element-wise work, i
 DECODE_CALL_S = {"cpu": 120e-6, "cuda": 100e-6}  # a decode step's few small operators; its state read follows
 STATE_FLOPS_PER_BYTE = {"cpu": 32.0, "cuda": 8.0}
 STATE_BANDWIDTH_SHARE = 0.65  # of the triad's at the state's size, where measured (the 2-core VM's decode: 0.63-0.67)
-STEP_OVERHEAD_S = {"cpu": 10e-6, "cuda": 5e-6}  # a recurrence's per-step operators
+STEP_OVERHEAD_S = {"cpu": 10e-6, "cuda": 5e-6}
 FUSED_CPU_STEP_S = 1e-6  # oneDNN's fused LSTM's step: 1.3 µs with its products at d = 40 (2-core VM)
 PROBE_STEP_S = {"cpu": 0.5e-3, "cuda": 0.7e-3}  # what the FLOP counter and the profiler add a recurrence's step
 VISIT_OVERHEAD_S = {"cpu": 5e-3, "cuda": 0.02}  # building the layer, its record, a GPU graph; its input: per element
@@ -32,11 +32,12 @@ GRAPH_PASSES = {"cpu": 0, "cuda": 1}
 MEMORY_CEILINGS_S = {"cpu": 4.0, "cuda": 1.0}  # bench.peak's bandwidth and latency (CPU: 2 s + 2 s, its caches before)
 PROBE_OVERHEAD_S = 5e-3  # the FLOP counter's and the profiler's set-up, once per point
 PROBE_CALLS = 2  # the FLOP counter's and the memory probe's, on a point's first pass
-# A training call goes over its activations 3 times, a recurrence's steps twice, and holds activations and gradients.
 TRAIN_ACTIVATION_PASSES = 3
 TRAIN_STEP_CHAINS = 2
 TRAIN_HELD_COPIES = 2
 PREFILL_COPIES = 3
+MODEL_DRIFT = 0.09  # measured/modelled time's random walk per doubling (bench.extend.drifted, docs/method.md)
+FORECAST_REALIZATIONS = 4
 CALIBRATION_CALLS = 2  # bench.timing.calibrate: a call that pays lazy initialisation, then the timed one
 CONVOLVES = " convolution"  # a rates key's suffix: the rate of a layer whose products are convolutions (`convolves`)
 QUICK_POLICY = TimingPolicy(min_rounds=3, max_rounds=10, target_s=0.05, min_round_s=0.005, passes=1)
@@ -257,6 +258,8 @@ def estimate_plan(
         lambda s: point_time_s(s, policy, rate_of(rates, s), call_s(s)),
         extend_s,
         extend.memory_limits({s.device for s in specs}),
+        MODEL_DRIFT,
+        FORECAST_REALIZATIONS,
     )
     return PlanEstimate(points, peaks_s, extra_s, extend_s, foreseen_s)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
@@ -241,8 +242,29 @@ def modelled(specs: list[PointSpec], call_s: Callable[[PointSpec], float]) -> pd
     return pd.DataFrame(rows).assign(**{wall: [call_s(s) for s in specs]})
 
 
-def forecast_s(specs, call_s, visit_s, budget_s: float, limits: Mapping[str, float]) -> float:
-    """Seconds bench.run's extension rounds would take were a point's call `call_s(spec)`, its visits `visit_s(spec)`."""
+def drifted(call_s: Callable[[PointSpec], float], drift: float, seed: int) -> Callable[[PointSpec], float]:
+    """call_s off by the model's error: a seeded random walk of `drift` per doubling of n, d and k (docs/method.md)."""
+    return lambda s: call_s(s) * math.exp(sum(_walk(s, variable, drift, seed) for variable in VARIABLES))
+
+
+def _walk(spec: PointSpec, variable: str, drift: float, seed: int) -> float:
+    size = getattr(spec, variable)
+    if not size:
+        return 0.0
+    sweep = zlib.crc32(f"{replace(spec, n=0, d=0, k=0).key} {variable}".encode())
+    x = math.log2(size)
+    walk = np.concatenate([[0.0], np.cumsum(np.random.default_rng([seed, sweep]).normal(0.0, drift, int(x) + 1))])
+    return float(np.interp(x, np.arange(len(walk)), walk))
+
+
+def forecast_s(specs, call_s, visit_s, budget_s: float, limits, drift: float = 0.0, realizations: int = 1) -> float:
+    """Seconds the extension's rounds take on calls `call_s`, visits `visit_s`; with a drift, the mean of walks."""
+    if drift:
+        return float(
+            np.mean(
+                [forecast_s(specs, drifted(call_s, drift, i), visit_s, budget_s, limits) for i in range(realizations)]
+            )
+        )
     known, spent_s, told, fitted = list(specs), 0.0, set(), {}
 
     def fit(layer: str, sweep: pd.DataFrame, variable: str) -> dict:

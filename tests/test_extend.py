@@ -3,6 +3,7 @@ which budget; a run that adds them, marks them, stores them in its plan and resu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -235,6 +236,36 @@ def test_the_forecast_runs_the_extension_on_modelled_calls():
     assert added and foreseen == pytest.approx(sum(added) / 512)  # the added points' visits, each counted once
     assert extend.forecast_s(specs, call_s, lambda s: 1.0, 0.5, {"cpu": math.inf}) == 0.0  # none fits the budget
     assert extend.forecast_s(specs, lambda s: 1e3 * s.n / 1e9, lambda s: 1.0, 100.0, {"cpu": math.inf}) == 0.0
+
+
+def test_a_drifted_call_walks_by_its_drift_per_doubling_one_walk_per_layer_and_variable():
+    flat = extend.drifted(lambda s: 1.0, 0.0, seed=0)
+    assert flat(CONV) == 1.0
+
+    def log_step(seed: int, layer: str, d: int) -> float:  # from n = 1024 to 2048: one doubling
+        call = extend.drifted(lambda s: 1.0, 0.09, seed)
+        spec = PointSpec(layer, n=1024, d=d, batch=1, k=3 if layer == "conv" else None)
+        return math.log(call(dataclasses.replace(spec, n=2048)) / call(spec))
+
+    steps = np.array([log_step(seed, "conv", 64) for seed in range(400)])
+    assert abs(steps.mean()) < 0.02 and steps.std() == pytest.approx(0.09, rel=0.15)
+    # seeded: the same walk each time; n's walk is the layer's at every d (a d-sweep at fixed n keeps it constant)
+    assert log_step(3, "conv", 64) == log_step(3, "conv", 64) == log_step(3, "conv", 128)
+    assert log_step(3, "lstm", 64) != log_step(3, "conv", 64)
+
+
+def test_a_drifted_forecast_is_the_mean_of_its_walks():
+    specs = [PointSpec("conv", n=n, d=8, batch=1, k=3) for n in (64, 128, 256, 512)]
+
+    def call_s(s):
+        return 1e-3 + 1e3 * s.n / 1e9
+
+    def forecast(call):
+        return extend.forecast_s(specs, call, lambda s: s.n / 512, 100.0, {"cpu": math.inf})
+
+    walks = [forecast(extend.drifted(call_s, 0.2, seed)) for seed in range(3)]
+    mean = extend.forecast_s(specs, call_s, lambda s: s.n / 512, 100.0, {"cpu": math.inf}, 0.2, 3)
+    assert mean == pytest.approx(np.mean(walks)) and len(set(walks)) > 1
 
 
 def test_after_the_first_pass_the_forecast_uses_its_calls_and_the_runs_rates():
