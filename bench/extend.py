@@ -34,9 +34,7 @@ from .sweeps import (
 MAX_ROUNDS = 12
 NEW_PER_ROUND = 2
 MIN_RATIO, MAX_RATIO = math.sqrt(2), 2.0
-STEP_COST_RATIO = (
-    3.0  # past the end, a size costing more than this times the one before waits: this round may settle it
-)
+STEP_COST_RATIO = 3.0  # past the end, a size costing over this times the one before waits: this round may settle it
 FLOPS_TERM = "does not set the counted FLOPs"
 ANSWERABLE = ("not asymptotic yet", "too few points", "straddles", "too wide", FLOPS_TERM)
 NARROWABLE = ("straddles", "too wide")
@@ -244,7 +242,8 @@ def modelled(specs: list[PointSpec], call_s: Callable[[PointSpec], float]) -> pd
 
 def drifted(call_s: Callable[[PointSpec], float], drift: float, seed: int) -> Callable[[PointSpec], float]:
     """call_s off by the model's error: a seeded random walk of `drift` per doubling of n, d and k (docs/method.md)."""
-    return lambda s: call_s(s) * math.exp(sum(_walk(s, variable, drift, seed) for variable in VARIABLES))
+    factor = functools.cache(lambda s: math.exp(sum(_walk(s, variable, drift, seed) for variable in VARIABLES)))
+    return lambda s: call_s(s) * factor(s)
 
 
 def _walk(spec: PointSpec, variable: str, drift: float, seed: int) -> float:
