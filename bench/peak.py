@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Callable
@@ -64,6 +65,13 @@ def with_measurement(entry: dict | None, when: str, value: dict) -> dict:
     cpu = [m["flops_per_s_cpu"] for m in best["measured"].values() if m.get("flops_per_s_cpu")]
     if cpu:
         best["flops_per_s_cpu"] = max(cpu)
+    modes: dict[str, dict] = {}
+    for measured in best["measured"].values():  # each math mode's best measurement
+        for mode, peak in (measured.get("modes") or {}).items():
+            if mode not in modes or peak["flops_per_s"] > modes[mode]["flops_per_s"]:
+                modes[mode] = peak
+    if modes:
+        best["modes"] = modes
     return best
 
 
@@ -98,7 +106,51 @@ def _kernels(device: str, dtype: torch.dtype, quick: bool = False) -> dict[str, 
     return out
 
 
+TF32, FLOAT32 = "tf32", "float32"
+
+
+@contextlib.contextmanager
+def _tf32(allowed: bool):
+    """cuBLAS's and cuDNN's TF32 switches set to `allowed` inside, as they were after."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def tf32_in_force() -> dict[str, bool]:
+    """Which libraries may run float32 products as TF32 in this process (torch's default: cuDNN's, not cuBLAS's)."""
+    return {"cublas": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32}
+
+
+def math_mode(dtype: str, device: str, cudnn: bool, tf32: dict[str, bool] | None) -> str:
+    """The math a point's products run in: "tf32" where a GPU's float32 products may use TF32 tensor cores."""
+    if dtype != FLOAT32 or not str(device).startswith("cuda") or not tf32:
+        return dtype
+    return TF32 if tf32["cudnn" if cudnn else "cublas"] else FLOAT32
+
+
 def compute_peak(device: str, dtype: torch.dtype = torch.float32) -> dict:
+    """The ceiling of each math mode (a GPU's float32: plain and TF32), the best overall, every kernel's figures."""
+    name = str(dtype).removeprefix("torch.")
+    if not (device.startswith("cuda") and dtype == torch.float32):
+        return dict(_compute_peak(device, dtype), tf32=tf32_in_force())
+    modes = {}
+    for mode, allowed in ((FLOAT32, False), (TF32, True)):
+        with _tf32(allowed):
+            modes[mode] = _compute_peak(device, dtype)
+    best = max(modes.values(), key=lambda m: m["flops_per_s"])
+    return dict(best, dtype=name, tf32=tf32_in_force(), modes=modes)
+
+
+def mode_peak(entry: dict, mode: str) -> dict:
+    """A stored peak's ceiling for math `mode`; a peak of one mode (a CPU's, bfloat16's, an older run's) is its own."""
+    return (entry.get("modes") or {}).get(mode) or entry
+
+
+def _compute_peak(device: str, dtype: torch.dtype) -> dict:
     """The ceiling on each clock, the best kernel, the matmul's median rate and every kernel's figures."""
     with torch.inference_mode():
         kernels = _affordable(_kernels(device, dtype), torch.cuda.synchronize if device.startswith("cuda") else None)
@@ -207,6 +259,13 @@ def _triad(device: str, elements: int, policy: TimingPolicy) -> dict:
     return out
 
 
+def device_triad(device: str, elements: int) -> dict:
+    """The triad on a GPU's own clock (graph replays): a wall-clock call adds its launch and sync, ~10 % here."""
+    a, b, c = (torch.full((elements,), value, device=device) for value in (0.5, 1.5, 2.5))
+    seconds = _graph_min_s(lambda: torch.add(b, c, alpha=TRIAD_SCALAR, out=a))
+    return {"bytes_per_s_device": 3 * 4 * elements / seconds, "device_min_s": seconds}
+
+
 def memory_hierarchy(device: str) -> dict:
     """hierarchy.measure of a CPU device's triad at the threads in force: the plan's estimate, then the run's ceilings."""
     return _memory_hierarchy(device, torch.get_num_threads())
@@ -232,7 +291,7 @@ def memory_bandwidth(device: str, swept: dict | None = None) -> dict:
     out = _triad(device, triad_array_bytes(cache, available) // 4, TRIAD_POLICY)
     out |= {"kernel": f"triad a = b + {TRIAD_SCALAR:g}·c, float32", "last_level_cache_bytes": cache}
     if on_gpu:  # on a GPU a triad that fits in L2 is a few µs: its launch, not its bandwidth
-        return out
+        return out | device_triad(device, out["array_bytes"] // 4)
     out["hierarchy"] = swept = swept or memory_hierarchy(device)
     effective = swept["effective_last_level_cache_bytes"]
     if effective:

@@ -10,7 +10,7 @@ from torch import nn
 
 from .attention import Attention, AttentionLocal, AttentionMath
 from .config import DTYPES, DecodeRow, LayerConfig, PathRule, Table1Row
-from .conv import Conv, ConvDilated, ConvSeparable
+from .conv import Conv, ConvDilated, ConvSeparable, _Convolution
 from .linear_attention import AttentionLinear
 from .recurrent import GRU, LSTM, RNN
 from .scan import Scan
@@ -60,6 +60,13 @@ def scans() -> tuple[str, ...]:
 def recurrent() -> tuple[str, ...]:
     """The nonlinear recurrences: their forward takes the n steps in order, however a fused kernel hides them."""
     return tuple(name for name in stepwise() if name not in scans())
+
+
+def cudnn_products(name: str, mode: str = "inference") -> bool:
+    """Whether the layer's products run in cuDNN on a GPU: its convolutions, a recurrence's fused forward and backward
+    (a decode step's products are cuBLAS matmuls). cuDNN may run float32 as TF32 by torch's default; cuBLAS not."""
+    cls = LAYERS[name]
+    return issubclass(cls, _Convolution) or (name in recurrent() and mode != "decode")
 
 
 def check(name: str, cfg: LayerConfig, n: int | None = None) -> None:
@@ -173,6 +180,7 @@ __all__ = [
     "scans",
     "stepwise",
     "check",
+    "cudnn_products",
     "build",
     "analytic_flops",
     "analytic_useful_flops",

@@ -1,15 +1,36 @@
-"""The split-KV decode step as one Triton kernel: each (batch·head, chunk) block streams its keys and values once."""
+"""The split-KV decode step as two Triton kernels (Flash-Decoding, Dao et al. 2023): each (batch·head, chunk) program
+streams its keys and values once into a partial softmax; one program per batch·head merges them by log-sum-exp."""
 
 from __future__ import annotations
+
+import functools
+import os
 
 import torch
 import triton
 import triton.language as tl
 
-ROWS_PER_BLOCK = 64
+# The tile's rows, warps and pipeline stages, chosen on the device at each new (width, dtype, chunk's power of two)
+# by Triton's autotuner: the best differs between float32 and bfloat16 tiles and between GPUs.
+TILE_ROWS = (32, 64, 128)
+CONFIGS = [
+    triton.Config({"ROWS": rows}, num_warps=warps, num_stages=stages)
+    for rows in TILE_ROWS
+    for warps in (4, 8)
+    for stages in (2, 3, 4)
+]
+if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter (tests on a CPU) times nothing: one config
+    CONFIGS = CONFIGS[3:4]
+# A chunk is a whole number of the largest tile, so that every config's loop covers it.
+CHUNK_MULTIPLE = max(TILE_ROWS)
 
 
-@triton.jit(do_not_specialize=["seen", "chunk"])
+@triton.autotune(
+    configs=CONFIGS,
+    key=["WIDTH", "chunk_log2"],
+    do_bench=functools.partial(triton.testing.do_bench, warmup=5, rep=20),
+)
+@triton.jit
 def _chunk_kernel(
     q_ptr,
     k_ptr,
@@ -19,6 +40,7 @@ def _chunk_kernel(
     sum_ptr,
     seen,
     chunk,
+    chunk_log2,
     heads,
     scale,
     sq_b,
@@ -42,17 +64,19 @@ def _chunk_kernel(
     total = tl.zeros((), tl.float32)
     acc = tl.zeros((WIDTH_P2,), tl.float32)
     first = part * chunk
-    for block in range(0, chunk // ROWS):
-        rows = first + block * ROWS + tl.arange(0, ROWS)
-        live = rows < seen
+    last = tl.minimum(first + chunk, seen)  # slots past `seen` are never read
+    k_row = k_ptr + b * sk_b + h * sk_h
+    v_row = v_ptr + b * sv_b + h * sv_h
+    for start in tl.range(first, last, ROWS):
+        rows = start + tl.arange(0, ROWS)
+        live = rows < last
         where = live[:, None] & in_width[None, :]
-        keys = tl.load(k_ptr + b * sk_b + h * sk_h + rows[:, None] * sk_t + e[None, :], mask=where, other=0.0)
-        values = tl.load(v_ptr + b * sv_b + h * sv_h + rows[:, None] * sv_t + e[None, :], mask=where, other=0.0)
+        keys = tl.load(k_row + rows[:, None] * sk_t + e[None, :], mask=where, other=0.0)
+        values = tl.load(v_row + rows[:, None] * sv_t + e[None, :], mask=where, other=0.0)
         scores = tl.where(live, tl.sum(keys.to(tl.float32) * q[None, :], 1), float("-inf"))
         new_top = tl.maximum(top, tl.max(scores, 0))
-        safe = tl.where(new_top == float("-inf"), 0.0, new_top)  # a block wholly masked adds nothing
-        weights = tl.exp(scores - safe)
-        kept = tl.exp(top - safe)
+        weights = tl.exp(scores - new_top)  # new_top is finite: a started block has a live row
+        kept = tl.exp(top - new_top)
         acc = acc * kept + tl.sum(weights[:, None] * values.to(tl.float32), 0)
         total = total * kept + tl.sum(weights, 0)
         top = new_top
@@ -62,13 +86,30 @@ def _chunk_kernel(
     tl.store(sum_ptr + out, total)
 
 
+@triton.jit
+def _merge_kernel(acc_ptr, top_ptr, sum_ptr, out_ptr, parts, WIDTH: tl.constexpr, WIDTH_P2: tl.constexpr,
+                  PARTS_P2: tl.constexpr):  # fmt: skip
+    row = tl.program_id(0)
+    p = tl.arange(0, PARTS_P2)
+    e = tl.arange(0, WIDTH_P2)
+    in_parts = p < parts
+    top = tl.load(top_ptr + row * parts + p, mask=in_parts, other=float("-inf"))
+    total = tl.load(sum_ptr + row * parts + p, mask=in_parts, other=0.0)
+    best = tl.max(top, 0)
+    weight = tl.where(top > float("-inf"), tl.exp(top - best), 0.0)  # a chunk wholly past `seen` adds nothing
+    acc = tl.load(acc_ptr + (row * parts + p)[:, None] * WIDTH_P2 + e[None, :], mask=in_parts[:, None], other=0.0)
+    out = tl.sum(acc * weight[:, None], 0) / tl.sum(total * weight, 0)
+    tl.store(out_ptr + row * WIDTH + e, out.to(out_ptr.dtype.element_ty), mask=e < WIDTH)
+
+
 def split_kv_triton(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, splits: int, seen: int) -> torch.Tensor:
-    """As models.split_kv.split_kv_attention; each chunk's partial softmax in the kernel, merged by log-sum-exp."""
+    """As models.split_kv.split_kv_attention: S chunks' partial softmaxes, then their merge, two launches in all."""
     batch, heads, slots, width = keys.shape
     if q.stride(-1) != 1 or keys.stride(-1) != 1 or values.stride(-1) != 1:
         raise ValueError("the split-KV kernel reads rows of a head contiguous in memory (stride 1 in the last dim)")
-    chunk = triton.cdiv(triton.cdiv(slots, splits), ROWS_PER_BLOCK) * ROWS_PER_BLOCK
-    parts = triton.cdiv(slots, chunk)
+    seen = max(1, min(seen, slots))
+    chunk = triton.cdiv(triton.cdiv(seen, max(1, splits)), CHUNK_MULTIPLE) * CHUNK_MULTIPLE
+    parts = triton.cdiv(seen, chunk)
     width_p2 = triton.next_power_of_2(width)
     acc = torch.empty(batch * heads, parts, width_p2, device=q.device, dtype=torch.float32)
     top, total = (torch.empty(batch * heads, parts, device=q.device, dtype=torch.float32) for _ in range(2))
@@ -79,8 +120,9 @@ def split_kv_triton(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, s
         acc,
         top,
         total,
-        min(seen, slots),
+        seen,
         chunk,
+        chunk.bit_length(),
         heads,
         width**-0.5,
         q.stride(0),
@@ -93,8 +135,9 @@ def split_kv_triton(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, s
         values.stride(2),
         WIDTH=width,
         WIDTH_P2=width_p2,
-        ROWS=ROWS_PER_BLOCK,
     )
-    weight = torch.exp(top - top.amax(1, keepdim=True))
-    out = (acc[..., :width] * weight[..., None]).sum(1) / (total * weight).sum(1, keepdim=True)
-    return out.view(batch, heads, 1, width).to(q.dtype)
+    out = torch.empty(batch, heads, 1, width, device=q.device, dtype=q.dtype)
+    _merge_kernel[(batch * heads,)](
+        acc, top, total, out, parts, WIDTH=width, WIDTH_P2=width_p2, PARTS_P2=triton.next_power_of_2(parts)
+    )
+    return out

@@ -72,25 +72,84 @@ def test_an_unknown_layer_is_refused(capsys):
 
 def test_the_decode_checks_write_their_tables_on_a_cpu(tmp_path, monkeypatch):
     """bench/benchmarks/decode.py without a GPU: the split sweep against a bandwidth bound of the step's bytes by hand,
-    tokens per second for every layer, and a run without GPU decode points leaves an empty check."""
+    tokens per second for every layer, each a table of a new run folder (meta.json: what a report reads)."""
     from bench.benchmarks import decode
 
     monkeypatch.setattr(decode, "memory_bandwidth", lambda device: {"bytes_per_s": 1e10})
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "points.csv").write_text("layer,device,mode,status\nlstm,cpu,decode,ok\n")
-    argv = ["--check", str(run), "--splits", "--generate", "--device", "cpu", "--t", "600", "--d", "16", "--heads", "2"]
-    argv += ["--batch", "1", "--window", "8", "--s", "0,2", "--prompt", "16", "--tokens", "4", "--out", str(tmp_path)]
+    out = tmp_path / "checks"
+    argv = [
+        "--splits",
+        "--generate",
+        "--device",
+        "cpu",
+        "--t",
+        "600",
+        "--d",
+        "16",
+        "--heads",
+        "2",
+        "--dtypes",
+        "float32",
+    ]
+    argv += ["--batch", "1", "--window", "8", "--s", "0,2", "--prompt", "16", "--tokens", "4", "--out", str(out)]
     assert decode.main(argv) == 0
-    splits = pd.read_csv(tmp_path / "splits.csv")
+    splits = pd.read_csv(out / "decode_splits.csv")
     assert list(splits["layer"]) == ["attention", "attention_math", "attention_split", "attention_split"]
     cache = 2 * 600 * 16 * 4  # keys and values of 600 positions, float32
     weights = models.parameter_bytes("attention", LayerConfig(d=16, heads=2))
     assert (splits["bytes"] == cache + weights + 2 * 16 * 4).all()
     assert splits["bound_s"].tolist() == pytest.approx((splits["bytes"] / 1e10).tolist())
-    generated = pd.read_csv(tmp_path / "generate.csv")
+    generated = pd.read_csv(out / "generate.csv")
     assert set(generated["layer"]) == set(models.LAYERS) and (generated["tokens_per_s"] > 0).all()
-    assert decode.check_run(run).empty  # no decode point on a GPU to replay
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["kind"] == "decode" and meta["status"] == "finished"
+
+
+def test_the_decode_checks_refuse_what_they_cannot_do_before_measuring(tmp_path, capsys):
+    from bench.benchmarks import decode
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "points.csv").write_text("layer,device,mode,status\nlstm,cpu,decode,ok\n")
+    quick = ["--device", "cpu", "--prompt", "8", "--tokens", "2", "--d", "16", "--heads", "2"]
+    cases = {
+        "no GPU decode points": ["--check", str(run), "--out", str(tmp_path / "a")],
+        "not a run folder": ["--generate", *quick, "--into", str(run)],
+        "allowed float32": ["--generate", *quick, "--dtype", "garbage", "--out", str(tmp_path / "b")],
+        "must be at least 1": ["--generate", *quick[:-4], "--tokens", "0", "--out", str(tmp_path / "c")],
+        "nothing to measure": ["--out", str(tmp_path / "d")],
+    }
+    for said, argv in cases.items():
+        assert decode.main(argv) == 2 and said in capsys.readouterr().err, said
+    (run / "meta.json").write_text("{not json")
+    assert decode.main(["--generate", *quick, "--into", str(run)]) == 2
+    assert "--into" in capsys.readouterr().err and not (run / "generate.csv").exists()
+
+
+def test_the_peers_of_the_cached_attention_on_a_cpu():
+    """Each peer's step on one cache: its time, its share of the bound of its bytes and its error against float64;
+    a backend that cannot run the case is a row with its message, not a failure."""
+    from bench.benchmarks import decode_peers
+
+    table = decode_peers.peers(
+        "cpu",
+        [512],
+        32,
+        2,
+        1,
+        ["float32"],
+        names=["explicit", "SDPA cuDNN", decode_peers.OURS],
+        bandwidth={"bytes_per_s": 1e10},
+    )
+    assert list(table["peer"]) == ["explicit", "SDPA cuDNN", decode_peers.OURS]
+    ok = table[table["status"] == "ok"]
+    assert list(ok["peer"]) == ["explicit", decode_peers.OURS] and (ok["max_abs_error"] < 1e-5).all()
+    assert (table["bytes"] == 2 * 512 * 32 * 4 + 2 * 32 * 4).all()
+    assert ok["share_of_bound"].tolist() == pytest.approx((ok["bytes"] / 1e10 / ok["time_s"]).tolist())
+    assert table.loc[table["peer"] == "SDPA cuDNN", "message"].str.len().iloc[0] > 0
+    assert decode_peers.ladder(10**9, 4, 512, 2) == [32768, 65536]  # 0.6 GB: 32768 positions, then 65536
+    with pytest.raises(ValueError, match="unknown peer"):
+        decode_peers.peer_kernels(["mine"])
 
 
 def test_tokens_per_second_go_into_a_decode_run_and_its_report(tmp_path):
@@ -100,7 +159,7 @@ def test_tokens_per_second_go_into_a_decode_run_and_its_report(tmp_path):
     grid = ["--layers", "lstm", "--mode", "decode", "--n", "16,64,256", "--d", "16", "--rounds", "3", "--passes", "1"]
     assert main(["run", *grid, "--target-time", "0.005", "--no-progress", "--out", str(run)]) == 0
     argv = ["--generate", "--device", "cpu", "--d", "16", "--heads", "2", "--batch", "1", "--window", "4"]
-    assert decode.main([*argv, "--prompt", "8", "--tokens", "4", "--out", str(tmp_path / "x"), "--into", str(run)]) == 0
+    assert decode.main([*argv, "--prompt", "8", "--tokens", "4", "--into", str(run)]) == 0
     stored = pd.read_csv(run / "generate.csv")
     assert set(stored["layer"]) == set(models.LAYERS)
     assert main(["report", "--results", str(run), "--out", str(report)]) == 0

@@ -1,9 +1,10 @@
 """Generating at the device's limit, outside a run: a run's decode points replayed as graphs under torch.utils.benchmark,
-the split-KV step's S against its bandwidth bound, tokens per second. Method: docs/method.md.
+the split-KV step's S against its bandwidth bound, the cached attention beside torch's decoding kernels
+(bench.benchmarks.decode_peers), tokens per second. Each is a table of a run folder. Method: docs/method.md.
 
-    python -m bench.benchmarks.decode --check RUN --splits --generate --out DIR   # one CSV each in DIR
+    python -m bench.benchmarks.decode --check RUN --splits --peers --generate --into RUN   # added to RUN
+    python -m bench.benchmarks.decode --peers --out DIR                                    # a new run folder
 """
-
 from __future__ import annotations
 
 import argparse
@@ -17,10 +18,14 @@ import torch
 from torch.utils import benchmark
 
 import models
-from bench.folder import POINTS, store_side_table
-from bench.graphs import capture, device_rounds
-from bench.peak import memory_bandwidth
+from bench import cgroup, storage
+from bench.benchmarks import decode_peers
+from bench.errors import BadInput, RunFailed
+from bench.folder import POINTS, RunFolder, is_run_dir
+from bench.graphs import capture
+from bench.peak import bandwidth_on, memory_bandwidth
 from bench.point import decode_call
+from bench.policy import DEVICE, WALL
 from bench.spec import LAYER_SIZES, PointSpec
 from models import LayerConfig
 
@@ -85,17 +90,9 @@ def check_run(run_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _device_time(call, device: str, rounds: int = 10) -> tuple[float, str]:
-    if device.startswith("cuda"):
-        times, _ = device_rounds(call, 20, rounds)
-        return float(torch.tensor(times).median()), "device"
-    measured = benchmark.Timer("call()", globals={"call": call}).blocked_autorange(min_run_time=0.3)
-    return measured.median, "wall"
-
-
 def sweep_splits(device: str, t: int, d: int, heads: int, batch: int, dtype: str, splits: list[int]) -> pd.DataFrame:
     """The cached attention's steps at t (split-KV at each S; 0: the device's) against their bytes' bandwidth bound."""
-    bandwidth = memory_bandwidth(device)["bytes_per_s"]
+    bandwidth = bandwidth_on(memory_bandwidth(device), DEVICE if device.startswith("cuda") else WALL)
     rows = []
     variants = [("attention", None), ("attention_math", None)] + [("attention_split", s) for s in splits]
     for name, s in variants:
@@ -107,7 +104,7 @@ def sweep_splits(device: str, t: int, d: int, heads: int, batch: int, dtype: str
             layer.splits = s
         with torch.inference_mode():
             call, _ = decode_call(spec, layer, 0)
-            seconds, clock = _device_time(call, device)
+            seconds, clock = decode_peers.device_time(call, device)
         moved = models.analytic_decode_min_bytes(name, batch, t, spec.config())
         slots = models.split_kv.padded_slots(t + 1)
         chosen = models.split_kv.kv_splits(device, batch * heads, slots) if name == "attention_split" else None
@@ -174,54 +171,140 @@ def generate(device: str, layers: list[str], prompt: int, tokens: int, cfg: Laye
     return pd.DataFrame(rows)
 
 
-def main(argv: list[str] | None = None) -> int:
+TABLES = {  # the table each part stores in the run folder
+    "graph_check": "decode_graph_check.csv",
+    "splits": "decode_splits.csv",
+    "peers": "decode_peers.csv",
+    "generate": "generate.csv",
+}
+
+
+def _folder(args: argparse.Namespace, tables: list[str]) -> RunFolder:
+    """The run folder the tables go to, held from before the first measurement; BadInput if it cannot take them."""
+    if args.into is None:
+        return RunFolder.create(args.out, "decode")
+    if not args.into.is_dir() or not is_run_dir(args.into):
+        raise BadInput(f"--into {args.into}: not a run folder (it has no meta.json); --out DIR makes a new one")
+    try:
+        folder = RunFolder.open(args.into, ("run_id",))
+    except RunFailed as exc:
+        raise BadInput(f"--into {args.into}: {exc}") from None
+    there = [name for name in tables if (args.into / name).exists()]
+    if there:
+        folder.release()
+        raise BadInput(f"--into {args.into}: already has {', '.join(there)}; run folders are never overwritten")
+    return folder
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.benchmarks.decode", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", type=Path, help="a run folder whose decode points to time again as graphs")
     parser.add_argument("--splits", action="store_true", help="sweep the split-KV step's S")
+    parser.add_argument("--peers", action="store_true", help="the cached attention beside torch's decoding kernels")
     parser.add_argument("--generate", action="store_true", help="tokens per second per layer")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--t", type=int, default=32768)
+    parser.add_argument("--peer-t", default="ladder", help="t of the peers: a list, or `ladder` (32768 to memory)")
     parser.add_argument("--d", type=int, default=512)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--window", type=int, default=128)
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dtype", default="float32", help="the dtype of --generate")
+    parser.add_argument("--dtypes", default="float32,bfloat16", help="the dtypes of --splits and --peers")
     parser.add_argument("--s", default="0,1,2,4,8,16,32,64,128", help="S values to sweep (0: the device's choice)")
     parser.add_argument("--prompt", type=int, default=1024)
     parser.add_argument("--tokens", type=int, default=256)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--into", type=Path, help="a run folder to add generate.csv to, for its report")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", type=Path, help="a new run folder for the tables")
+    where.add_argument("--into", type=Path, help="a run folder to add the tables to (its report shows them)")
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    if not (args.check or args.splits or args.peers or args.generate):
+        parser.error("nothing to measure: give --check RUN, --splits, --peers or --generate")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: this machine has no CUDA device")
+    for dtype in [args.dtype, *args.dtypes.split(",")]:
+        if dtype not in models.DTYPES:
+            parser.error(f"--dtype {dtype!r}: allowed {', '.join(models.DTYPES)}")
+    for name in ("t", "d", "heads", "batch", "prompt", "tokens"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} {getattr(args, name)}: must be at least 1")
+    if args.check:
+        if not (args.check / POINTS).exists():
+            parser.error(f"--check {args.check}: no {POINTS} there")
+        points = pd.read_csv(args.check / POINTS)
+        if not (points["device"].astype(str).str.startswith("cuda") & (points["mode"] == "decode")).any():
+            parser.error(f"--check {args.check}: no GPU decode points to time again as graphs")
+    return args
+
+
+def _peer_ts(args: argparse.Namespace, dtype: str) -> list[int]:
+    if args.peer_t != "ladder":
+        return [int(t) for t in args.peer_t.split(",")]
+    free = torch.cuda.mem_get_info()[0] if args.device.startswith("cuda") else cgroup.available_bytes()
+    return decode_peers.ladder(free, args.batch, args.d, models.DTYPES[dtype].itemsize, first=args.t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parse(argv)
+    except SystemExit as exc:  # argparse's usage and one line, exit 2
+        return exc.code
     cfg = LayerConfig(d=args.d, heads=args.heads, window=args.window, dtype=args.dtype, causal=True)
+    dtypes = args.dtypes.split(",")
     parts = {
         "graph_check": (lambda: check_run(args.check)) if args.check else None,
         "splits": (
-            lambda: sweep_splits(
-                args.device, args.t, args.d, args.heads, args.batch, args.dtype, [int(s) for s in args.s.split(",")]
+            lambda: pd.concat(
+                [
+                    sweep_splits(
+                        args.device, args.t, args.d, args.heads, args.batch, dt, [int(s) for s in args.s.split(",")]
+                    )
+                    for dt in dtypes
+                ],
+                ignore_index=True,
             )
         )
         if args.splits
+        else None,
+        "peers": (
+            lambda: pd.concat(
+                [
+                    decode_peers.peers(args.device, _peer_ts(args, dt), args.d, args.heads, args.batch, [dt])
+                    for dt in dtypes
+                ],
+                ignore_index=True,
+            )
+        )
+        if args.peers
         else None,
         "generate": (lambda: generate(args.device, list(models.LAYERS), args.prompt, args.tokens, cfg, args.batch))
         if args.generate
         else None,
     }
+    parts = {name: part for name, part in parts.items() if part is not None}
+    try:
+        folder = _folder(args, [TABLES[name] for name in parts])
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    command = ["python", "-m", "bench.benchmarks.decode", *(sys.argv[1:] if argv is None else argv)]
     failed = 0
-    for name, part in parts.items():
-        if part is None:
-            continue
-        try:
-            table = part()
-        except Exception as exc:  # noqa: BLE001 - said, and the exit code says it
-            print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-            failed += 1
-            continue
-        table.to_csv(args.out / f"{name}.csv", index=False)
-        if name == "generate" and args.into:
-            command = ["python", "-m", "bench.benchmarks.decode", *(sys.argv[1:] if argv is None else argv)]
-            store_side_table("generate", table, out=args.into, command=command, preset=None)
-        print(table.to_string(), flush=True)
+    try:
+        if not folder.has_meta():
+            folder.begin("decode", command, None, torch.get_num_threads(), status="running")
+        for name, part in parts.items():
+            try:
+                table = part()
+            except Exception as exc:  # noqa: BLE001 - said, and the exit code says it
+                print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                failed += 1
+                continue
+            folder.add_table(TABLES[name], table)
+            print(table.to_string(), flush=True)
+        if folder.meta.get("kind") == "decode":
+            folder.update_meta(status="finished" if not failed else "failed", finished_utc=storage.utc_now())
+    finally:
+        folder.release()
     return 1 if failed else 0
 
 

@@ -14,10 +14,10 @@ import models
 from .. import clock, fits, storage
 from ..formats import stored_peaks
 from ..machine import machine_identity, node_facts
-from ..peak import bandwidth_on, peak_on
+from ..peak import bandwidth_on, math_mode, mode_peak, peak_on
 from ..policy import CPU, WALL
 from ..roofline import against_roofline
-from ..spec import IDENTITY, device_keys
+from ..spec import DEFAULT_MODE, IDENTITY, device_keys
 from . import style
 from .context import ReportContext
 from .hierarchy import hierarchy_section
@@ -50,12 +50,26 @@ def _peak_machines(points: pd.DataFrame, runs: dict[str, dict]) -> list[str]:
     return out
 
 
+def point_math_modes(points: pd.DataFrame, runs: dict[str, dict]) -> list[str]:
+    """The math each point's products ran in (bench.peak.math_mode), by the TF32 switches its run stored."""
+    peaks = _stored_peaks(runs)
+    keys = zip(points["run_id"], _peak_machines(points, runs), device_keys(points))
+    point_modes = points["mode"].fillna(DEFAULT_MODE) if "mode" in points else [DEFAULT_MODE] * len(points)
+    return [
+        math_mode(dtype, device, models.cudnn_products(layer, mode), (peaks.get(key) or {}).get("tf32"))
+        for key, dtype, device, layer, mode in zip(
+            keys, points["dtype"], points["device"], points["layer"], point_modes
+        )
+    ]
+
+
 def point_peaks(points: pd.DataFrame, runs: dict[str, dict], on: str | pd.Series = WALL) -> pd.Series:
     """Each point's device compute peak (FLOP/s) on clock `on` (one, or each point's); NaN where none is stored."""
     peaks = _stored_peaks(runs)
     keys = zip(points["run_id"], _peak_machines(points, runs), device_keys(points))
     ons = [on] * len(points) if isinstance(on, str) else list(on)
-    values = [peak_on(peaks[key], c) if key in peaks else None for key, c in zip(keys, ons)]
+    modes = point_math_modes(points, runs)
+    values = [peak_on(mode_peak(peaks[key], m), c) if key in peaks else None for key, c, m in zip(keys, ons, modes)]
     return pd.Series([math.nan if v is None else v for v in values], index=points.index, dtype=float)
 
 
@@ -160,9 +174,22 @@ def _peak_line(ctx: ReportContext, source: str, run_id: str, peak: dict, newest:
             "may exceed 100 %."
         )
     bandwidth = _bandwidth(ctx, label_source, run_id, device, suffix) if device else ""
+    modes = ""
+    for mode, m in sorted((peak.get("modes") or {}).items()):
+        value = float(f"{m['flops_per_s']:.4g}")
+        modes += (
+            f"; {mode}: {ctx.cite(f'{label_source}.compute_peak.{mode}{suffix}', value, 'FLOP/s', run_id, clock=WALL)}"
+        )
+        modes += f" ({m['kernel']})"
+    if modes:  # each point is judged against the ceiling of the math its products ran in
+        tf32 = peak.get("tf32") or {}
+        allowed = [lib for lib in ("cudnn", "cublas") if tf32.get(lib)]
+        modes = (
+            f"; by math mode{modes} (TF32 allowed in {', '.join(allowed) or 'neither'}: a point is held to its mode's)"
+        )
     return (
         f"- {source}: compute peak {wall} on the wall clock{on_cpu} (best: {peak['kernel']}, {peak.get('dtype', '')})"
-        f"{bandwidth}."
+        f"{modes}{bandwidth}."
     )
 
 
