@@ -5,6 +5,7 @@ the split-KV step's S against its bandwidth bound, the cached attention beside t
     python -m bench.benchmarks.decode --check RUN --splits --peers --generate --into RUN   # added to RUN
     python -m bench.benchmarks.decode --peers --out DIR                                    # a new run folder
 """
+
 from __future__ import annotations
 
 import argparse
