@@ -56,7 +56,7 @@ def _chunk_kernel(
     ROWS: tl.constexpr,
 ):
     row, part = tl.program_id(0), tl.program_id(1)
-    b, h = row // heads, row % heads
+    b, h = (row // heads).to(tl.int64), (row % heads).to(tl.int64)  # a cache may pass 2**31 elements
     e = tl.arange(0, WIDTH_P2)
     in_width = e < WIDTH
     q = tl.load(q_ptr + b * sq_b + h * sq_h + e, mask=in_width, other=0.0).to(tl.float32) * scale
@@ -71,8 +71,9 @@ def _chunk_kernel(
         rows = start + tl.arange(0, ROWS)
         live = rows < last
         where = live[:, None] & in_width[None, :]
-        keys = tl.load(k_row + rows[:, None] * sk_t + e[None, :], mask=where, other=0.0)
-        values = tl.load(v_row + rows[:, None] * sv_t + e[None, :], mask=where, other=0.0)
+        at = rows.to(tl.int64)[:, None]
+        keys = tl.load(k_row + at * sk_t + e[None, :], mask=where, other=0.0)
+        values = tl.load(v_row + at * sv_t + e[None, :], mask=where, other=0.0)
         scores = tl.where(live, tl.sum(keys.to(tl.float32) * q[None, :], 1), float("-inf"))
         new_top = tl.maximum(top, tl.max(scores, 0))
         weights = tl.exp(scores - new_top)  # new_top is finite: a started block has a live row
