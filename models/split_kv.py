@@ -9,7 +9,7 @@ from .attention import Attention, projections_flops
 from .config import LayerConfig
 
 MIN_SPLIT_KEYS = 256  # the shortest chunk; the cache's slots come in whole blocks of it
-SPLIT_WAVES = 2  # batch × heads × S aims at this many per multiprocessor (a CPU: core)
+SPLIT_WAVES = 4  # batch × heads × S aims at this many per multiprocessor (a CPU: core)
 
 
 def kv_splits(device: torch.device | str, batch_heads: int, keys: int) -> int:

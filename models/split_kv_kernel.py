@@ -23,6 +23,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter (tests on a CPU
     CONFIGS = CONFIGS[3:4]
 # A chunk is a whole number of the largest tile, so that every config's loop covers it.
 CHUNK_MULTIPLE = max(TILE_ROWS)
+DOT_ROWS: tl.constexpr = tl.constexpr(16)  # the fewest rows of a tl.dot operand
 
 
 @triton.autotune(
@@ -87,6 +88,73 @@ def _chunk_kernel(
     tl.store(sum_ptr + out, total)
 
 
+@triton.autotune(
+    configs=CONFIGS,
+    key=["WIDTH", "chunk_log2"],
+    do_bench=functools.partial(triton.testing.do_bench, warmup=5, rep=20),
+)
+@triton.jit
+def _chunk_dot_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    acc_ptr,
+    top_ptr,
+    sum_ptr,
+    seen,
+    chunk,
+    chunk_log2,
+    heads,
+    scale,
+    sq_b,
+    sq_h,
+    sk_b,
+    sk_h,
+    sk_t,
+    sv_b,
+    sv_h,
+    sv_t,
+    WIDTH: tl.constexpr,
+    WIDTH_P2: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    """As _chunk_kernel, its two products on the tensor cores (16-bit tiles): the query repeated on DOT_ROWS rows,
+    the smallest a tl.dot takes, so that q·Kᵀ and p·V need no reduction across threads; row 0 is stored."""
+    row, part = tl.program_id(0), tl.program_id(1)
+    b, h = (row // heads).to(tl.int64), (row % heads).to(tl.int64)
+    e = tl.arange(0, WIDTH_P2)
+    r = tl.arange(0, DOT_ROWS)
+    in_width = e < WIDTH
+    q = tl.load(q_ptr + b * sq_b + h * sq_h + e, mask=in_width, other=0.0)
+    q = tl.broadcast_to(q[None, :], (DOT_ROWS, WIDTH_P2))
+    top = tl.full((DOT_ROWS,), float("-inf"), tl.float32)
+    total = tl.zeros((DOT_ROWS,), tl.float32)
+    acc = tl.zeros((DOT_ROWS, WIDTH_P2), tl.float32)
+    first = part * chunk
+    last = tl.minimum(first + chunk, seen)
+    k_row = k_ptr + b * sk_b + h * sk_h
+    v_row = v_ptr + b * sv_b + h * sv_h
+    for start in tl.range(first, last, ROWS):
+        rows = start + tl.arange(0, ROWS)
+        live = rows < last
+        where = live[:, None] & in_width[None, :]
+        at = rows.to(tl.int64)[:, None]
+        keys = tl.load(k_row + at * sk_t + e[None, :], mask=where, other=0.0)
+        values = tl.load(v_row + at * sv_t + e[None, :], mask=where, other=0.0)
+        scores = tl.where(live[None, :], tl.dot(q, tl.trans(keys)) * scale, float("-inf"))
+        new_top = tl.maximum(top, tl.max(scores, 1))
+        weights = tl.exp(scores - new_top[:, None])
+        kept = tl.exp(top - new_top)
+        acc = acc * kept[:, None] + tl.dot(weights.to(values.dtype), values)
+        total = total * kept + tl.sum(weights, 1)
+        top = new_top
+    out = row * tl.num_programs(1) + part
+    first_row = r == 0
+    tl.store(acc_ptr + out * WIDTH_P2 + e[None, :] + 0 * r[:, None], acc, mask=first_row[:, None])
+    tl.store(top_ptr + out + 0 * r, top, mask=first_row)
+    tl.store(sum_ptr + out + 0 * r, total, mask=first_row)
+
+
 @triton.jit
 def _merge_kernel(acc_ptr, top_ptr, sum_ptr, out_ptr, parts, WIDTH: tl.constexpr, WIDTH_P2: tl.constexpr,
                   PARTS_P2: tl.constexpr):  # fmt: skip
@@ -114,7 +182,9 @@ def split_kv_triton(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, s
     width_p2 = triton.next_power_of_2(width)
     acc = torch.empty(batch * heads, parts, width_p2, device=q.device, dtype=torch.float32)
     top, total = (torch.empty(batch * heads, parts, device=q.device, dtype=torch.float32) for _ in range(2))
-    _chunk_kernel[(batch * heads, parts)](
+    # 16-bit tiles on the tensor cores: float32 ones there would round to TF32, and stream at the bound without them
+    on_cores = keys.element_size() == 2 and width_p2 >= DOT_ROWS
+    (_chunk_dot_kernel if on_cores else _chunk_kernel)[(batch * heads, parts)](
         q,
         keys,
         values,
