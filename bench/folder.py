@@ -149,8 +149,9 @@ def read_points(run_dir: Path, plan: dict[str, dict] | None = None) -> pd.DataFr
 
 
 def tables_in(run_dir: Path) -> list[str]:
-    """The tables a run folder holds: points.csv, paths.csv, claims.csv, generate.csv."""
-    return [name for name in (POINTS, "paths.csv", "claims.csv", "generate.csv") if (run_dir / name).exists()]
+    """The tables a run folder holds that a report reads (bench.report.load.SIDE_TABLES)."""
+    names = (POINTS, "paths.csv", "claims.csv", "generate.csv", "decode_peers.csv")
+    return [name for name in names if (run_dir / name).exists()]
 
 
 def read_timing_records(run_dir: Path) -> list[dict]:

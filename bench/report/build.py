@@ -77,7 +77,8 @@ def build_report(
     dirs, notes = select_run_dirs(results, compare_reference)
     if not dirs:
         raise BadInput("no stored runs found: `make bench` measures this machine")
-    points, runs, paths, claims, generate = load_runs(dirs, skip_bad=skip_bad)
+    points, runs, read = load_runs(dirs, skip_bad=skip_bad)
+    paths, claims = read["paths"], read["claims"]
     points = points.copy()
     sources, labels = assign_sources(points, runs) if len(points) else (pd.Series(dtype=object), {})
     points["source"] = sources
@@ -101,7 +102,12 @@ def build_report(
             words = {machine_key(runs[r])[0]: f"{machine_key(runs[r])[1]} · {name}" for r in table["run_id"]}
         side[name], combined = combine(table, runs, "machine", identity, words, what)
         notes += combined
-    side["generate"] = generate
+    side["generate"], side["decode_peers"] = read["generate"], read["decode_peers"]
+    if side["decode_peers"] is not None:
+        keys = [machine_key(runs[r]) for r in side["decode_peers"]["run_id"]]
+        side["decode_peers"] = side["decode_peers"].assign(
+            machine=[k[0] for k in keys], machine_words=[k[1] for k in keys]
+        )
     this_id = machine.this_machine()[0]
     candidates = (
         list(dict.fromkeys(machines.values()))
@@ -141,6 +147,7 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
         paths=side["paths"],
         claims=side["claims"],
         generate=side.get("generate"),
+        decode_peers=side.get("decode_peers"),
         labels=labels,
         primary=primary,
         machines=machines,

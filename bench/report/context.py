@@ -76,6 +76,7 @@ class ReportContext:
     fit_texts: dict = field(default_factory=dict)
     decode_texts: dict = field(default_factory=dict)
     generate: pd.DataFrame | None = None
+    decode_peers: pd.DataFrame | None = None  # bench.benchmarks.decode_peers' tables, with run_id
 
     def sources(self) -> list[str]:
         present = set(self.points["source"]) if "source" in self.points else set()

@@ -57,7 +57,7 @@ def is_reference(run_dir: Path) -> bool:
 
 
 REPORT_META_KEYS = ("run_id", "status")  # what the report reads of every run's meta.json
-SIDE_TABLES = ("points", "paths", "claims", "generate")
+SIDE_TABLES = ("points", "paths", "claims", "generate", "decode_peers")
 
 
 def _read_run(run_dir: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
@@ -88,7 +88,7 @@ def _size(tables: dict[str, pd.DataFrame]) -> int:
 
 
 def load_runs(paths: list[Path], skip_bad: bool = False, exclude: tuple[Path, ...] = ()):
-    """(points, runs meta by run_id, paths, claims, generate), tables with a run_id column; a damaged run is a RunFailed
+    """(points, runs meta by run_id, {side table: frame or None}), tables with a run_id column; a damaged run is a RunFailed
     naming it, or with skip_bad named on stderr and left out; a copy of a run is read once."""
     runs: dict[str, dict] = {}
     read: dict[str, dict[str, pd.DataFrame]] = {}
@@ -132,7 +132,7 @@ def load_runs(paths: list[Path], skip_bad: bool = False, exclude: tuple[Path, ..
     }
     frames = {name: (pd.concat(dfs, ignore_index=True) if dfs else None) for name, dfs in tables.items()}
     points = frames["points"] if frames["points"] is not None else pd.DataFrame(columns=[*schema.names(), "run_id"])
-    return points, runs, frames["paths"], frames["claims"], frames["generate"]
+    return points, runs, {name: frames[name] for name in SIDE_TABLES if name != "points"}
 
 
 def select_run_dirs(results: list[Path] | None, compare_reference: bool = False) -> tuple[list[Path], list[str]]:

@@ -12,6 +12,7 @@ from .claims import claims_section
 from .context import ReportContext
 from .crossover import crossover_section
 from .decode import decode_headline, decode_section
+from .decode_peers import peers_section
 from .headline import headline, verdict_table
 from .paths import paths_section
 from .provenance import problems_section, provenance_section
@@ -28,7 +29,7 @@ from .summary import beyond_table1, summary_latex, summary_markdown, summary_row
 from .table1_figure import table1_section
 from .training import training_section
 
-FRAMES = ("points", "decode", "paths", "claims", "generate")
+FRAMES = ("points", "decode", "paths", "claims", "generate", "decode_peers")
 PLACES = ("headline", "figure", "verdicts", "body")  # the first screen's three, then the sections below it
 
 
@@ -123,6 +124,7 @@ SECTIONS: list[Section] = [
     Section("training", lambda ctx: training_section(ctx, ctx.fit_texts), POINTS),
     Section("decode headline", decode_headline, ("points", "decode"), place="headline"),
     Section("decode", decode_section),
+    Section("decode peers", peers_section, ("decode_peers",)),
     Section("paths", paths_section),
     Section("sequential time", sequential_time_section, POINTS),
     Section("claims", claims_section),
