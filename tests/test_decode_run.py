@@ -81,7 +81,7 @@ def test_the_cached_attentions_crossover_by_hand():
 def test_a_decode_run_and_its_report(tmp_path):
     d, heads, batch, ns = 16, 2, 2, [8, 32, 128, 256, 512]
     grid = ["--n", ",".join(map(str, ns)), "--d", str(d), "--heads", str(heads), "--batch", str(batch), "--k", "3"]
-    grid += ["--rounds", "3", "--target-time", "0.005", "--passes", "1", "--yes", "--no-progress"]
+    grid += ["--rounds", "3", "--target-time", "0.005", "--passes", "1", "--yes", "--no-progress", "--no-extend"]
     layers = "attention,lstm,conv"
     assert main(["run", "--layers", layers, *grid, "--mode", "decode", "--out", str(tmp_path / "decode")]) == 0
     nc = [*grid[grid.index("--d") :]] + ["--n", "8,32,128,256"]  # t + 1 <= 512: one key block, no pair skipped
@@ -110,12 +110,21 @@ def test_a_decode_run_and_its_report(tmp_path):
         for k, v in json.loads((alone / "numbers.json").read_text())["numbers"].items()
         if ".generate_s." in k
     }
-    assert generate and all(k.endswith(f".t{ns[-1] + 1}") for k in generate)
+    # A layer's time to generate needs reliable times to the sweep's end; which are reliable is the machine's
+    # noise (an AMD EPYC VM's short rounds stall more): a key for each such layer, the row saying why for the others
+    reliable = points[points["time_reliable"].astype(bool)]
+    reach = {layer for layer, rows in reliable.groupby("layer") if len(rows) >= 2 and rows["n"].max() == ns[-1]}
+    assert {k.split(".")[-3] for k in generate} == reach and all(k.endswith(f".t{ns[-1] + 1}") for k in generate)
+    table = (alone / "report.md").read_text()
+    for layer in {"attention", "lstm", "conv"} - reach:
+        row = next(line for line in table.splitlines() if line.startswith(f"| {layer} |"))
+        assert row.endswith(("reliable time) |", "reliable times) |")) or "(timed to t = " in row, row
     both = json.loads((reports / "numbers.json").read_text())["numbers"]
     assert {k: both[k]["value"] for k in generate if k in both} == generate
     text = (reports / "report.md").read_text()
     no_cache = next(line for line in text.splitlines() if line.startswith("| attention, no cache |"))
-    assert no_cache.endswith("| – (timed to t = 256) |")  # its sweep ends before the decode rows' T: said why
+    # its sweep ends before the decode rows' T (or too few of its times are reliable on this machine): said why
+    assert no_cache.endswith(("| – (timed to t = 256) |", "reliable time) |", "reliable times) |")), no_cache
     assert "## Generating a sequence" in text and "attention, no cache" in text
     assert "**Generating on " in text.split("## ")[0]  # the first screen's decode line
     numbers = json.loads((reports / "numbers.json").read_text())["numbers"]
