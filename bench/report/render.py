@@ -37,7 +37,35 @@ HTML_SCRIPT = """
 function openTarget() { const t = document.getElementById(location.hash.slice(1)); if (t && t.tagName === 'DETAILS') t.open = true; }
 window.addEventListener('hashchange', openTarget); window.addEventListener('DOMContentLoaded', openTarget);
 """
-MD_EXTENSIONS = ["tables", "fenced_code"]
+
+
+class ShownNotRun(markdown.Extension):
+    """Raw HTML in the text is shown as text, never run: a report quotes strings from run folders (a folder's name, a
+    hostname, an error), which may come from anyone; the anchors the report writes itself are put back after."""
+
+    def extendMarkdown(self, md):
+        md.preprocessors.deregister("html_block")
+        md.inlinePatterns.deregister("html")
+
+
+MD_EXTENSIONS = ["tables", "fenced_code", ShownNotRun()]
+ANCHOR = re.compile(r'&lt;a id="([a-z0-9-]+)"&gt;&lt;/a&gt;')  # `<a id="slug"></a>`, escaped by ShownNotRun
+# A link or image whose address names a scheme other than these is a script's door (javascript:, data:, vbscript:).
+SAFE_SCHEMES = ("http", "https", "mailto")
+ADDRESS = re.compile(r'(href|src)="([^"]*)"')
+
+
+def _safe_address(found: re.Match) -> str:
+    attribute, value = found.groups()
+    plain = re.sub(r"[\x00-\x20]", "", html.unescape(value)).lower()
+    scheme = re.match(r"([a-z][a-z0-9+.-]*):", plain)
+    return f'{attribute}="{value}"' if scheme is None or scheme.group(1) in SAFE_SCHEMES else f'{attribute}="#"'
+
+
+def markdown_to_html(text: str) -> str:
+    """Markdown to HTML with raw HTML shown as text and unsafe link schemes dropped (ShownNotRun, SAFE_SCHEMES)."""
+    body = ANCHOR.sub(r'<a id="\1"></a>', markdown.markdown(text, extensions=MD_EXTENSIONS))
+    return ADDRESS.sub(_safe_address, body)
 
 
 @dataclass
@@ -72,7 +100,7 @@ def to_markdown(title: str, first_screen: str, sections: list[Section]) -> str:
 
 
 def _html(md_text: str) -> str:
-    body = markdown.markdown(md_text, extensions=MD_EXTENSIONS)
+    body = markdown_to_html(md_text)
     return body.replace("<table>", '<div class="wide"><table>').replace("</table>", "</table></div>")
 
 
@@ -96,7 +124,7 @@ def to_html(
     title: str, headline: str, verdicts: str, intro: str, sections: list[Section], figure: str = "", notes: str = ""
 ) -> str:
     """The page; `figure` (the first figure's markdown) beside the headline, `notes` (runs read) under them."""
-    toc = markdown.markdown(_toc(sections), extensions=MD_EXTENSIONS)
+    toc = markdown_to_html(_toc(sections))
     details = "\n".join(
         f'<details id="{s.anchor}"><summary><h2>{html.escape(s.title)}</h2></summary>\n{_html(s.body)}\n</details>'
         for s in sections
@@ -110,7 +138,7 @@ def to_html(
         + (f"<div id='first-figure'>\n{_html(figure)}\n</div>\n" if figure.strip() else "")
         + "</div>\n"
         + (f"<div id='notes'>\n{_html(notes)}\n</div>\n" if notes.strip() else "")
-        + f"<div id='verdicts'>\n{markdown.markdown(verdicts, extensions=MD_EXTENSIONS)}\n</div>\n"
+        + f"<div id='verdicts'>\n{markdown_to_html(verdicts)}\n</div>\n"
         f"<nav id='toc'><strong>Contents</strong> (each section opens on a click)\n{toc}</nav>\n{_strip(sections)}"
         f"{_html(intro)}\n"
         f"</section>\n{details}\n</body></html>\n"
