@@ -296,14 +296,13 @@ def confirm_plan(
     interactive: bool,
     ask: Callable[[str], bool] | None = None,
 ) -> None:
-    """Go ahead or raise BadInput: `yes` goes; above the whole memory refused; `reasons_to_ask` asked on a terminal."""
-    if yes:
-        return
+    """Go ahead or raise BadInput: above the whole memory refused, `yes` or not (it means "do not ask", not "do not
+    check": such a run would be killed by the OOM killer with no word); `reasons_to_ask` asked on a terminal."""
     refused = too_large(plan, total_bytes)
     if refused:
-        raise BadInput(f"run: {'; '.join(refused)}; give smaller sizes, or --yes to try it anyway")
+        raise BadInput(f"run: {'; '.join(refused)}; give smaller sizes")
     reasons = reasons_to_ask(plan, available_bytes)
-    if not reasons:
+    if yes or not reasons:
         return
     if not interactive:
         raise BadInput(

@@ -190,3 +190,10 @@ def test_a_run_without_out_is_kept_under_a_run_id_and_named_where_it_is(capfd, t
     with pytest.raises(ValueError, match="nope"):
         bench.measure("nope", [16, 32], 8, device="cpu", **QUICK)  # refused: no folder left behind
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_api_refuses_a_plan_beyond_the_memory_as_the_command_line_does(tmp_path):
+    """`measure` runs `run --yes`: "do not ask", not "do not check" (issue 56: 5)."""
+    with pytest.raises(ValueError, match="more than the .* of memory cpu has"):
+        bench.measure(["conv"], [10**18], 16, out=tmp_path / "huge", progress=False)
+    assert not (tmp_path / "huge").exists()

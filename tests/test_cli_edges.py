@@ -260,10 +260,13 @@ def test_a_cpu_point_above_the_available_memory_is_asked_about():
     assert _confirm(_plan(60, {"cpu": 150 * GB}), interactive=True, answer=True)
 
 
-def test_a_cpu_point_beyond_the_machines_memory_is_refused_even_on_a_terminal_unless_yes():
-    with pytest.raises(BadInput, match=r"attention_math n=4096 d=64 .* needs about 300 GB, more than the 200 GB of"):
-        _confirm(_plan(60, {"cpu": 300 * GB}), interactive=True, answer=True)
-    assert _confirm(_plan(60, {"cpu": 300 * GB}), yes=True) == []
+def test_a_cpu_point_beyond_the_machines_memory_is_refused_on_a_terminal_and_with_yes():
+    """--yes means "do not ask", not "do not check": the kernel's OOM killer would end the run with no word."""
+    for how in (dict(interactive=True, answer=True), dict(yes=True)):
+        with pytest.raises(
+            BadInput, match=r"attention_math n=4096 d=64 .* needs about 300 GB, more than the 200 GB of"
+        ):
+            _confirm(_plan(60, {"cpu": 300 * GB}), **how)
 
 
 def test_a_gpu_point_beyond_the_gpus_memory_is_left_to_the_run():
@@ -301,7 +304,7 @@ def test_run_refuses_a_point_beyond_the_machines_memory_and_creates_nothing(caps
     code, err = _main(capsys, argv)
     assert code == 2 and len(err) == 1, err  # the refusal alone: no warnings or plan line before it
     assert err[0].startswith("error: run: attention_math n=1048576 d=8 batch=1 heads=1 on cpu needs about 8.8 TB")
-    assert "of memory cpu has" in err[0] and "--yes" in err[0]
+    assert "of memory cpu has" in err[0] and "give smaller sizes" in err[0]
     assert not out.exists() and no_measuring == []
 
 
@@ -384,3 +387,9 @@ def test_a_report_is_not_written_into_a_run_folder(capsys, tmp_path):
         f"error: --out {run}: a run folder; a report goes to a folder of its own, e.g. {run}-report"
     ]
     assert not (run / "report.md").exists()
+
+
+def test_yes_does_not_skip_the_memory_check(tmp_path, capsys):
+    out = tmp_path / "big"
+    assert main(["run", "--layers", "conv", "--n", str(4 * 10**11), "--d", "16", "--yes", "--out", str(out)]) == 2
+    assert "more than the" in capsys.readouterr().err and not out.exists()
