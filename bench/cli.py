@@ -15,7 +15,7 @@ import psutil
 
 import models
 
-from . import interrupts
+from . import interrupts, machine
 from .commands import COMMANDS, MAX_PATHS_N
 from .errors import BadInput, RunFailed
 from .policy import (
@@ -394,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with interrupts.as_exceptions():  # Ctrl-C and SIGTERM: the run stores what it has, then one line here
             args = build_parser().parse_args(argv)
+            machine.given_commit()  # a bad SEQBENCH_GIT_COMMIT refused before anything is measured or written
             args.started = started
             return COMMANDS[args.command](args, ["python -m bench", *argv])
     except BadInput as exc:

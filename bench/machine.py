@@ -15,6 +15,8 @@ import torch
 from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
 from pytest_benchmark.utils import get_commit_info
 
+from .errors import BadInput
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -139,14 +141,28 @@ def this_machine() -> tuple[str, str]:
 
 # The commit of the files, said by the caller where a copied checkout's .git is older than them
 COMMIT_VARIABLE = "SEQBENCH_GIT_COMMIT"
+COMMIT_ID = re.compile(r"[0-9a-f]{7,64}")  # git's abbreviated to full ids, SHA-1 or SHA-256
+
+
+def given_commit() -> str | None:
+    """SEQBENCH_GIT_COMMIT where set (empty: unset), a commit id only; BadInput otherwise (it goes into meta.json,
+    numbers.json and every citation)."""
+    text = os.environ.get(COMMIT_VARIABLE, "")
+    if not text:
+        return None
+    if not COMMIT_ID.fullmatch(text):
+        shown = repr(text[:60]) + ("…" if len(text) > 60 else "")
+        raise BadInput(f"{COMMIT_VARIABLE}={shown}: not a commit id (7 to 64 lowercase hex digits, as git prints)")
+    return text
 
 
 def run_meta(threads: int) -> dict:
     """The machine and software fields of meta.json, with pytest-benchmark's machine_info and commit_info."""
     info = machine_info()
     commit = commit_info()
-    if os.environ.get(COMMIT_VARIABLE):
-        commit = dict(commit, id=os.environ[COMMIT_VARIABLE], dirty=False)
+    given = given_commit()
+    if given:  # the files are that commit's (the caller says so): the copy's .git cannot say if they changed
+        commit = dict(commit, id=given, dirty=False)
     identity = _identity_fields(info)
     model = identity["cpu_model"]
     return {

@@ -7,6 +7,7 @@ from contextlib import chdir
 import pytest
 
 from bench import machine
+from bench.cli import main
 
 
 @pytest.mark.parametrize(
@@ -59,3 +60,19 @@ def test_a_regenerated_report_or_a_stored_run_leaves_the_code_clean(tmp_path):
         assert not machine._code_dirty()
         (repo / "bench/run.py").write_text("v2\n")
         assert machine._code_dirty()
+
+
+@pytest.mark.parametrize("given", ["abc\ndef", "<b>x</b>", "x" * 100_000, "HEAD", "12345"])
+def test_a_given_commit_must_be_a_commit_id(monkeypatch, capsys, tmp_path, given):
+    """SEQBENCH_GIT_COMMIT goes into meta.json, numbers.json and every citation: a commit id, or refused first."""
+    monkeypatch.setenv(machine.COMMIT_VARIABLE, given)
+    out = tmp_path / "run"
+    assert main(["run", "--layers", "conv", "--n", "64", "--d", "8", "--out", str(out)]) == 2
+    assert machine.COMMIT_VARIABLE in capsys.readouterr().err and not out.exists()
+
+
+def test_a_given_commit_id_is_stored(monkeypatch):
+    monkeypatch.setenv(machine.COMMIT_VARIABLE, "6d363c974ca08c13526f98523478662fa006e9e0")
+    assert machine.run_meta(1)["git_commit"] == "6d363c974ca08c13526f98523478662fa006e9e0"
+    monkeypatch.setenv(machine.COMMIT_VARIABLE, "")  # empty: unset
+    assert machine.given_commit() is None
