@@ -247,10 +247,10 @@ def _run_timing(run: argparse.ArgumentParser) -> None:
 
 
 def _run_output(run: argparse.ArgumentParser) -> None:
-    run.add_argument("--out", type=Path, help="a new or empty folder for the run (default results/<run-id>)")
+    run.add_argument("--out", type=path_given, help="a new or empty folder for the run (default results/<run-id>)")
     run.add_argument(
         "--resume",
-        type=Path,
+        type=path_given,
         help="finish an interrupted or killed run in this folder, as its plan.json says (alone, or with --no-progress)",
     )
     run.add_argument(
@@ -285,7 +285,7 @@ def _run_options(run: argparse.ArgumentParser) -> None:
 
 def _paths_options(paths: argparse.ArgumentParser) -> None:
     _grid_options(paths, "take layers, n, k and window from a preset", f"64,256 (2 to {MAX_PATHS_N})", "(default 16)")
-    paths.add_argument("--out", type=Path, help="a run folder to add paths.csv to, or a new folder")
+    paths.add_argument("--out", type=path_given, help="a run folder to add paths.csv to, or a new folder")
     _no_progress(paths)
 
 
@@ -296,21 +296,21 @@ def _claims_options(claims: argparse.ArgumentParser) -> None:
         default=0,
         help=f"seed of the random inputs and weights the claims are measured on, 0 to {MAX_SEED} (default 0)",
     )
-    claims.add_argument("--out", type=Path, help="a run folder to add claims.csv to, or a new folder")
+    claims.add_argument("--out", type=path_given, help="a run folder to add claims.csv to, or a new folder")
     _no_progress(claims)
 
 
 def _report_options(report: argparse.ArgumentParser) -> None:
     report.add_argument(
         "--results",
-        type=Path,
+        type=path_given,
         nargs="+",
         help="run folders, or folders of runs, to any depth (default: this machine's runs under results/, "
         "or the reference runs where it has none yet)",
     )
     report.add_argument(
         "--out",
-        type=Path,
+        type=path_given,
         metavar="DIR",
         help="the folder to write report.md, report.html, figures/ and the tables to (default reports/local/; "
         "reports/reference/ is the shipped report of results/reference/)",
@@ -342,11 +342,18 @@ def _cite_options(cite: argparse.ArgumentParser) -> None:
     )
     cite.add_argument(
         "--reports",
-        type=Path,
+        type=path_given,
         metavar="DIR",
         help="the report folder that holds numbers.json (default: reports/local/, then reports/reference/; "
         "a key in both is read from the first)",
     )
+
+
+def path_given(text: str) -> Path:
+    """A path option's value; an empty one (`--out ''`) is refused, not read as the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (it would mean the current folder); give a folder")
+    return Path(text)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -110,16 +110,19 @@ def _owner(run_dir: Path) -> str:
 
 def claim_out_dir(path: Path) -> tuple[Path, FileLock]:
     """--out DIR, new or empty; held before it is found empty, so of several processes one gets it."""
+    refused = BadInput(
+        f"--out {path}: exists and is not empty; runs are never overwritten "
+        f"(choose a new folder, or --resume {path} to finish it)"
+    )
     if path.exists() and not path.is_dir():
         raise BadInput(f"--out {path}: exists and is not a folder")
+    if not unbegun(path):  # refused before its lock is written into someone's folder
+        raise refused
     path.mkdir(parents=True, exist_ok=True)
     lock = hold(path)
-    if not unbegun(path):
+    if not unbegun(path):  # another process began it between the look and the lock
         lock.release()
-        raise BadInput(
-            f"--out {path}: exists and is not empty; runs are never overwritten "
-            f"(choose a new folder, or --resume {path} to finish it)"
-        )
+        raise refused
     return path, lock
 
 

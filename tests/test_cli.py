@@ -195,8 +195,12 @@ def test_run_writes_the_interface_files(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_oom_is_recorded_and_the_sweep_goes_on(tmp_path):
-    """attention_math at n = 131072 needs a 64 GiB score matrix: more than any CI machine has."""
+def test_oom_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    """attention_math at n = 131072 needs a 64 GiB score matrix: more than any CI machine has. The plan would refuse
+    it (a point whose estimate is too low is what reaches the run): the refusal is taken out to reach the run."""
+    from bench import preflight
+
+    monkeypatch.setattr(preflight, "too_large", lambda plan, total: [])
     out = tmp_path / "run"
     assert (
         main(
@@ -214,7 +218,7 @@ def test_oom_is_recorded_and_the_sweep_goes_on(tmp_path):
                 "cpu",
                 "--out",
                 str(out),
-                "--yes",  # measured although the plan says it will not fit: that is the test
+                "--yes",
                 *FAST,
             ]
         )

@@ -462,3 +462,13 @@ def test_sigterm_in_the_first_moments_leaves_interrupted(tmp_path):
     assert child.returncode == 143, err  # 128 + SIGTERM
     assert json.loads((out / "meta.json").read_text())["status"] == "interrupted"
     assert f"--resume {out}" in err or "interrupted" in err
+
+
+def test_a_refused_out_is_left_as_it_was(tmp_path, capsys):
+    """A run refused a folder of someone's files writes no lock or owner file into it (issue 56: 9)."""
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    assert main(["run", "--layers", "conv", "--n", "64", "--d", "8", "--out", str(folder)]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]

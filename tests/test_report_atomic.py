@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 from forked import ForkedBench
 
+from bench.cli import main
 from bench.errors import BadInput, RunFailed
 from bench.report import publish
 from bench.report.publish import staged
@@ -376,3 +377,29 @@ def test_a_run_under_a_path_that_is_not_utf8_is_reported(tmp_path):
         assert main(["run", *grid, "--target-time", "0.002", "--no-progress", "--out", str(bad)]) == 0
         assert main(["report", "--results", str(bad), "--out", str(tmp_path / "report")]) == 0
     assert "bad\\udcff\\udcfe" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_report_refuses_a_folder_of_the_users_files_and_leaves_nothing_beside_it(tmp_path, capsys):
+    """`report --out` into a folder that holds files and no report: refused, their report.html and fits.csv kept
+    (issue 56: 8); no lock or stage left beside any --out (issue 56: 9)."""
+    from small_report import write_run
+
+    write_run(tmp_path / "runs")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.html").write_text("my page")
+    (mine / "fits.csv").write_text("my table")
+    assert main(["report", "--results", str(tmp_path / "runs"), "--out", str(mine)]) == 2
+    assert "not a report's folder" in capsys.readouterr().err
+    assert (mine / "report.html").read_text() == "my page" and (mine / "fits.csv").read_text() == "my table"
+    ours = tmp_path / "ours"
+    for _ in range(2):  # a new folder, then the report replaced in place
+        assert main(["report", "--results", str(tmp_path / "runs"), "--out", str(ours)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "ours", "runs"]
+
+
+def test_an_empty_out_is_refused_not_read_as_the_current_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for command in (["run", "--layers", "conv", "--n", "64", "--d", "8"], ["report"]):
+        assert main([*command, "--out", ""]) == 2 and "an empty path" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -21,6 +21,7 @@ from torch.utils import benchmark
 import models
 from bench import cgroup, storage
 from bench.benchmarks import decode_peers
+from bench.cli import path_given
 from bench.errors import BadInput, RunFailed
 from bench.folder import POINTS, RunFolder, is_run_dir
 from bench.graphs import capture
@@ -199,7 +200,7 @@ def _folder(args: argparse.Namespace, tables: list[str]) -> RunFolder:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.benchmarks.decode", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", type=Path, help="a run folder whose decode points to time again as graphs")
+    parser.add_argument("--check", type=path_given, help="a run folder whose decode points to time again as graphs")
     parser.add_argument("--splits", action="store_true", help="sweep the split-KV step's S")
     parser.add_argument("--peers", action="store_true", help="the cached attention beside torch's decoding kernels")
     parser.add_argument("--generate", action="store_true", help="tokens per second per layer")
@@ -216,8 +217,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--prompt", type=int, default=1024)
     parser.add_argument("--tokens", type=int, default=256)
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--out", type=Path, help="a new run folder for the tables")
-    where.add_argument("--into", type=Path, help="a run folder to add the tables to (its report shows them)")
+    where.add_argument("--out", type=path_given, help="a new run folder for the tables")
+    where.add_argument("--into", type=path_given, help="a run folder to add the tables to (its report shows them)")
     args = parser.parse_args(argv)
     if not (args.check or args.splits or args.peers or args.generate):
         parser.error("nothing to measure: give --check RUN, --splits, --peers or --generate")

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
+import json
 import os
 import re
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +21,7 @@ from filelock import FileLock, Timeout
 from ..errors import BadInput, RunFailed
 from .sections import written
 
-TAG = ".report-tmp-"  # beside the output folder: .<name>.report-tmp-{lock,new,old}
+TAG = ".report-tmp-"  # beside the output folder while a report is written: .<name>.report-tmp-{new,old}
 # A report's own files: these, its sections' (sections.written), the figures its pages link (the manifest: older).
 OWN_FILES = ("report.md", "report.html", "fits.csv", "numbers.json", ".report-manifest.json")
 PAGES = ("report.md", "report.html")
@@ -85,16 +88,36 @@ def _unwritten(out_dir: Path, new: Path, exc: OSError) -> RunFailed:
     )
 
 
+def is_report_dir(folder: Path) -> bool:
+    """Whether `folder` holds a report this command wrote: its numbers.json, a JSON object with `numbers`."""
+    try:
+        numbers = json.loads((folder / "numbers.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(numbers, dict) and isinstance(numbers.get("numbers"), dict)
+
+
+def _lock_path(out: Path) -> Path:
+    """The report's lock, in the system's temporary folder (none left beside --out), one per output folder."""
+    digest = hashlib.sha1(str(out).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"seqbench-report-{digest}.lock"
+
+
 @contextmanager
 def staged(out_dir: Path) -> Iterator[Path]:
     """The folder to write a report into; on leaving the block it replaces `out_dir` (on an error, dropped)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise BadInput(f"--out {out_dir}: exists and is not a folder; give a folder for the report")
     out = Path(os.path.realpath(out_dir))  # a linked output folder: the folder the link names
+    if out.is_dir() and any(out.iterdir()) and not is_report_dir(out):
+        raise BadInput(
+            f"--out {out_dir}: holds files and is not a report's folder (no report's numbers.json); a report "
+            "replaces only a report: give a new or empty folder"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     beside = out.parent / f".{out.name}{TAG}"
     new, old = Path(f"{beside}new"), Path(f"{beside}old")
-    lock = FileLock(f"{beside}lock", timeout=0, thread_local=False)
+    lock = FileLock(str(_lock_path(out)), timeout=0, thread_local=False)
     try:
         lock.acquire()
     except Timeout:
