@@ -48,6 +48,12 @@ META_TYPES = {
     "points_planned": _COUNT,
     "points_stored": _COUNT,
     "threads": (lambda v: _COUNT[0](v) and v >= 1, "a whole number >= 1"),
+    "cpu_cores": (lambda v: _COUNT[0](v) and v >= 1, "a whole number >= 1"),
+    "cpu_logical_cores": (lambda v: _COUNT[0](v) and v >= 1, "a whole number >= 1"),
+    # a machine's id is made of these, and names files: at most a host name's 255 characters
+    "hostname": (lambda v: isinstance(v, str) and len(v) <= 255, "a text of at most 255 characters"),
+    "cpu_model": (lambda v: isinstance(v, str) and len(v) <= 255, "a text of at most 255 characters"),
+    "devices": (lambda v: isinstance(v, list) and all(isinstance(d, dict) for d in v), "a list of objects"),
 }
 PROCESS = uuid.uuid4().hex[:12]  # this process, in started.jsonl (a pid can be reused)
 

@@ -100,6 +100,43 @@ DAMAGE = {
         "meta.json: damaged, points_planned 'many', expected a whole number >= 0",
     ),
 }
+
+
+def _drop_column(path, column):
+    import pandas as pd
+
+    pd.read_csv(path).drop(columns=[column]).to_csv(path, index=False)
+
+
+REPORT_ONLY = {  # issue 56: 6, each crashed `report` with a traceback
+    **{
+        f"points.csv without {column}": (
+            lambda d, column=column: _drop_column(d / "points.csv", column),
+            f"points.csv: damaged, columns {column} missing",
+        )
+        for column in ("time_median_s", "flops_counted", "mem_peak_bytes")
+    },
+    "a layer no report knows": (
+        lambda d: _edit_csv(d / "points.csv", "layer", "conv2<script>"),
+        "points.csv: layers this report does not know: 'conv2<script>'",
+    ),
+    "devices as text in meta.json": (
+        lambda d: _json(d / "meta.json", lambda m: m | {"devices": "cpu"}),
+        "meta.json: damaged, devices 'cpu', expected a list of objects",
+    ),
+    "cpu_cores as text in meta.json": (
+        lambda d: _json(d / "meta.json", lambda m: m | {"cpu_cores": "two"}),
+        "meta.json: damaged, cpu_cores 'two', expected a whole number >= 1",
+    ),
+    "negative cpu_cores in meta.json": (
+        lambda d: _json(d / "meta.json", lambda m: m | {"cpu_cores": -4}),
+        "meta.json: damaged, cpu_cores -4, expected a whole number >= 1",
+    ),
+    "a host name of 5,000 characters": (
+        lambda d: _json(d / "meta.json", lambda m: m | {"hostname": "h" * 5000}),
+        "expected a text of at most 255 characters",
+    ),
+}
 RESUME_ONLY = {
     "plan.json without timing_policy": (
         lambda d: _json(d / "plan.json", lambda p: {k: v for k, v in p.items() if k != "timing_policy"}),
@@ -155,7 +192,8 @@ def skipped_bad(finished, tmp_path_factory):
     cases: (exit code, stderr, the damaged folder of each case, the good folder, the report folder)."""
     root = tmp_path_factory.mktemp("skip-bad")
     damaged = {
-        case: _damaged(finished, root / f"case-{i:02d}", damage) for i, (case, (damage, _)) in enumerate(DAMAGE.items())
+        case: _damaged(finished, root / f"case-{i:02d}", damage)
+        for i, (case, (damage, _)) in enumerate({**DAMAGE, **REPORT_ONLY}.items())
     }
     good = root / "good"
     shutil.copytree(finished, good)
@@ -168,11 +206,11 @@ def skipped_bad(finished, tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", list(DAMAGE))
+@pytest.mark.parametrize("case", [*DAMAGE, *REPORT_ONLY])
 def test_report_names_the_damage_and_skip_bad_reports_the_rest(finished, skipped_bad, tmp_path, capsys, case):
     """Alone, the damaged run fails the report with one line naming it and the damage; with --skip-bad beside a
     good run (and the other cases' damaged copies), it is named, left out, and the report is the good run's."""
-    damage, expected = DAMAGE[case]
+    damage, expected = {**DAMAGE, **REPORT_ONLY}[case]
     what = expected.split(": ", 1)[-1].split(" at line")[0]
     run = _damaged(finished, tmp_path, damage)
     assert main(["report", "--results", str(run), "--out", str(tmp_path / "r1")]) == 1

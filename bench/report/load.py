@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+import models
+
 from .. import machine, schema, storage
 from ..errors import BadInput, RunFailed
 from ..fits import RUN_STARTED
@@ -60,13 +62,29 @@ REPORT_META_KEYS = ("run_id", "status")  # what the report reads of every run's 
 SIDE_TABLES = ("points", "paths", "claims", "generate", "decode_peers")
 
 
+REPORT_COLUMNS = ("time_median_s", "flops_counted", "mem_peak_bytes")  # what every report section reads of a point
+
+
+def _report_points(run_dir: Path) -> pd.DataFrame:
+    """points.csv as read_points checks it, and what a report needs beside: its columns, layers it knows."""
+    df = read_points(run_dir)
+    missing = [c for c in REPORT_COLUMNS if c not in df.columns]
+    if missing:
+        raise RunFailed(f"{run_dir / 'points.csv'}: damaged, columns {', '.join(missing)} missing")
+    unknown = sorted(set(df["layer"].astype(str)) - set(models.LAYERS))
+    if unknown:
+        shown = ", ".join(repr(name[:40]) for name in unknown[:3])
+        raise RunFailed(f"{run_dir / 'points.csv'}: layers this report does not know: {shown}")
+    return df
+
+
 def _read_run(run_dir: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
     meta = read_meta(run_dir, REPORT_META_KEYS)
     tables = {}
     for name in SIDE_TABLES:
         path = run_dir / f"{name}.csv"
         if path.exists():
-            df = read_points(run_dir) if name == "points" else storage.read_csv(path)
+            df = _report_points(run_dir) if name == "points" else storage.read_csv(path)
             stored = meta.get("points_stored")
             if name == "points" and meta.get("status") == "finished" and isinstance(stored, int) and len(df) < stored:
                 raise RunFailed(
