@@ -121,6 +121,10 @@ def test_the_decode_checks_refuse_what_they_cannot_do_before_measuring(tmp_path,
     }
     for said, argv in cases.items():
         assert decode.main(argv) == 2 and said in capsys.readouterr().err, said
+    (run / "meta.json").write_text(json.dumps({"run_id": "run"}))
+    (run / "points.csv").write_text("layer,device,mode,status\nlstm,cpu,inference,ok\n")
+    assert decode.main(["--generate", *quick, "--into", str(run)]) == 2
+    assert "has no decode points" in capsys.readouterr().err
     (run / "meta.json").write_text("{not json")
     assert decode.main(["--generate", *quick, "--into", str(run)]) == 2
     assert "--into" in capsys.readouterr().err and not (run / "generate.csv").exists()

@@ -191,11 +191,25 @@ def _folder(args: argparse.Namespace, tables: list[str]) -> RunFolder:
         folder = RunFolder.open(args.into, ("run_id",))
     except RunFailed as exc:
         raise BadInput(f"--into {args.into}: {exc}") from None
+    if TABLES["generate"] in tables and not _decode_points(args.into):
+        folder.release()
+        raise BadInput(
+            f"--into {args.into}: has no decode points; the report shows tokens per second beside a run's decode "
+            "points (run --mode decode), so they would never be shown"
+        )
     there = [name for name in tables if (args.into / name).exists()]
     if there:
         folder.release()
         raise BadInput(f"--into {args.into}: already has {', '.join(there)}; run folders are never overwritten")
     return folder
+
+
+def _decode_points(run: Path) -> bool:
+    try:
+        points = pd.read_csv(run / POINTS)
+    except (OSError, ValueError):
+        return False
+    return "mode" in points and (points["mode"] == "decode").any()
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
