@@ -91,7 +91,8 @@ def test_the_decode_checks_write_their_tables_on_a_cpu(tmp_path, monkeypatch):
         "--dtypes",
         "float32",
     ]
-    argv += ["--batch", "1", "--window", "8", "--s", "0,2", "--prompt", "16", "--tokens", "4", "--out", str(out)]
+    argv += ["--batch", "1", "--window", "8", "--s", "0,2", "--prompt", "16", "--tokens", "4", "--threads", "1"]
+    argv += ["--out", str(out)]
     assert decode.main(argv) == 0
     splits = pd.read_csv(out / "decode_splits.csv")
     assert list(splits["layer"]) == ["attention", "attention_math", "attention_split", "attention_split"]
@@ -101,6 +102,13 @@ def test_the_decode_checks_write_their_tables_on_a_cpu(tmp_path, monkeypatch):
     assert splits["bound_s"].tolist() == pytest.approx((splits["bytes"] / 1e10).tolist())
     generated = pd.read_csv(out / "generate.csv")
     assert set(generated["layer"]) == set(models.LAYERS) and (generated["tokens_per_s"] > 0).all()
+    # timed as a point is: on the threads asked for, its median on the clock the run's rule picks, with its flags
+    assert (generated["threads"] == 1).all() and set(generated["clock"]) <= {"wall", "cpu"}
+    on_cpu = generated["clock"] == "cpu"
+    assert (generated.loc[on_cpu, "generate_s"] == generated.loc[on_cpu, "generate_cpu_s"]).all()
+    assert (generated.loc[~on_cpu, "generate_s"] == generated.loc[~on_cpu, "generate_wall_s"]).all()
+    assert (generated["tokens_per_s"] == 4 / generated["generate_s"]).all()
+    assert (generated["reliable"] == generated["flag"].isna()).all()
     meta = json.loads((out / "meta.json").read_text())
     assert meta["kind"] == "decode" and meta["status"] == "finished"
 

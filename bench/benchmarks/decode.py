@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 from torch.utils import benchmark
@@ -25,10 +26,13 @@ from bench.cli import path_given
 from bench.errors import BadInput, RunFailed
 from bench.folder import POINTS, RunFolder, is_run_dir
 from bench.graphs import capture
+from bench.load import BUSY_CORES, LoadMeter, decide_threads
 from bench.peak import bandwidth_on, memory_bandwidth
 from bench.point import decode_call
-from bench.policy import DEVICE, WALL
+from bench.policy import CPU, DEVICE, WALL, assess
 from bench.spec import LAYER_SIZES, PointSpec
+from bench.threads import pinned_threads
+from bench.timing import median_interval, pass_order
 from models import LayerConfig
 
 
@@ -135,24 +139,70 @@ def sweep_splits(device: str, t: int, d: int, heads: int, batch: int, dtype: str
     return pd.DataFrame(rows)
 
 
-def generate(device: str, layers: list[str], prompt: int, tokens: int, cfg: LayerConfig, batch: int) -> pd.DataFrame:
-    """Tokens per second per layer: the prefill, then a Python loop of steps into a static cache."""
-    rows = []
+GENERATE_PASSES, GENERATE_ROUNDS = 3, 3  # passes over the layers, shuffled each; rounds of a layer's loop per pass
+
+
+def _loop_rounds(layer, state, x, prompt: int, tokens: int, device: str, rounds: int) -> list[tuple[float, float]]:
+    """(wall, thread CPU) seconds of each of `rounds` loops of `tokens` steps, each into a fresh static cache."""
+    out = []
+    for _ in range(rounds):
+        cache = layer.cache(state, prompt, prompt + tokens)
+        _synchronize(device)
+        wall, cpu = time.perf_counter(), time.thread_time()
+        for t in range(prompt, prompt + tokens):
+            layer.step(x[:, t : t + 1], cache, t)
+        _synchronize(device)
+        out.append((time.perf_counter() - wall, time.thread_time() - cpu))
+    return out
+
+
+def _clock_figures(times: list[float], passes: list[list[float]]) -> dict:
+    median = float(np.median(times))
+    pass_medians = [float(np.median(p)) for p in passes]
+    flag = assess(median, min(times), max(pass_medians) / min(pass_medians), median_interval(times))
+    return {"median_s": median, "min_s": min(times), "flag": flag}
+
+
+def generate(
+    device: str, layers: list[str], prompt: int, tokens: int, cfg: LayerConfig, batch: int, threads: int | None = None
+) -> pd.DataFrame:
+    """Tokens per second per layer: the prefill, then a Python loop of steps into a static cache, timed like a point:
+    on the run's threads (`--threads`, else what the free cores allow), rounds interleaved across layers in
+    shuffled passes, a median with its flags, on the thread's CPU clock where others took the cores (one thread)."""
+    threads, why, _ = decide_threads(threads)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(batch, prompt + tokens, cfg.d, generator=g).to(device, cfg.torch_dtype)
-    for name in layers:
-        layer = models.build(name, cfg, device=device)
-        with torch.inference_mode():
-            for _warm in (True, False):  # a first round pays lazy initialisation: timed is the second
+    with pinned_threads(threads), torch.inference_mode():
+        built, prefill_s = {}, {}
+        for name in layers:
+            layer = models.build(name, cfg, device=device)
+            for _warm in (True, False):  # a first call pays lazy initialisation: timed is the second
                 _synchronize(device)
                 start = time.perf_counter()
-                cache = layer.cache(layer.prefill(x[:, :prompt]), prompt, prompt + tokens)
+                state = layer.prefill(x[:, :prompt])
                 _synchronize(device)
-                prefilled = time.perf_counter()
-                for t in range(prompt, prompt + tokens):
-                    layer.step(x[:, t : t + 1], cache, t)
-                _synchronize(device)
-                done = time.perf_counter()
+                prefill_s[name] = time.perf_counter() - start
+            _loop_rounds(layer, state, x, prompt, min(tokens, 2), device, 1)  # the steps' lazy initialisation
+            built[name] = (layer, state)
+        rounds: dict[str, list[list[tuple[float, float]]]] = {name: [] for name in layers}
+        meter = LoadMeter()
+        for p in range(GENERATE_PASSES):
+            for name in pass_order(layers, p):
+                layer, state = built[name]
+                rounds[name].append(_loop_rounds(layer, state, x, prompt, tokens, device, GENERATE_ROUNDS))
+        load = meter.read()
+    own_cpu = threads == 1 and not device.startswith("cuda")  # the thread's CPU clock is the call's own
+    rows = []
+    for name in layers:
+        passes = rounds[name]
+        wall = _clock_figures([w for p in passes for w, _ in p], [[w for w, _ in p] for p in passes])
+        cpu = (
+            _clock_figures([c for p in passes for _, c in p], [[c for _, c in p] for p in passes]) if own_cpu else None
+        )
+        clock, chosen = WALL, wall
+        if cpu is not None and (load.others_busy_cores >= BUSY_CORES or wall["flag"]):
+            clock, chosen = CPU, cpu
+        seconds = chosen["median_s"]
         rows.append(
             dict(
                 layer=name,
@@ -163,13 +213,21 @@ def generate(device: str, layers: list[str], prompt: int, tokens: int, cfg: Laye
                 batch=batch,
                 dtype=cfg.dtype,
                 device=device,
-                prefill_s=prefilled - start,
-                generate_s=done - prefilled,
-                tokens_per_s=tokens / (done - prefilled),
-                batch_tokens_per_s=batch * tokens / (done - prefilled),
+                threads=threads,
+                threads_reason=why,
+                others_busy_cores=load.others_busy_cores,
+                rounds=GENERATE_PASSES * GENERATE_ROUNDS,
+                clock=clock,
+                prefill_s=prefill_s[name],
+                generate_s=seconds,
+                generate_wall_s=wall["median_s"],
+                generate_cpu_s=cpu["median_s"] if cpu else math.nan,
+                reliable=not chosen["flag"],
+                flag=chosen["flag"],
+                tokens_per_s=tokens / seconds,
+                batch_tokens_per_s=batch * tokens / seconds,
             )
         )
-        del layer, cache
     return pd.DataFrame(rows)
 
 
@@ -230,6 +288,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--s", default="0,1,2,4,8,16,32,64,128", help="S values to sweep (0: the device's choice)")
     parser.add_argument("--prompt", type=int, default=1024)
     parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--threads", type=int, help="torch threads of --generate (default: as `run` chooses them)")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--out", type=path_given, help="a new run folder for the tables")
     where.add_argument("--into", type=path_given, help="a run folder to add the tables to (its report shows them)")
@@ -241,6 +300,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     for dtype in [args.dtype, *args.dtypes.split(",")]:
         if dtype not in models.DTYPES:
             parser.error(f"--dtype {dtype!r}: allowed {', '.join(models.DTYPES)}")
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads {args.threads}: must be at least 1")
     for name in ("t", "d", "heads", "batch", "prompt", "tokens"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} {getattr(args, name)}: must be at least 1")
@@ -293,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.peers
         else None,
-        "generate": (lambda: generate(args.device, list(models.LAYERS), args.prompt, args.tokens, cfg, args.batch))
+        "generate": (
+            lambda: generate(args.device, list(models.LAYERS), args.prompt, args.tokens, cfg, args.batch, args.threads)
+        )
         if args.generate
         else None,
     }

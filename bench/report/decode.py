@@ -278,16 +278,25 @@ def _generation(ctx: ReportContext, source: str) -> str:
     lines = [
         "\nGenerating as a user sees it: T tokens after a prompt of P, the prefill then a Python loop of steps into a "
         "static cache made for P + T (`python -m bench.benchmarks.decode --generate --into RUN`; eager, each step's "
-        "launches included):\n",
-        "| layer | prompt P | tokens T | batch | tokens/s, one sequence | tokens/s, the batch |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "launches included), timed as a point is: on the threads `run` would choose, rounds interleaved across the "
+        "layers, the median on the clock `run`'s rule picks; ? marks a median whose rounds disagree (its flag "
+        "below):\n",
+        "| layer | prompt P | tokens T | batch | tokens/s, one sequence | tokens/s, the batch | clock, threads |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
+    flags = []
     for r in table.itertuples():
         key = f"{source}.{r.layer}.tokens_per_s.p{r.prompt}.t{r.tokens}"
         one = ctx.cite(key, float(f"{r.tokens_per_s:.4g}"), "tokens/s", r.run_id)
         whole = ctx.cite(f"{key}.batch", float(f"{r.batch_tokens_per_s:.4g}"), "tokens/s", r.run_id)
-        lines.append(f"| {r.layer} | {r.prompt} | {r.tokens} | {r.batch} | {one} | {whole} |")
-    return "\n".join(lines) + "\n"
+        unsure = getattr(r, "reliable", True) is False  # a table from before the thread policy has no flags
+        if unsure:
+            flags.append(f"- {r.layer}: {r.flag}")
+        clock = f"{r.clock}, {int(r.threads)}" if hasattr(r, "clock") else "wall, as the process ran"
+        lines.append(
+            f"| {r.layer} | {r.prompt} | {r.tokens} | {r.batch} | {'? ' if unsure else ''}{one} | {whole} | {clock} |"
+        )
+    return "\n".join([*lines, "", *flags]) + "\n"
 
 
 def _flops_crossing(ctx: ReportContext, source: str, attention: pd.DataFrame) -> str:
