@@ -14,7 +14,7 @@ import models
 from . import fits, folder
 from .cli import build_parser
 from .commands import cmd_report, cmd_run, resolve_devices
-from .errors import BadInput
+from .errors import BadInput, RunFailed
 from .spec import DEFAULT_MODE, mode_of, source_keys
 
 Sizes = int | Iterable[int] | None
@@ -76,14 +76,30 @@ def _run_id(options: dict) -> str:
 
 def read_points(run_dir: str | Path) -> pd.DataFrame:
     """A run folder's points.csv, with `run_id` and each row's `source` (`cpu`, `cuda-train`, ...)."""
+    if not isinstance(run_dir, (str, Path)) or not Path(run_dir).is_dir():
+        raise ValueError(f"read_points: {run_dir!r} is not a run folder")
     run_dir = Path(run_dir)
-    points = folder.read_points(run_dir)
-    return points.assign(run_id=folder.read_meta(run_dir).get("run_id", run_dir.name), source=source_keys(points))
+    try:
+        points = folder.read_points(run_dir)
+        run_id = folder.read_meta(run_dir).get("run_id", run_dir.name)
+    except (RunFailed, OSError) as exc:  # a damaged or missing file: the caller's input, as a ValueError
+        raise ValueError(f"read_points: {exc}") from None
+    return points.assign(run_id=run_id, source=source_keys(points))
+
+
+POINT_COLUMNS = ("layer", "n", "d", "device", "status")  # what every function here reads of a point
 
 
 def _with_source(points: pd.DataFrame | str | Path) -> pd.DataFrame:
     if isinstance(points, (str, Path)):
         return read_points(points)
+    if not isinstance(points, pd.DataFrame):
+        raise ValueError(
+            f"expected points (a DataFrame, as measure returns) or a run folder, not {type(points).__name__}"
+        )
+    missing = [c for c in POINT_COLUMNS if c not in points]
+    if missing:
+        raise ValueError(f"points without the columns {', '.join(missing)}: not a run's points.csv")
     return points if "source" in points else points.assign(source=source_keys(points))
 
 
@@ -180,6 +196,8 @@ def cite(key: str, reports: str | Path | None = None) -> str:
     """One number of a report's numbers.json with its provenance, as `python -m bench cite KEY` says it."""
     from .report.numbers import cite_sentence, default_reports
 
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"cite: a key is a text such as 'reference.h200-intel-xeon-16c-vm.cuda...', not {key!r}")
     return cite_sentence(key, default_reports() if reports is None else [Path(reports)])
 
 

@@ -39,8 +39,10 @@ def identified(df: pd.DataFrame) -> pd.Series:
 
 
 def with_mode(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows stored before the `mode` column measured inference, before `causal` the non-causal form."""
-    return df.assign(mode=mode_of(df), causal=causal_of(df))
+    """Rows stored before the `mode` column measured inference, before `causal` the non-causal form; a planned point
+    is not `extended` (stored empty before, which made `points[~points.extended]` raise)."""
+    extended = df["extended"].map(lambda v: v is True or str(v) == "True") if "extended" in df else False
+    return df.assign(mode=mode_of(df), causal=causal_of(df), extended=extended)
 
 
 def check_record(record: dict, path: Path) -> None:

@@ -232,7 +232,7 @@ class Run:
                 self._store(spec, self._final_row(spec))
 
     def _store(self, spec: PointSpec, row: dict) -> None:
-        self.folder.store_row(spec, dict(row, extended=True) if spec in self.extended else row)
+        self.folder.store_row(spec, dict(row, extended=spec in self.extended))
 
     def _extend(self, progress: bool) -> None:
         """Rounds of points beyond the sweeps whose time does not decide yet (bench.extend), within the budget."""

@@ -197,3 +197,31 @@ def test_the_api_refuses_a_plan_beyond_the_memory_as_the_command_line_does(tmp_p
     with pytest.raises(ValueError, match="more than the .* of memory cpu has"):
         bench.measure(["conv"], [10**18], 16, out=tmp_path / "huge", progress=False)
     assert not (tmp_path / "huge").exists()
+
+
+def test_the_api_says_what_it_was_given_wrong_as_a_value_error(tmp_path):
+    """Issue 56: 11: no KeyError, TypeError or AttributeError out of the API for input of the wrong kind."""
+    for call in (
+        lambda: bench.fit(pd.DataFrame()),
+        lambda: bench.fit(None),
+        lambda: bench.crossover(None),
+        lambda: bench.cite(None),
+        lambda: bench.cite(5),
+        lambda: bench.read_points(tmp_path / "nowhere"),
+    ):
+        with pytest.raises(ValueError):
+            call()
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "meta.json").write_text("[]")
+    (damaged / "points.csv").write_text("layer,n\n")
+    with pytest.raises(ValueError, match="damaged"):
+        bench.read_points(damaged)
+
+
+def test_planned_points_are_not_extended(tmp_path):
+    points = bench.measure(["conv"], [32, 64], 8, out=tmp_path / "run", progress=False, no_extend=True, rounds=3)
+    assert points["extended"].dtype == bool and not points["extended"].any()
+    assert len(points[~points["extended"]]) == 2
+    stored = pd.read_csv(tmp_path / "run" / "points.csv")
+    assert set(stored["extended"]) == {False}
