@@ -265,15 +265,27 @@ class RunFolder:
         if extended:
             plan["extended"] = [s.as_row() for s in extended]
         self.save_json(PLAN, plan)
-        return _plan_digest(plan)
+        return plan_digest(plan)
 
     def read_plan(self) -> tuple[list[PointSpec], TimingPolicy, int, list[PointSpec]]:
         """plan.json's specs, policy, seed and added points, each checked against itself and meta.json."""
         path, plan, meta = self.path / PLAN, storage.read_json(self.path / PLAN), self._meta
         if not isinstance(plan, dict) or not isinstance(plan.get("specs"), list) or "timing_policy" not in plan:
             raise RunFailed(f"{path}: damaged, expected an object with `specs` (a list) and `timing_policy`")
-        if meta.get("plan_sha1") not in (None, _plan_digest(plan)):
+        if "plan_digest" in meta:  # specs, timing policy and seed
+            if meta["plan_digest"] != plan_digest(plan):
+                raise RunFailed(
+                    f"{path}: does not match this folder's meta.json (plan_digest: its points, timing policy or seed "
+                    "changed since the run began)"
+                )
+        elif meta.get("plan_sha1") not in (None, _specs_digest(plan)):  # a run from before plan_digest
             raise RunFailed(f"{path}: does not match this folder's meta.json (plan_sha1): a plan from another run?")
+        # meta.json says each extension round's points first, plan.json after: either may be the newer
+        if "extended_sha1" in meta and extended_digest(plan.get("extended", [])) not in (
+            meta["extended_sha1"],
+            meta.get("extended_sha1_before"),
+        ):
+            raise RunFailed(f"{path}: its extended points are not the ones the run added (meta.json's extended_sha1)")
         specs, extended = [], []
         for key, into in (("specs", specs), ("extended", extended)):
             for index, row in enumerate(plan.get(key, [])):
@@ -410,8 +422,21 @@ class RunFolder:
         return next((b for b in self._blockers if _larger(spec, b)), None)
 
 
-def _plan_digest(plan: dict) -> str:
-    return hashlib.sha1(json.dumps(plan["specs"], sort_keys=True, default=str).encode()).hexdigest()
+def _digest(obj) -> str:
+    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _specs_digest(plan: dict) -> str:
+    return _digest(plan["specs"])
+
+
+def plan_digest(plan: dict) -> str:
+    """What a resume must find unchanged in plan.json: the planned points, the timing policy and the seed."""
+    return _digest([plan["specs"], plan["timing_policy"], plan.get("seed", 0)])
+
+
+def extended_digest(rows: list) -> str:
+    return _digest(list(rows))
 
 
 def check_side_table_out(kind: str, out: Path | None) -> None:

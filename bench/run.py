@@ -13,7 +13,7 @@ from typing import Protocol
 
 from . import allocator, deaths, extend, formats, interrupts, machine, storage
 from .errors import BadInput, RunFailed
-from .folder import META_KEYS, RunFolder, is_run_dir, unbegun
+from .folder import META_KEYS, RunFolder, extended_digest, is_run_dir, unbegun
 from .load import Load, LoadMeter, busy_warning, decide_threads, sample_load
 from .peak import ceilings
 from .point import PassFailure, measure_pass
@@ -104,7 +104,8 @@ class Run:
                 timing_method=method_constants(),
                 allocator=allocator.pin(),
                 load_passes=[],
-                plan_sha1=digest,
+                plan_digest=digest,
+                extended_sha1=extended_digest([]),
             )
             run._announce(load)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the folder is being made: say so in it
@@ -255,10 +256,16 @@ class Run:
                 f"extension round {done + 1} of at most {extend.MAX_ROUNDS}: {len(chosen)} point(s), about "
                 f"{format_duration(cost_s)} ({format_duration(left_s)} left of its budget)"
             )
+            before = extended_digest([p.as_row() for p in self.extended])
             self.extended += chosen
             self.specs += chosen
+            self.folder.update_meta(  # before plan.json: a resume accepts the plan of either side of this line
+                points_extended=len(self.extended),
+                extension_rounds=done + 1,
+                extended_sha1=extended_digest([p.as_row() for p in self.extended]),
+                extended_sha1_before=before,
+            )
             self.folder.write_plan(planned, self.policy, self.seed, self.extended)
-            self.folder.update_meta(points_extended=len(self.extended), extension_rounds=done + 1)
             self._measure(chosen, progress)
         if self.extended:
             self.log(

@@ -152,7 +152,15 @@ RESUME_ONLY = {
     ),
     "a plan.json from another run": (
         lambda d: _json(d / "plan.json", lambda p: p | {"specs": p["specs"][:2]}),
-        "plan.json: does not match this folder's meta.json (plan_sha1)",
+        "plan.json: does not match this folder's meta.json (plan_digest",
+    ),
+    "passes changed in plan.json": (  # issue 56: 12
+        lambda d: _json(d / "plan.json", lambda p: p | {"timing_policy": dict(p["timing_policy"], passes=6)}),
+        "plan.json: does not match this folder's meta.json (plan_digest",
+    ),
+    "a point added by hand to plan.json's extended": (  # issue 56: 12
+        lambda d: _json(d / "plan.json", lambda p: p | {"extended": [dict(p["specs"][0], n=4096)]}),
+        "its extended points are not the ones the run added",
     ),
 }
 

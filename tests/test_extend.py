@@ -299,8 +299,8 @@ def extended_run(tmp_path_factory):
 
 def test_a_run_extends_an_undecided_sweep_and_marks_the_points(extended_run):
     points = read_points(extended_run).sort_values("n")
-    added = points[points["extended"].fillna(0).astype(bool)]  # True, read back as 1
-    assert list(points["n"][:3]) == [16, 32, 64] and points["extended"][:3].isna().all()
+    added = points[points["extended"]]
+    assert list(points["n"][:3]) == [16, 32, 64] and not points["extended"][:3].any()  # planned: False
     assert len(added) >= 1 and added["n"].min() > 64 and (added["status"] == "ok").all()
     plan = read_json(extended_run / "plan.json")
     assert [r["n"] for r in plan["specs"]] == [16, 32, 64]  # the plan as given, its digest unchanged
@@ -317,7 +317,7 @@ def test_a_resume_measures_the_added_points_a_cut_left(extended_run, tmp_path, m
     run = tmp_path / "run"
     shutil.copytree(extended_run, run)
     points = read_points(run)
-    kept = points[points["extended"].isna()]  # the added points' rows lost, as a kill before they were stored
+    kept = points[~points["extended"]]  # the added points' rows lost, as a kill before they were stored
     kept.to_csv(run / "points.csv", index=False)
     meta = json.loads((run / "meta.json").read_text()) | {"status": "interrupted", "points_stored": len(kept)}
     (run / "meta.json").write_text(json.dumps(meta))

@@ -99,7 +99,7 @@ def is_report_dir(folder: Path) -> bool:
 
 def _lock_path(out: Path) -> Path:
     """The report's lock, in the system's temporary folder (none left beside --out), one per output folder."""
-    digest = hashlib.sha1(str(out).encode()).hexdigest()[:16]
+    digest = hashlib.sha1(os.fsencode(out)).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"seqbench-report-{digest}.lock"
 
 
