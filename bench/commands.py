@@ -6,6 +6,7 @@ import itertools
 import math
 import os
 import re
+import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -82,8 +83,8 @@ def _policy(args, policy: TimingPolicy) -> TimingPolicy:
 
 
 def _extend_budget(share: float) -> float:
-    text = os.environ.get("SEQBENCH_EXTEND_BUDGET")
-    if text is None:
+    text = os.environ.get("SEQBENCH_EXTEND_BUDGET", "").strip()
+    if not text:  # unset, or set empty: the default
         return share
     try:
         share = float(text)
@@ -147,12 +148,18 @@ def _planned_specs(args, preset: Preset, devices: list[str], policy) -> tuple[li
     from . import auto
 
     dtype = args.dtype or "float32"
+    modes = sorted({grid["mode"][0] for grid in preset.grids})
+    if args.mode and args.mode not in modes:
+        raise BadInput(
+            f"--preset auto --mode {args.mode}: the auto preset plans {', '.join(modes)}, not {args.mode}; give one of "
+            f"those, or a grid of your own (--layers, --n, ...) with --mode {args.mode}"
+        )
     layer = preset.grids[0]["layers"][0]
     rates = machine_rates([auto.probe_spec(layer, device, dtype) for device in devices], args.threads)
     specs, notes = auto.plan(preset.grids, devices, dtype, rates, device_memory(devices)[0], policy, args.mode)
     print_lines(notes)
     if not specs:
-        raise BadInput(f"--preset auto: no sweep fits this machine ({'; '.join(notes)})")
+        raise BadInput(f"--preset auto: no sweep fits this machine ({'; '.join(notes) or 'none planned'})")
     return specs, rates
 
 
@@ -215,7 +222,7 @@ def _run_on(args, argv, cluster) -> int:
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (bench.interrupts): 130 or 143
         print(
             f"interrupted: the passes finished so far are stored in {run.dir}; finish the run with "
-            f"`python -m bench run --resume {run.dir}`",
+            f"`python -m bench run --resume {shlex.quote(str(run.dir))}`",
             file=sys.stderr,
         )
         return interrupts.exit_code(exc)

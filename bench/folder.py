@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 import sys
 import uuid
 from collections.abc import Callable
@@ -56,6 +57,11 @@ META_TYPES = {
     "devices": (lambda v: isinstance(v, list) and all(isinstance(d, dict) for d in v), "a list of objects"),
 }
 PROCESS = uuid.uuid4().hex[:12]  # this process, in started.jsonl (a pid can be reused)
+
+
+def command_line(command: list[str]) -> str:
+    """A command as a shell takes it back: its program as given (`python -m bench`), each argument quoted."""
+    return " ".join([command[0], shlex.join(command[1:])]) if len(command) > 1 else " ".join(command)
 
 
 def is_run_dir(path: Path) -> bool:
@@ -118,7 +124,7 @@ def claim_out_dir(path: Path) -> tuple[Path, FileLock]:
     """--out DIR, new or empty; held before it is found empty, so of several processes one gets it."""
     refused = BadInput(
         f"--out {path}: exists and is not empty; runs are never overwritten "
-        f"(choose a new folder, or --resume {path} to finish it)"
+        f"(choose a new folder, or --resume {shlex.quote(str(path))} to finish it)"
     )
     if path.exists() and not path.is_dir():
         raise BadInput(f"--out {path}: exists and is not a folder")
@@ -246,7 +252,7 @@ class RunFolder:
             "started_utc": storage.utc_now(),
             "finished_utc": None,
             "status": "running",
-            "command": " ".join(command),
+            "command": command_line(command),
             "preset": preset,
             **machine.run_meta(threads),
         }

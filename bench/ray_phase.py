@@ -3,6 +3,7 @@ streamed back, each stored whole when done, sent to another node when its worker
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -366,5 +367,5 @@ class Phase:
             f"{START_TIMEOUT_S:g} s (each holds {'all the CPUs of its node' if self.device == 'cpu' else 'a GPU'}"
             f"; are other jobs holding them? can each node import this bench, at the same commit?)"
             f"{': ' + failures if failures else ''}; what was measured is stored: "
-            f"`python -m bench run --resume {self.folder.path}`"
+            f"`python -m bench run --resume {shlex.quote(str(self.folder.path))}`"
         )

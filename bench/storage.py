@@ -9,6 +9,7 @@ import io
 import json
 import math
 import os
+import shlex
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,7 +36,7 @@ class DiskFull(RunFailed):
 def _disk_full(path: Path, exc: OSError) -> DiskFull:
     return DiskFull(
         f"{path}: no space left on the device ({exc.strerror}); what was stored is kept: free some space, then "
-        f"`python -m bench run --resume {path.parent}`"
+        f"`python -m bench run --resume {shlex.quote(str(path.parent))}`"
     )
 
 

@@ -5,6 +5,8 @@ preset to use; before a new run the plan's duration and memory are estimated and
 asked about, or refused without a terminal."""
 
 import io
+import json
+import shlex
 
 import pandas as pd
 import psutil
@@ -393,3 +395,21 @@ def test_yes_does_not_skip_the_memory_check(tmp_path, capsys):
     out = tmp_path / "big"
     assert main(["run", "--layers", "conv", "--n", str(4 * 10**11), "--d", "16", "--yes", "--out", str(out)]) == 2
     assert "more than the" in capsys.readouterr().err and not out.exists()
+
+
+def test_lines_that_used_to_mislead(tmp_path, capsys, monkeypatch):
+    """Issue 56: 10: an empty SEQBENCH_EXTEND_BUDGET is unset; auto in a mode it does not plan says so; a command
+    stored with a path of spaces pastes back."""
+    from bench import commands
+
+    monkeypatch.setenv("SEQBENCH_EXTEND_BUDGET", "")
+    assert commands._extend_budget(0.5) == 0.5
+    monkeypatch.setenv("SEQBENCH_EXTEND_BUDGET", "0")
+    assert main(["run", "--preset", "auto", "--mode", "recompute", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "the auto preset plans" in err and "()" not in err
+    out = tmp_path / "a folder with spaces"
+    grid = ["--layers", "conv", "--n", "32,64", "--d", "8", "--rounds", "3", "--passes", "1", "--no-progress"]
+    assert main(["run", *grid, "--target-time", "0.005", "--out", str(out)]) == 0
+    stored = json.loads((out / "meta.json").read_text())["command"]
+    assert shlex.split(stored)[-1] == str(out)

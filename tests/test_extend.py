@@ -340,3 +340,11 @@ def test_a_bad_budget_in_the_environment_is_bad_input(monkeypatch, capsys):
     monkeypatch.setenv("SEQBENCH_EXTEND_BUDGET", "-1")
     assert main(["run", "--layers", "conv", "--n", "16,32,64", "--d", "8", "--yes"]) == 2
     assert "SEQBENCH_EXTEND_BUDGET='-1'" in capsys.readouterr().err
+
+
+def test_a_sweep_too_short_to_fit_is_said_not_extended(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SEQBENCH_EXTEND_BUDGET", "0.5")
+    grid = ["--layers", "conv", "--n", "64,128", "--d", "8", "--rounds", "3", "--passes", "1", "--no-progress"]
+    assert main(["run", *grid, "--target-time", "0.005", "--out", str(tmp_path / "run")]) == 0
+    err = capsys.readouterr().err
+    assert "not extended: conv against n" in err and "needs 3 sizes to fit" in err
