@@ -100,3 +100,35 @@ def test_a_decode_step_is_bound_by_reading_its_state_and_weights():
     assert out.min_bytes == models.analytic_decode_min_bytes("attention", 2, 4096, cfg) > 2 * 2 * 4096 * 64 * 4
     assert out.ceiling == BANDWIDTH and out.bound == pytest.approx(2e6 / (out.min_bytes / 1e10))
     assert math.isnan(out.ops)  # a step's operators are not a per-position chain
+
+
+def test_each_point_is_held_to_the_ceiling_of_the_math_it_runs():
+    """A GPU's float32: cuDNN's convolutions and fused recurrences run TF32 by torch's default, cuBLAS's matmuls do
+    not; each point gets its mode's peak (issue 60: 2), a run from before the modes its one peak."""
+    from bench import peak
+    from bench.report.roofline import point_peaks
+
+    modes = {"float32": {"flops_per_s": 50e12}, "tf32": {"flops_per_s": 400e12}}
+    tf32 = {"cublas": False, "cudnn": True}
+    runs = {
+        "new": {"compute_peak": {"cuda": {"flops_per_s": 400e12, "modes": modes, "tf32": tf32}}},
+        "old": {"compute_peak": {"cuda": {"flops_per_s": 300e12}}},
+    }
+    rows = [
+        ("new", "conv", "inference"),
+        ("new", "lstm", "train"),
+        ("new", "lstm", "decode"),  # the step's products are matmuls
+        ("new", "attention", "inference"),
+        ("old", "conv", "inference"),
+    ]
+    points = pd.DataFrame(
+        [dict(run_id=r, layer=layer, mode=mode, device="cuda", dtype="float32") for r, layer, mode in rows]
+    )
+    assert point_peaks(points, runs).tolist() == [400e12, 400e12, 50e12, 50e12, 300e12]
+    assert peak.math_mode("float32", "cuda", True, {"cublas": True, "cudnn": False}) == "float32"
+    assert peak.math_mode("float32", "cuda", False, {"cublas": True, "cudnn": False}) == "tf32"
+    assert peak.math_mode("bfloat16", "cuda", True, tf32) == "bfloat16"
+    assert peak.math_mode("float32", "cpu", True, tf32) == "float32"
+    entry = peak.with_measurement(None, "start", {"flops_per_s": 1.0, "modes": {"tf32": {"flops_per_s": 3.0}}})
+    entry = peak.with_measurement(entry, "end", {"flops_per_s": 2.0, "modes": {"tf32": {"flops_per_s": 1.0}}})
+    assert entry["flops_per_s"] == 2.0 and entry["modes"]["tf32"]["flops_per_s"] == 3.0  # each mode's best
