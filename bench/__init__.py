@@ -1,7 +1,5 @@
-"""seqlayer-bench: measures the complexity table of sequence layers (Vaswani et al. 2017, Table 1). A point's path:
-cli.py -> commands.py (preflight.py) -> run.py (ray_phase.py on a cluster) -> point.py (timing.py; first pass
-flops.py, memory.py) -> folder.py (the run folder's one writer) -> report/ (fits.py, sweeps.py) -> reports/local/.
-The public interface: bench/interface.md; the method: docs/method.md."""
+"""seqlayer-bench: a point's path is cli -> commands (preflight) -> run (ray_phase) -> point (timing; flops, memory)
+-> folder (the run folder's one writer) -> report/ (fits, sweeps). Interface: bench/interface.md; docs/method.md."""
 
 import sys
 

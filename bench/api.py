@@ -82,12 +82,12 @@ def read_points(run_dir: str | Path) -> pd.DataFrame:
     try:
         points = folder.read_points(run_dir)
         run_id = folder.read_meta(run_dir).get("run_id", run_dir.name)
-    except (RunFailed, OSError) as exc:  # a damaged or missing file: the caller's input, as a ValueError
+    except (RunFailed, OSError) as exc:
         raise ValueError(f"read_points: {exc}") from None
     return points.assign(run_id=run_id, source=source_keys(points))
 
 
-POINT_COLUMNS = ("layer", "n", "d", "device", "status")  # what every function here reads of a point
+POINT_COLUMNS = ("layer", "n", "d", "device", "status")
 
 
 def _with_source(points: pd.DataFrame | str | Path) -> pd.DataFrame:

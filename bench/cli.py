@@ -350,7 +350,6 @@ def _cite_options(cite: argparse.ArgumentParser) -> None:
 
 
 def path_given(text: str) -> Path:
-    """A path option's value; an empty one (`--out ''`) is refused, not read as the current folder."""
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path (it would mean the current folder); give a folder")
     return Path(text)
@@ -401,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with interrupts.as_exceptions():  # Ctrl-C and SIGTERM: the run stores what it has, then one line here
             args = build_parser().parse_args(argv)
-            machine.given_commit()  # a bad SEQBENCH_GIT_COMMIT refused before anything is measured or written
+            machine.given_commit()
             args.started = started
             return COMMANDS[args.command](args, ["python -m bench", *argv])
     except BadInput as exc:

@@ -4,7 +4,6 @@ plan.json, every append to its files, and what a resume finds stored. method: do
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
 import platform
@@ -35,33 +34,23 @@ META, PLAN, POINTS, TIMINGS, STARTED, ERRORS = (
     "errors.log",
 )
 LOCK_NAME = ".writer.lock"
-OWNER_NAME = ".writer.json"  # who holds the lock
+OWNER_NAME = ".writer.json"
 WRITER_FILES = (LOCK_NAME, OWNER_NAME)
 META_KEYS = ("run_id", "kind", "status", "started_utc")
 RUN_STATES = ("running", "finished", "interrupted")
 _COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a whole number >= 0")
 _TEXT = (lambda v: isinstance(v, str) and v != "", "a text")
+_NAME = (lambda v: isinstance(v, str) and 0 < len(v) <= 255, "a name of at most 255 characters")
+_POSITIVE = (lambda v: _COUNT[0](v) and v >= 1, "a whole number >= 1")
 META_TYPES = {
-    "run_id": _TEXT,
-    "kind": _TEXT,
-    "started_utc": _TEXT,
+    **dict.fromkeys(("run_id", "kind", "started_utc"), _TEXT),
     "status": (lambda v: v in RUN_STATES, f"one of {', '.join(RUN_STATES)}"),
-    "points_planned": _COUNT,
-    "points_stored": _COUNT,
-    "threads": (lambda v: _COUNT[0](v) and v >= 1, "a whole number >= 1"),
-    "cpu_cores": (lambda v: _COUNT[0](v) and v >= 1, "a whole number >= 1"),
-    "cpu_logical_cores": (lambda v: _COUNT[0](v) and v >= 1, "a whole number >= 1"),
-    # a machine's id is made of these, and names files: at most a host name's 255 characters
-    "hostname": (lambda v: isinstance(v, str) and len(v) <= 255, "a text of at most 255 characters"),
-    "cpu_model": (lambda v: isinstance(v, str) and len(v) <= 255, "a text of at most 255 characters"),
+    **dict.fromkeys(("points_planned", "points_stored"), _COUNT),
+    **dict.fromkeys(("threads", "cpu_cores", "cpu_logical_cores"), _POSITIVE),
+    **dict.fromkeys(("hostname", "cpu_model"), _NAME),
     "devices": (lambda v: isinstance(v, list) and all(isinstance(d, dict) for d in v), "a list of objects"),
 }
 PROCESS = uuid.uuid4().hex[:12]  # this process, in started.jsonl (a pid can be reused)
-
-
-def command_line(command: list[str]) -> str:
-    """A command as a shell takes it back: its program as given (`python -m bench`), each argument quoted."""
-    return " ".join([command[0], shlex.join(command[1:])]) if len(command) > 1 else " ".join(command)
 
 
 def is_run_dir(path: Path) -> bool:
@@ -128,11 +117,11 @@ def claim_out_dir(path: Path) -> tuple[Path, FileLock]:
     )
     if path.exists() and not path.is_dir():
         raise BadInput(f"--out {path}: exists and is not a folder")
-    if not unbegun(path):  # refused before its lock is written into someone's folder
+    if not unbegun(path):
         raise refused
     path.mkdir(parents=True, exist_ok=True)
     lock = hold(path)
-    if not unbegun(path):  # another process began it between the look and the lock
+    if not unbegun(path):
         lock.release()
         raise refused
     return path, lock
@@ -164,7 +153,6 @@ def read_points(run_dir: Path, plan: dict[str, dict] | None = None) -> pd.DataFr
 
 
 def tables_in(run_dir: Path) -> list[str]:
-    """The tables a run folder holds that a report reads (bench.report.load.SIDE_TABLES)."""
     names = (POINTS, "paths.csv", "claims.csv", "generate.csv", "decode_peers.csv")
     return [name for name in names if (run_dir / name).exists()]
 
@@ -252,7 +240,7 @@ class RunFolder:
             "started_utc": storage.utc_now(),
             "finished_utc": None,
             "status": "running",
-            "command": command_line(command),
+            "command": formats.command_line(command),
             "preset": preset,
             **machine.run_meta(threads),
         }
@@ -271,23 +259,23 @@ class RunFolder:
         if extended:
             plan["extended"] = [s.as_row() for s in extended]
         self.save_json(PLAN, plan)
-        return plan_digest(plan)
+        return formats.plan_digest(plan)
 
     def read_plan(self) -> tuple[list[PointSpec], TimingPolicy, int, list[PointSpec]]:
         """plan.json's specs, policy, seed and added points, each checked against itself and meta.json."""
         path, plan, meta = self.path / PLAN, storage.read_json(self.path / PLAN), self._meta
         if not isinstance(plan, dict) or not isinstance(plan.get("specs"), list) or "timing_policy" not in plan:
             raise RunFailed(f"{path}: damaged, expected an object with `specs` (a list) and `timing_policy`")
-        if "plan_digest" in meta:  # specs, timing policy and seed
-            if meta["plan_digest"] != plan_digest(plan):
+        if "plan_digest" in meta:
+            if meta["plan_digest"] != formats.plan_digest(plan):
                 raise RunFailed(
                     f"{path}: does not match this folder's meta.json (plan_digest: its points, timing policy or seed "
                     "changed since the run began)"
                 )
-        elif meta.get("plan_sha1") not in (None, _specs_digest(plan)):  # a run from before plan_digest
+        elif meta.get("plan_sha1") not in (None, formats.specs_digest(plan)):
             raise RunFailed(f"{path}: does not match this folder's meta.json (plan_sha1): a plan from another run?")
-        # meta.json says each extension round's points first, plan.json after: either may be the newer
-        if "extended_sha1" in meta and extended_digest(plan.get("extended", [])) not in (
+        # meta.json takes an extension round before plan.json: either may be the newer
+        if "extended_sha1" in meta and formats.extended_digest(plan.get("extended", [])) not in (
             meta["extended_sha1"],
             meta.get("extended_sha1_before"),
         ):
@@ -426,23 +414,6 @@ class RunFolder:
     def blocked_by(self, spec: PointSpec) -> PointSpec | None:
         """A smaller point of the same sweep that ran out of memory or was killed."""
         return next((b for b in self._blockers if _larger(spec, b)), None)
-
-
-def _digest(obj) -> str:
-    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _specs_digest(plan: dict) -> str:
-    return _digest(plan["specs"])
-
-
-def plan_digest(plan: dict) -> str:
-    """What a resume must find unchanged in plan.json: the planned points, the timing policy and the seed."""
-    return _digest([plan["specs"], plan["timing_policy"], plan.get("seed", 0)])
-
-
-def extended_digest(rows: list) -> str:
-    return _digest(list(rows))
 
 
 def check_side_table_out(kind: str, out: Path | None) -> None:

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
+import shlex
 from pathlib import Path
 
 import pandas as pd
@@ -64,3 +67,23 @@ def process_of(entry: dict):
 def stored_peaks(meta: dict) -> dict[str, dict]:
     """The compute peaks a run's meta.json (or a node's facts) stores by device key; older runs' `matmul_peak`."""
     return meta.get("compute_peak") or meta.get("matmul_peak") or {}
+
+
+def command_line(command: list[str]) -> str:
+    return " ".join([command[0], shlex.join(command[1:])]) if len(command) > 1 else " ".join(command)
+
+
+def _digest(obj) -> str:
+    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def specs_digest(plan: dict) -> str:
+    return _digest(plan["specs"])
+
+
+def plan_digest(plan: dict) -> str:
+    return _digest([plan["specs"], plan["timing_policy"], plan.get("seed", 0)])
+
+
+def extended_digest(rows: list) -> str:
+    return _digest(list(rows))

@@ -141,12 +141,11 @@ def this_machine() -> tuple[str, str]:
 
 # The commit of the files, said by the caller where a copied checkout's .git is older than them
 COMMIT_VARIABLE = "SEQBENCH_GIT_COMMIT"
-COMMIT_ID = re.compile(r"[0-9a-f]{7,64}")  # git's abbreviated to full ids, SHA-1 or SHA-256
+COMMIT_ID = re.compile(r"[0-9a-f]{7,64}")
 
 
 def given_commit() -> str | None:
-    """SEQBENCH_GIT_COMMIT where set (empty: unset), a commit id only; BadInput otherwise (it goes into meta.json,
-    numbers.json and every citation)."""
+    """SEQBENCH_GIT_COMMIT where set, a commit id only (it goes into every citation); BadInput otherwise."""
     text = os.environ.get(COMMIT_VARIABLE, "")
     if not text:
         return None
@@ -161,7 +160,7 @@ def run_meta(threads: int) -> dict:
     info = machine_info()
     commit = commit_info()
     given = given_commit()
-    if given:  # the files are that commit's (the caller says so): the copy's .git cannot say if they changed
+    if given:
         commit = dict(commit, id=given, dirty=False)
     identity = _identity_fields(info)
     model = identity["cpu_model"]

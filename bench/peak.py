@@ -22,7 +22,7 @@ from .timing import WALL_ONLY, Clocks, interleaved
 MATMUL_SIZES = {"cpu": (512, 1024), "cuda": (4096, 8192, 16384)}
 # Convolutions (batch, n, d, k) at which oneDNN's and cuDNN's kernels run at their best rate (TF32: a wide one too).
 CONV_SHAPES = {"cpu": ((4, 512, 256, 9), (4, 2048, 128, 3)), "cuda": ((8, 4096, 1024, 3), (4, 65536, 256, 31))}
-GRAPH_ROUNDS = 5  # a GPU ceiling's graph replays
+GRAPH_ROUNDS = 5
 PEAK_POLICY = TimingPolicy(min_rounds=6, max_rounds=20, target_s=0.3, passes=3)
 # A kernel whose one call would take longer is left out (float16 on many CPUs would spend minutes).
 MAX_CALL_S = 0.25
@@ -66,7 +66,7 @@ def with_measurement(entry: dict | None, when: str, value: dict) -> dict:
     if cpu:
         best["flops_per_s_cpu"] = max(cpu)
     modes: dict[str, dict] = {}
-    for measured in best["measured"].values():  # each math mode's best measurement
+    for measured in best["measured"].values():
         for mode, peak in (measured.get("modes") or {}).items():
             if mode not in modes or peak["flops_per_s"] > modes[mode]["flops_per_s"]:
                 modes[mode] = peak
@@ -111,7 +111,6 @@ TF32, FLOAT32 = "tf32", "float32"
 
 @contextlib.contextmanager
 def _tf32(allowed: bool):
-    """cuBLAS's and cuDNN's TF32 switches set to `allowed` inside, as they were after."""
     before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allowed
     try:
@@ -121,19 +120,17 @@ def _tf32(allowed: bool):
 
 
 def tf32_in_force() -> dict[str, bool]:
-    """Which libraries may run float32 products as TF32 in this process (torch's default: cuDNN's, not cuBLAS's)."""
     return {"cublas": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32}
 
 
 def math_mode(dtype: str, device: str, cudnn: bool, tf32: dict[str, bool] | None) -> str:
-    """The math a point's products run in: "tf32" where a GPU's float32 products may use TF32 tensor cores."""
     if dtype != FLOAT32 or not str(device).startswith("cuda") or not tf32:
         return dtype
     return TF32 if tf32["cudnn" if cudnn else "cublas"] else FLOAT32
 
 
 def compute_peak(device: str, dtype: torch.dtype = torch.float32) -> dict:
-    """The ceiling of each math mode (a GPU's float32: plain and TF32), the best overall, every kernel's figures."""
+    """The ceiling of each math mode (a GPU's float32: plain and TF32), the best overall."""
     name = str(dtype).removeprefix("torch.")
     if not (device.startswith("cuda") and dtype == torch.float32):
         return dict(_compute_peak(device, dtype), tf32=tf32_in_force())
@@ -146,7 +143,6 @@ def compute_peak(device: str, dtype: torch.dtype = torch.float32) -> dict:
 
 
 def mode_peak(entry: dict, mode: str) -> dict:
-    """A stored peak's ceiling for math `mode`; a peak of one mode (a CPU's, bfloat16's, an older run's) is its own."""
     return (entry.get("modes") or {}).get(mode) or entry
 
 
@@ -243,7 +239,7 @@ def triad_array_bytes(cache_bytes: int | None, available_bytes: int) -> int:
 
 
 def _triad(device: str, elements: int, policy: TimingPolicy) -> dict:
-    a, b, c = (torch.full((elements,), value, device=device) for value in (0.5, 1.5, 2.5))  # not zeros
+    a, b, c = (torch.full((elements,), value, device=device) for value in (0.5, 1.5, 2.5))
     timing = _timed(device, {"triad": lambda: torch.add(b, c, alpha=TRIAD_SCALAR, out=a)}, policy)["triad"]
     moved = 3 * 4 * elements
     out = {
@@ -260,8 +256,7 @@ def _triad(device: str, elements: int, policy: TimingPolicy) -> dict:
 
 
 def device_triad(device: str, elements: int) -> dict:
-    """A GPU's bandwidth on its own clock (graph replays; a wall-clock call adds its launch and sync): the better of
-    the triad and a read-only stream (a sum), since a step that only reads (a decode step's cache) outruns a triad."""
+    """A GPU's bandwidth on its clock: the better of the triad and a read-only sum (a decode step only reads)."""
     a, b, c = (torch.full((elements,), value, device=device) for value in (0.5, 1.5, 2.5))
     triad_s = _graph_min_s(lambda: torch.add(b, c, alpha=TRIAD_SCALAR, out=a))
     both = torch.cat((b, c))

@@ -1,6 +1,5 @@
-"""The timing policy, in one place: how many rounds and passes a point gets, when a median is to be trusted,
-which clock a point's fits use, when a point is sampled further, the limits a user may ask for, and the method in
-words (`method_text`). bench.timing measures by it."""
+"""The timing policy: rounds and passes, when a median is trusted, which clock fits use, when a point is sampled
+further, the limits a user may ask, the method in words (`method_text`). bench.timing measures by it."""
 
 from __future__ import annotations
 

@@ -125,7 +125,7 @@ class Phase:
             counts[placement.node] = key[1] + 1
             if key in self.workers or key in self.left_out:
                 continue
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             actor = self.remote.options(
                 num_cpus=placement.cpus,

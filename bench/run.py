@@ -13,7 +13,8 @@ from typing import Protocol
 
 from . import allocator, deaths, extend, formats, interrupts, machine, storage
 from .errors import BadInput, RunFailed
-from .folder import META_KEYS, RunFolder, extended_digest, is_run_dir, unbegun
+from .folder import META_KEYS, RunFolder, is_run_dir, unbegun
+from .formats import extended_digest
 from .load import Load, LoadMeter, busy_warning, decide_threads, sample_load
 from .peak import ceilings
 from .point import PassFailure, measure_pass
@@ -259,7 +260,7 @@ class Run:
             before = extended_digest([p.as_row() for p in self.extended])
             self.extended += chosen
             self.specs += chosen
-            self.folder.update_meta(  # before plan.json: a resume accepts the plan of either side of this line
+            self.folder.update_meta(
                 points_extended=len(self.extended),
                 extension_rounds=done + 1,
                 extended_sha1=extended_digest([p.as_row() for p in self.extended]),

@@ -10,7 +10,7 @@ from torch import nn
 
 from .attention import Attention, AttentionLocal, AttentionMath
 from .config import DTYPES, DecodeRow, LayerConfig, PathRule, Table1Row
-from .conv import Conv, ConvDilated, ConvSeparable, _Convolution
+from .conv import Conv, ConvDilated, ConvSeparable
 from .linear_attention import AttentionLinear
 from .recurrent import GRU, LSTM, RNN
 from .scan import Scan
@@ -63,10 +63,8 @@ def recurrent() -> tuple[str, ...]:
 
 
 def cudnn_products(name: str, mode: str = "inference") -> bool:
-    """Whether the layer's products run in cuDNN on a GPU: its convolutions, a recurrence's fused forward and backward
-    (a decode step's products are cuBLAS matmuls). cuDNN may run float32 as TF32 by torch's default; cuBLAS not."""
-    cls = LAYERS[name]
-    return issubclass(cls, _Convolution) or (name in recurrent() and mode != "decode")
+    """Whether its products run in cuDNN on a GPU (TF32 by torch's default): convolutions, fused recurrences."""
+    return getattr(LAYERS[name], "cudnn_on_gpu", False) or (name in recurrent() and mode != "decode")
 
 
 def check(name: str, cfg: LayerConfig, n: int | None = None) -> None:

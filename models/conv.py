@@ -44,6 +44,7 @@ def _taps_inside(n: int, k: int, dilation: int, causal: bool = False) -> int:
 
 class _Convolution(nn.Module):
     past: int
+    cudnn_on_gpu = True  # its products, the step's too, are cuDNN's convolutions (models.cudnn_products)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._convolve(x, self.past if self.cfg.causal else None)

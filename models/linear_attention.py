@@ -15,9 +15,7 @@ def feature_map(x: torch.Tensor) -> torch.Tensor:
 
 
 class AttentionLinear(SelfAttention):
-    """Kernelized linear attention: weights φ(q)·φ(k) with φ(x) = elu(x) + 1 in place of softmax(q·k),
-    computed as φ(Q)(φ(K)ᵀV) normalised by φ(Q)(φ(K)ᵀ1), so the n×n weights are never formed and the work is
-    O(n·d²). Katharopoulos et al. 2020; causal by prefix sums (§3.2)."""
+    """Katharopoulos et al. 2020: φ(Q)(φ(K)ᵀV) / φ(Q)(φ(K)ᵀ1), φ = elu + 1: O(n·d²); causal by prefix sums."""
 
     table1 = Table1Row(
         lambda n, d, k, r: n * d**2,

@@ -60,7 +60,7 @@ def split_kv_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, split
     return split_kv_attention(q, keys, values, splits, seen)
 
 
-try:  # Triton comes with PyTorch's CUDA builds; without it a GPU runs the PyTorch products too
+try:  # Triton comes with PyTorch's CUDA builds
     from .split_kv_kernel import split_kv_triton
 except ImportError:
     split_kv_triton = None

@@ -134,7 +134,7 @@ REPORT_ONLY = {  # issue 56: 6, each crashed `report` with a traceback
     ),
     "a host name of 5,000 characters": (
         lambda d: _json(d / "meta.json", lambda m: m | {"hostname": "h" * 5000}),
-        "expected a text of at most 255 characters",
+        "expected a name of at most 255 characters",
     ),
 }
 RESUME_ONLY = {

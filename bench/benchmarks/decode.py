@@ -1,10 +1,4 @@
-"""Generating at the device's limit, outside a run: a run's decode points replayed as graphs under torch.utils.benchmark,
-the split-KV step's S against its bandwidth bound, the cached attention beside torch's decoding kernels
-(bench.benchmarks.decode_peers), tokens per second. Each is a table of a run folder. Method: docs/method.md.
-
-    python -m bench.benchmarks.decode --check RUN --splits --peers --generate --into RUN   # added to RUN
-    python -m bench.benchmarks.decode --peers --out DIR                                    # a new run folder
-"""
+"""Decode at the device's limit, as tables of a run folder (--into RUN, or a new one: --out DIR). docs/method.md."""
 
 from __future__ import annotations
 
@@ -139,11 +133,10 @@ def sweep_splits(device: str, t: int, d: int, heads: int, batch: int, dtype: str
     return pd.DataFrame(rows)
 
 
-GENERATE_PASSES, GENERATE_ROUNDS = 3, 3  # passes over the layers, shuffled each; rounds of a layer's loop per pass
+GENERATE_PASSES, GENERATE_ROUNDS = 3, 3
 
 
 def _loop_rounds(layer, state, x, prompt: int, tokens: int, device: str, rounds: int) -> list[tuple[float, float]]:
-    """(wall, thread CPU) seconds of each of `rounds` loops of `tokens` steps, each into a fresh static cache."""
     out = []
     for _ in range(rounds):
         cache = layer.cache(state, prompt, prompt + tokens)
@@ -166,9 +159,7 @@ def _clock_figures(times: list[float], passes: list[list[float]]) -> dict:
 def generate(
     device: str, layers: list[str], prompt: int, tokens: int, cfg: LayerConfig, batch: int, threads: int | None = None
 ) -> pd.DataFrame:
-    """Tokens per second per layer: the prefill, then a Python loop of steps into a static cache, timed like a point:
-    on the run's threads (`--threads`, else what the free cores allow), rounds interleaved across layers in
-    shuffled passes, a median with its flags, on the thread's CPU clock where others took the cores (one thread)."""
+    """Tokens per second per layer (a Python loop of steps into a static cache), timed as a point is."""
     threads, why, _ = decide_threads(threads)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(batch, prompt + tokens, cfg.d, generator=g).to(device, cfg.torch_dtype)
@@ -182,7 +173,7 @@ def generate(
                 state = layer.prefill(x[:, :prompt])
                 _synchronize(device)
                 prefill_s[name] = time.perf_counter() - start
-            _loop_rounds(layer, state, x, prompt, min(tokens, 2), device, 1)  # the steps' lazy initialisation
+            _loop_rounds(layer, state, x, prompt, min(tokens, 2), device, 1)
             built[name] = (layer, state)
         rounds: dict[str, list[list[tuple[float, float]]]] = {name: [] for name in layers}
         meter = LoadMeter()
@@ -191,7 +182,7 @@ def generate(
                 layer, state = built[name]
                 rounds[name].append(_loop_rounds(layer, state, x, prompt, tokens, device, GENERATE_ROUNDS))
         load = meter.read()
-    own_cpu = threads == 1 and not device.startswith("cuda")  # the thread's CPU clock is the call's own
+    own_cpu = threads == 1 and not device.startswith("cuda")
     rows = []
     for name in layers:
         passes = rounds[name]
@@ -231,7 +222,7 @@ def generate(
     return pd.DataFrame(rows)
 
 
-TABLES = {  # the table each part stores in the run folder
+TABLES = {
     "graph_check": "decode_graph_check.csv",
     "splits": "decode_splits.csv",
     "peers": "decode_peers.csv",
@@ -240,7 +231,6 @@ TABLES = {  # the table each part stores in the run folder
 
 
 def _folder(args: argparse.Namespace, tables: list[str]) -> RunFolder:
-    """The run folder the tables go to, held from before the first measurement; BadInput if it cannot take them."""
     if args.into is None:
         return RunFolder.create(args.out, "decode")
     if not args.into.is_dir() or not is_run_dir(args.into):
@@ -324,7 +314,7 @@ def _peer_ts(args: argparse.Namespace, dtype: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parse(argv)
-    except SystemExit as exc:  # argparse's usage and one line, exit 2
+    except SystemExit as exc:
         return exc.code
     cfg = LayerConfig(d=args.d, heads=args.heads, window=args.window, dtype=args.dtype, causal=True)
     dtypes = args.dtypes.split(",")
@@ -381,9 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             folder.add_table(TABLES[name], table)
             print(table.to_string(), flush=True)
         if folder.meta.get("kind") == "decode":
-            folder.update_meta(
-                status="finished", finished_utc=storage.utc_now()
-            )  # a part that failed: said, not stored
+            folder.update_meta(status="finished", finished_utc=storage.utc_now())
     finally:
         folder.release()
     return 1 if failed else 0

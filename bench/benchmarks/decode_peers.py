@@ -1,6 +1,4 @@
-"""The cached-attention decode step beside its peers: this project's split-KV kernel, the explicit step, torch's fused
-SDPA (its default dispatch and each backend forced) and FlexAttention's decoding kernel, on one cache of t keys,
-each on the device clock against the bandwidth bound of the bytes it must read. Method: docs/method.md."""
+"""One cached-attention decode step by this project's kernel and torch's, on one cache. Method: docs/method.md."""
 
 from __future__ import annotations
 
@@ -18,11 +16,8 @@ from bench.peak import bandwidth_on, memory_bandwidth
 from bench.policy import DEVICE, WALL
 from models.split_kv import kv_splits, split_kv_op
 
-ROUNDS = 10  # graph replays per kernel; their median is kept
-REPLAY_S = 0.005  # a graph holds enough calls for one replay to last about this long at the bound
-MAX_CALLS = 50
-MEMORY_SHARE = 0.6  # the longest cache: its keys and values at most this share of the device's free memory
-FIRST_T, LADDER = 32768, 8  # t from FIRST_T by this factor, then the longest power of two that fits
+ROUNDS, REPLAY_S, MAX_CALLS = 10, 0.005, 50
+MEMORY_SHARE, FIRST_T, LADDER = 0.6, 32768, 8  # t by LADDER x while the cache fits this share of free memory
 OURS = "split-KV (this project)"
 SDPA_BACKENDS = {
     "SDPA flash": "FLASH_ATTENTION",
@@ -33,7 +28,6 @@ FLEX = "FlexAttention"
 
 
 def device_time(call: Callable[[], object], device: str, calls: int = 20, rounds: int = ROUNDS) -> tuple[float, str]:
-    """(median seconds of one call, clock): a GPU's graph replays, a CPU's torch.utils.benchmark rounds."""
     if str(device).startswith("cuda"):
         times, _ = device_rounds(call, calls, rounds)
         return float(torch.tensor(times).median()), DEVICE
@@ -62,18 +56,16 @@ def _sdpa_forced(backend: str) -> Callable:
 
 
 def _flex() -> Callable:
-    """flex_attention compiled with static shapes: a query of one position takes its decoding kernel."""
     import torch._dynamo
     from torch.nn.attention.flex_attention import flex_attention
 
-    for limit in ("recompile_limit", "cache_size_limit"):  # one compile per (t, dtype): more than the default 8
+    for limit in ("recompile_limit", "cache_size_limit"):
         if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 64)
     return torch.compile(flex_attention, dynamic=False)
 
 
 def peer_kernels(names: list[str] | None = None) -> dict[str, Callable]:
-    """{peer: f(q, k, v)}, q (B, h, 1, e), k and v (B, h, t, e); `names`: those alone, in this order."""
     made = {
         OURS: lambda: _split_kv,
         "explicit": lambda: _explicit,
@@ -88,12 +80,10 @@ def peer_kernels(names: list[str] | None = None) -> dict[str, Callable]:
 
 
 def cache_bytes(batch: int, t: int, d: int, elem_bytes: int) -> int:
-    """What one step must read and write at the least: t keys and values, the query in, the output out."""
     return 2 * batch * t * d * elem_bytes + 2 * batch * d * elem_bytes
 
 
 def ladder(free_bytes: int, batch: int, d: int, elem_bytes: int, first: int = FIRST_T) -> list[int]:
-    """t from `first` by LADDER while the cache fits MEMORY_SHARE of `free_bytes`, then the longest power of two."""
     fits = lambda t: cache_bytes(batch, t, d, elem_bytes) <= MEMORY_SHARE * free_bytes  # noqa: E731
     if not fits(first):
         return []
@@ -107,7 +97,6 @@ def ladder(free_bytes: int, batch: int, d: int, elem_bytes: int, first: int = FI
 
 
 def _error(out: torch.Tensor, q, k, v) -> float:
-    """Largest error of the output's last head (the farthest from the cache's start) against float64 arithmetic."""
     q0, k0, v0 = (x[-1, -1].double() for x in (q, k, v))
     want = torch.softmax((q0 @ k0.T) * q0.shape[-1] ** -0.5, -1) @ v0
     return float((out[-1, -1].double() - want).abs().max())
@@ -123,8 +112,6 @@ def peers(
     names: list[str] | None = None,
     bandwidth: dict | None = None,
 ) -> pd.DataFrame:
-    """One row per (dtype, t, peer): its median time on the device clock, its share of the bandwidth bound and its
-    error; a peer that cannot run the step (a backend without that dtype) is a row with its message."""
     if d % heads:
         raise ValueError(f"d = {d} is not a multiple of heads = {heads}")
     bandwidth = bandwidth or memory_bandwidth(device)
@@ -149,7 +136,7 @@ def peers(
                 started = time.perf_counter()
                 try:
                     with torch.inference_mode():
-                        error = _error(fn(q, k, v), q, k, v)  # the first call compiles or tunes where it does
+                        error = _error(fn(q, k, v), q, k, v)
                         prepared = time.perf_counter() - started
                         seconds, clock = device_time(lambda fn=fn, q=q, k=k, v=v: fn(q, k, v), device, calls)
                 except Exception as exc:  # noqa: BLE001 - a peer without this case is a row saying so

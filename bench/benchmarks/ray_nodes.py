@@ -1,8 +1,5 @@
-"""The wall time of one sweep on a local Ray cluster of one single-CPU node against two, for the same plan.
-
-    .venv/bin/python -m bench.benchmarks.ray_nodes [--repeats 2] [--out DIR]
-
-The configurations alternate (1, 2, 1, 2, ...) so a slow phase of the machine lands on both."""
+"""One sweep's wall time on a local Ray cluster of one single-CPU node against two, alternated (1, 2, 1, 2, ...)
+so that a slow phase of the machine lands on both: `python -m bench.benchmarks.ray_nodes [--repeats 2] [--out DIR]`."""
 
 from __future__ import annotations
 
@@ -26,11 +23,11 @@ def uptime() -> str:
 
 def sweep(nodes: int, out: Path) -> tuple[float, float]:
     """(wall seconds of the command, the run's measure_s) of PLAN on a fresh local cluster of `nodes` nodes."""
-    import ray  # noqa: PLC0415
-    from ray.cluster_utils import Cluster  # noqa: PLC0415
+    import ray
+    from ray.cluster_utils import Cluster
 
-    from bench.cli import main  # noqa: PLC0415
-    from bench.folder import read_meta  # noqa: PLC0415
+    from bench.cli import main
+    from bench.folder import read_meta
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:

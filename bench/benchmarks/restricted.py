@@ -1,7 +1,5 @@
-"""Restricted attention at the speed the hardware allows: time, GFLOP/s and share of the compute peak.
-
-    python -m bench.benchmarks.restricted                       # the table of issue 19
-Also times the implementations before issue 19, kept here unregistered (REFERENCES); see docs/usage.md."""
+"""Restricted attention's time, GFLOP/s and share of the compute peak, beside the implementations before issue 19
+(REFERENCES, unregistered): `python -m bench.benchmarks.restricted`; docs/usage.md."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The cached-attention decode step beside torch's own decoding kernels (bench.benchmarks.decode_peers), per machine,
-device and dtype: each kernel's time on the device clock and its share of the bandwidth bound of its bytes."""
+"""The cached attention's decode step beside torch's kernels (bench.benchmarks.decode_peers), cited per machine."""
 
 from __future__ import annotations
 

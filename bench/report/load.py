@@ -13,7 +13,7 @@ import models
 from .. import machine, schema, storage
 from ..errors import BadInput, RunFailed
 from ..fits import RUN_STARTED
-from ..folder import is_run_dir, read_meta, read_points, tables_in
+from ..folder import POINTS, is_run_dir, read_meta, read_points, tables_in
 
 REFERENCE_DIR = storage.RESULTS_ROOT / "reference"
 REFERENCE = "reference"  # the folder name that marks committed reference runs, and their sources' prefix
@@ -62,19 +62,18 @@ REPORT_META_KEYS = ("run_id", "status")  # what the report reads of every run's 
 SIDE_TABLES = ("points", "paths", "claims", "generate", "decode_peers")
 
 
-REPORT_COLUMNS = ("time_median_s", "flops_counted", "mem_peak_bytes")  # what every report section reads of a point
+REPORT_COLUMNS = ("time_median_s", "flops_counted", "mem_peak_bytes")
 
 
 def _report_points(run_dir: Path) -> pd.DataFrame:
-    """points.csv as read_points checks it, and what a report needs beside: its columns, layers it knows."""
     df = read_points(run_dir)
     missing = [c for c in REPORT_COLUMNS if c not in df.columns]
     if missing:
-        raise RunFailed(f"{run_dir / 'points.csv'}: damaged, columns {', '.join(missing)} missing")
+        raise RunFailed(f"{run_dir / POINTS}: damaged, columns {', '.join(missing)} missing")
     unknown = sorted(set(df["layer"].astype(str)) - set(models.LAYERS))
     if unknown:
         shown = ", ".join(repr(name[:40]) for name in unknown[:3])
-        raise RunFailed(f"{run_dir / 'points.csv'}: layers this report does not know: {shown}")
+        raise RunFailed(f"{run_dir / POINTS}: layers this report does not know: {shown}")
     return df
 
 
@@ -110,7 +109,7 @@ def load_runs(paths: list[Path], skip_bad: bool = False, exclude: tuple[Path, ..
     naming it, or with skip_bad named on stderr and left out; a copy of a run is read once."""
     runs: dict[str, dict] = {}
     read: dict[str, dict[str, pd.DataFrame]] = {}
-    copies: dict[tuple, str] = {}  # identity -> run id
+    copies: dict[tuple, str] = {}
     for run_dir in find_run_dirs(paths, exclude):
         try:
             meta, run_tables = _read_run(run_dir)

@@ -21,7 +21,7 @@ from filelock import FileLock, Timeout
 from ..errors import BadInput, RunFailed
 from .sections import written
 
-TAG = ".report-tmp-"  # beside the output folder while a report is written: .<name>.report-tmp-{new,old}
+TAG = ".report-tmp-"  # beside the output folder: .<name>.report-tmp-{new,old}
 # A report's own files: these, its sections' (sections.written), the figures its pages link (the manifest: older).
 OWN_FILES = ("report.md", "report.html", "fits.csv", "numbers.json", ".report-manifest.json")
 PAGES = ("report.md", "report.html")
@@ -89,7 +89,6 @@ def _unwritten(out_dir: Path, new: Path, exc: OSError) -> RunFailed:
 
 
 def is_report_dir(folder: Path) -> bool:
-    """Whether `folder` holds a report this command wrote: its numbers.json, a JSON object with `numbers`."""
     try:
         numbers = json.loads((folder / "numbers.json").read_text())
     except (OSError, ValueError):
@@ -98,7 +97,6 @@ def is_report_dir(folder: Path) -> bool:
 
 
 def _lock_path(out: Path) -> Path:
-    """The report's lock, in the system's temporary folder (none left beside --out), one per output folder."""
     digest = hashlib.sha1(os.fsencode(out)).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"seqbench-report-{digest}.lock"
 

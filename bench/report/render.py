@@ -40,8 +40,7 @@ window.addEventListener('hashchange', openTarget); window.addEventListener('DOMC
 
 
 class ShownNotRun(markdown.Extension):
-    """Raw HTML in the text is shown as text, never run: a report quotes strings from run folders (a folder's name, a
-    hostname, an error), which may come from anyone; the anchors the report writes itself are put back after."""
+    """Raw HTML shown as text, never run: a report quotes run folders, which may come from anyone."""
 
     def extendMarkdown(self, md):
         md.preprocessors.deregister("html_block")
@@ -49,8 +48,7 @@ class ShownNotRun(markdown.Extension):
 
 
 MD_EXTENSIONS = ["tables", "fenced_code", ShownNotRun()]
-ANCHOR = re.compile(r'&lt;a id="([a-z0-9-]+)"&gt;&lt;/a&gt;')  # `<a id="slug"></a>`, escaped by ShownNotRun
-# A link or image whose address names a scheme other than these is a script's door (javascript:, data:, vbscript:).
+ANCHOR = re.compile(r'&lt;a id="([a-z0-9-]+)"&gt;&lt;/a&gt;')  # the report's own anchors, put back
 SAFE_SCHEMES = ("http", "https", "mailto")
 ADDRESS = re.compile(r'(href|src)="([^"]*)"')
 
@@ -63,7 +61,6 @@ def _safe_address(found: re.Match) -> str:
 
 
 def markdown_to_html(text: str) -> str:
-    """Markdown to HTML with raw HTML shown as text and unsafe link schemes dropped (ShownNotRun, SAFE_SCHEMES)."""
     body = ANCHOR.sub(r'<a id="\1"></a>', markdown.markdown(text, extensions=MD_EXTENSIONS))
     return ADDRESS.sub(_safe_address, body)
 

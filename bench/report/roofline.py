@@ -51,7 +51,6 @@ def _peak_machines(points: pd.DataFrame, runs: dict[str, dict]) -> list[str]:
 
 
 def point_math_modes(points: pd.DataFrame, runs: dict[str, dict]) -> list[str]:
-    """The math each point's products ran in (bench.peak.math_mode), by the TF32 switches its run stored."""
     peaks = _stored_peaks(runs)
     keys = zip(points["run_id"], _peak_machines(points, runs), device_keys(points))
     point_modes = points["mode"].fillna(DEFAULT_MODE) if "mode" in points else [DEFAULT_MODE] * len(points)
@@ -181,7 +180,7 @@ def _peak_line(ctx: ReportContext, source: str, run_id: str, peak: dict, newest:
             f"; {mode}: {ctx.cite(f'{label_source}.compute_peak.{mode}{suffix}', value, 'FLOP/s', run_id, clock=WALL)}"
         )
         modes += f" ({m['kernel']})"
-    if modes:  # each point is judged against the ceiling of the math its products ran in
+    if modes:
         tf32 = peak.get("tf32") or {}
         allowed = [lib for lib in ("cudnn", "cublas") if tf32.get(lib)]
         modes = (
