@@ -175,7 +175,8 @@ def propose(
     decided = {key for _, key, _, row in fitted if row["verdict"] != "inconclusive"}
     proposals = []
     for variable, key, sweep, row in fitted:
-        if len(sweep) < MIN_FIT_POINTS and sweep["point_id"].iloc[-1] in specs and len(sweep) > 1:
+        short = len(sweep) < MIN_FIT_POINTS and variable == VARIABLES[0] and len(sweep) > 1
+        if short and sweep["point_id"].iloc[-1] in specs:
             end = specs[sweep["point_id"].iloc[-1]]  # said, not skipped in silence (`--n 64,128`)
             stop = f"a sweep needs {MIN_FIT_POINTS} sizes to fit before it is extended: give more (e.g. --{variable})"
             proposals.append(Proposal(_sweep_words(end, variable), variable, f"{len(sweep)} sizes", (), (), stop))

@@ -72,8 +72,9 @@ def test_an_undecided_sweep_gets_points_beyond_its_end_and_a_decided_one_none():
     assert [s.n for s in steep.specs] == sizes[:1] and (sizes[1] / sizes[0]) ** 2 > extend.STEP_COST_RATIO
     big_specs, big = _conv_sweep([2**20, 2**21, 2**22, 2**23])  # f/R from 1 s: the per-call cost is gone
     assert extend.propose(big, {s.point_id: s for s in big_specs}, lambda pid: 1.0, {"cpu": math.inf}) == []
-    two_specs, two = _conv_sweep([64, 128])  # two points: a cross-section of a grid, not a sweep
-    assert extend.propose(two, {s.point_id: s for s in two_specs}, lambda pid: 1.0, {"cpu": math.inf}) == []
+    two_specs, two = _conv_sweep([64, 128])  # two points: nothing to extend from, and said (issue 56: 10)
+    (short,) = extend.propose(two, {s.point_id: s for s in two_specs}, lambda pid: 1.0, {"cpu": math.inf})
+    assert short.specs == () and "needs 3 sizes to fit" in short.stopped
 
 
 def test_a_wide_interval_gets_points_inside_its_fitted_range_before_any_beyond_it():
