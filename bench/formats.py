@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from .errors import RunFailed
-from .spec import causal_of, mode_of
+from .spec import causal_of, flag_of, mode_of
 
 SCHEMA = 2  # meta.json `schema` of the folders this version writes
 # Schema 1 folders, by age, lack points.csv's newer columns and `point_id`, timings.jsonl's `visit_s`, `point_id`,
@@ -44,8 +44,7 @@ def identified(df: pd.DataFrame) -> pd.Series:
 def with_mode(df: pd.DataFrame) -> pd.DataFrame:
     """Rows stored before the `mode` column measured inference, before `causal` the non-causal form; a planned point
     is not `extended` (stored empty before, which made `points[~points.extended]` raise)."""
-    extended = df["extended"].map(lambda v: v is True or str(v) == "True") if "extended" in df else False
-    return df.assign(mode=mode_of(df), causal=causal_of(df), extended=extended)
+    return df.assign(mode=mode_of(df), causal=causal_of(df), extended=flag_of(df, "extended"))
 
 
 def check_record(record: dict, path: Path) -> None:

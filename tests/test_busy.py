@@ -129,7 +129,11 @@ def test_points_timed_while_others_took_cores_are_read_on_their_threads_cpu_cloc
     assert table.loc[table["metric"] != "time", "clock"].isna().all()
     numbers = json.loads((out / "numbers.json").read_text())["numbers"]
     exponents = {k: v for k, v in numbers.items() if ".time.exponent_n" in k and not k.endswith(".predicted")}
-    assert exponents and all(v["clock"] == CPU for v in exponents.values())
+    # every time exponent cited is the CPU clock's; which sweeps have one (rather than "not asymptotic yet") is the
+    # machine's speed at these sizes: none cited only where fits.csv found none
+    timed = table[table["metric"] == "time"]
+    assert all(v["clock"] == CPU for v in exponents.values())
+    assert bool(exponents) == timed["exponent"].notna().any()
     first_screen = (out / "report.md").read_text().split("**Contents**")[0]
     assert f"{len(points)} of {len(points)} points were timed on the CPU clock of their one thread" in first_screen
     assert "Load: other programs took 1.5 of the 2 cores while its points were timed" in first_screen
