@@ -8,7 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 from torch.utils import benchmark
@@ -20,13 +19,13 @@ from bench.cli import path_given
 from bench.errors import BadInput, RunFailed
 from bench.folder import POINTS, RunFolder, is_run_dir
 from bench.graphs import capture
-from bench.load import BUSY_CORES, LoadMeter, decide_threads
+from bench.load import LoadMeter, decide_threads
 from bench.peak import bandwidth_on, memory_bandwidth
 from bench.point import decode_call
-from bench.policy import CPU, DEVICE, WALL, assess
-from bench.spec import LAYER_SIZES, PointSpec
+from bench.policy import DEVICE, WALL, choose_clock, plain_flag
+from bench.spec import DECODE_MODE, LAYER_SIZES, PointSpec, mode_of
 from bench.threads import pinned_threads
-from bench.timing import median_interval, pass_order
+from bench.timing import Clocks, Rounds, pass_order, summarize
 from models import LayerConfig
 
 
@@ -51,8 +50,8 @@ def _spec_of(row: pd.Series) -> PointSpec:
 
 def check_run(run_dir: Path) -> pd.DataFrame:
     """Every ok GPU decode point of a run: its device time against torch.utils.benchmark's replay of its graph."""
-    points = pd.read_csv(run_dir / POINTS)
-    points = points[(points["status"] == "ok") & (points["mode"] == "decode") & points["device"].str.startswith("cuda")]
+    points = _gpu_decode_points(run_dir)
+    points = points[points["status"] == "ok"]
     rows = []
     for _, p in points.iterrows():
         spec = _spec_of(p)
@@ -136,24 +135,19 @@ def sweep_splits(device: str, t: int, d: int, heads: int, batch: int, dtype: str
 GENERATE_PASSES, GENERATE_ROUNDS = 3, 3
 
 
-def _loop_rounds(layer, state, x, prompt: int, tokens: int, device: str, rounds: int) -> list[tuple[float, float]]:
-    out = []
+def _loop_rounds(layer, state, x, prompt: int, tokens: int, device: str, rounds: int, clocks: Clocks) -> Rounds:
+    wall, cpu = [], []
     for _ in range(rounds):
         cache = layer.cache(state, prompt, prompt + tokens)
         _synchronize(device)
-        wall, cpu = time.perf_counter(), time.thread_time()
+        w0, c0 = clocks.wall(), clocks.cpu() if clocks.cpu else 0.0
         for t in range(prompt, prompt + tokens):
             layer.step(x[:, t : t + 1], cache, t)
         _synchronize(device)
-        out.append((time.perf_counter() - wall, time.thread_time() - cpu))
-    return out
-
-
-def _clock_figures(times: list[float], passes: list[list[float]]) -> dict:
-    median = float(np.median(times))
-    pass_medians = [float(np.median(p)) for p in passes]
-    flag = assess(median, min(times), max(pass_medians) / min(pass_medians), median_interval(times))
-    return {"median_s": median, "min_s": min(times), "flag": flag}
+        wall.append(clocks.wall() - w0)
+        if clocks.cpu:
+            cpu.append(clocks.cpu() - c0)
+    return Rounds(tuple(wall), tuple(cpu), rounds, None)
 
 
 def generate(
@@ -161,6 +155,7 @@ def generate(
 ) -> pd.DataFrame:
     """Tokens per second per layer (a Python loop of steps into a static cache), timed as a point is."""
     threads, why, _ = decide_threads(threads)
+    clocks = Clocks.for_call(threads, device.startswith("cuda"))
     g = torch.Generator().manual_seed(0)
     x = torch.randn(batch, prompt + tokens, cfg.d, generator=g).to(device, cfg.torch_dtype)
     with pinned_threads(threads), torch.inference_mode():
@@ -173,27 +168,19 @@ def generate(
                 state = layer.prefill(x[:, :prompt])
                 _synchronize(device)
                 prefill_s[name] = time.perf_counter() - start
-            _loop_rounds(layer, state, x, prompt, min(tokens, 2), device, 1)
+            _loop_rounds(layer, state, x, prompt, min(tokens, 2), device, 1, clocks)
             built[name] = (layer, state)
-        rounds: dict[str, list[list[tuple[float, float]]]] = {name: [] for name in layers}
+        passes: dict[str, list[Rounds]] = {name: [] for name in layers}
         meter = LoadMeter()
         for p in range(GENERATE_PASSES):
             for name in pass_order(layers, p):
-                layer, state = built[name]
-                rounds[name].append(_loop_rounds(layer, state, x, prompt, tokens, device, GENERATE_ROUNDS))
+                passes[name].append(_loop_rounds(*built[name], x, prompt, tokens, device, GENERATE_ROUNDS, clocks))
         load = meter.read()
-    own_cpu = threads == 1 and not device.startswith("cuda")
     rows = []
     for name in layers:
-        passes = rounds[name]
-        wall = _clock_figures([w for p in passes for w, _ in p], [[w for w, _ in p] for p in passes])
-        cpu = (
-            _clock_figures([c for p in passes for _, c in p], [[c for _, c in p] for p in passes]) if own_cpu else None
-        )
-        clock, chosen = WALL, wall
-        if cpu is not None and (load.others_busy_cores >= BUSY_CORES or wall["flag"]):
-            clock, chosen = CPU, cpu
-        seconds = chosen["median_s"]
+        timing = summarize(passes[name], 1, name, {"extra_info": {"cpu_clock": clocks.cpu_kind}})
+        clock, _ = choose_clock(timing, load.others_busy_cores)
+        stats = timing.on(clock)
         rows.append(
             dict(
                 layer=name,
@@ -207,16 +194,16 @@ def generate(
                 threads=threads,
                 threads_reason=why,
                 others_busy_cores=load.others_busy_cores,
-                rounds=GENERATE_PASSES * GENERATE_ROUNDS,
+                rounds=timing.rounds,
                 clock=clock,
                 prefill_s=prefill_s[name],
-                generate_s=seconds,
-                generate_wall_s=wall["median_s"],
-                generate_cpu_s=cpu["median_s"] if cpu else math.nan,
-                reliable=not chosen["flag"],
-                flag=chosen["flag"],
-                tokens_per_s=tokens / seconds,
-                batch_tokens_per_s=batch * tokens / seconds,
+                generate_s=stats.median_s,
+                generate_wall_s=timing.wall.median_s,
+                generate_cpu_s=timing.cpu.median_s if timing.cpu else math.nan,
+                reliable=stats.reliable,
+                flag=plain_flag(stats, clock, timing.passes),
+                tokens_per_s=tokens / stats.median_s,
+                batch_tokens_per_s=batch * tokens / stats.median_s,
             )
         )
     return pd.DataFrame(rows)
@@ -239,7 +226,7 @@ def _folder(args: argparse.Namespace, tables: list[str]) -> RunFolder:
         folder = RunFolder.open(args.into, ("run_id",))
     except RunFailed as exc:
         raise BadInput(f"--into {args.into}: {exc}") from None
-    if TABLES["generate"] in tables and not _decode_points(args.into):
+    if TABLES["generate"] in tables and _decode_points(args.into).empty:
         folder.release()
         raise BadInput(
             f"--into {args.into}: has no decode points; the report shows tokens per second beside a run's decode "
@@ -252,12 +239,17 @@ def _folder(args: argparse.Namespace, tables: list[str]) -> RunFolder:
     return folder
 
 
-def _decode_points(run: Path) -> bool:
+def _decode_points(run: Path) -> pd.DataFrame:
     try:
         points = pd.read_csv(run / POINTS)
     except (OSError, ValueError):
-        return False
-    return "mode" in points and (points["mode"] == "decode").any()
+        return pd.DataFrame(columns=["device", "status"])
+    return points[[mode == DECODE_MODE for mode in mode_of(points)]]
+
+
+def _gpu_decode_points(run: Path) -> pd.DataFrame:
+    points = _decode_points(run)
+    return points[points["device"].astype(str).str.startswith("cuda")]
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -298,8 +290,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if args.check:
         if not (args.check / POINTS).exists():
             parser.error(f"--check {args.check}: no {POINTS} there")
-        points = pd.read_csv(args.check / POINTS)
-        if not (points["device"].astype(str).str.startswith("cuda") & (points["mode"] == "decode")).any():
+        if _gpu_decode_points(args.check).empty:
             parser.error(f"--check {args.check}: no GPU decode points to time again as graphs")
     return args
 
