@@ -38,6 +38,7 @@ OWNER_NAME = ".writer.json"
 WRITER_FILES = (LOCK_NAME, OWNER_NAME)
 META_KEYS = ("run_id", "kind", "status", "started_utc")
 RUN_STATES = ("running", "finished", "interrupted")
+REPORT_TABLES = ("points", "paths", "claims", "generate", "decode_peers")
 _COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a whole number >= 0")
 _TEXT = (lambda v: isinstance(v, str) and v != "", "a text")
 _NAME = (lambda v: isinstance(v, str) and 0 < len(v) <= 255, "a name of at most 255 characters")
@@ -153,8 +154,7 @@ def read_points(run_dir: Path, plan: dict[str, dict] | None = None) -> pd.DataFr
 
 
 def tables_in(run_dir: Path) -> list[str]:
-    names = (POINTS, "paths.csv", "claims.csv", "generate.csv", "decode_peers.csv")
-    return [name for name in names if (run_dir / name).exists()]
+    return [f"{name}.csv" for name in REPORT_TABLES if (run_dir / f"{name}.csv").exists()]
 
 
 def read_timing_records(run_dir: Path) -> list[dict]:

@@ -119,6 +119,11 @@ def test_the_decode_checks_refuse_what_they_cannot_do_before_measuring(tmp_path,
     run = tmp_path / "run"
     run.mkdir()
     (run / "points.csv").write_text("layer,device,mode,status\nlstm,cpu,decode,ok\n")
+    older = tmp_path / "older"  # a run from before the `mode` column: its points are inference
+    older.mkdir()
+    (older / "points.csv").write_text("layer,device,status\nlstm,cuda,ok\n")
+    assert decode.main(["--check", str(older), "--out", str(tmp_path / "e")]) == 2
+    assert "no GPU decode points" in capsys.readouterr().err
     quick = ["--device", "cpu", "--prompt", "8", "--tokens", "2", "--d", "16", "--heads", "2"]
     cases = {
         "no GPU decode points": ["--check", str(run), "--out", str(tmp_path / "a")],

@@ -13,7 +13,7 @@ import models
 from .. import machine, schema, storage
 from ..errors import BadInput, RunFailed
 from ..fits import RUN_STARTED
-from ..folder import POINTS, is_run_dir, read_meta, read_points, tables_in
+from ..folder import POINTS, REPORT_TABLES, is_run_dir, read_meta, read_points, tables_in
 
 REFERENCE_DIR = storage.RESULTS_ROOT / "reference"
 REFERENCE = "reference"  # the folder name that marks committed reference runs, and their sources' prefix
@@ -59,7 +59,7 @@ def is_reference(run_dir: Path) -> bool:
 
 
 REPORT_META_KEYS = ("run_id", "status")  # what the report reads of every run's meta.json
-SIDE_TABLES = ("points", "paths", "claims", "generate", "decode_peers")
+SIDE_TABLES = REPORT_TABLES
 
 
 REPORT_COLUMNS = ("time_median_s", "flops_counted", "mem_peak_bytes")
