@@ -17,7 +17,7 @@ from ..machine import machine_identity, node_facts
 from ..peak import bandwidth_on, math_mode, mode_peak, peak_on
 from ..policy import CPU, WALL
 from ..roofline import against_roofline
-from ..spec import DEFAULT_MODE, IDENTITY, device_keys
+from ..spec import IDENTITY, device_keys, mode_of
 from . import style
 from .context import ReportContext
 from .hierarchy import hierarchy_section
@@ -50,25 +50,17 @@ def _peak_machines(points: pd.DataFrame, runs: dict[str, dict]) -> list[str]:
     return out
 
 
-def point_math_modes(points: pd.DataFrame, runs: dict[str, dict]) -> list[str]:
-    peaks = _stored_peaks(runs)
-    keys = zip(points["run_id"], _peak_machines(points, runs), device_keys(points))
-    point_modes = points["mode"].fillna(DEFAULT_MODE) if "mode" in points else [DEFAULT_MODE] * len(points)
-    return [
-        math_mode(dtype, device, models.cudnn_products(layer, mode), (peaks.get(key) or {}).get("tf32"))
-        for key, dtype, device, layer, mode in zip(
-            keys, points["dtype"], points["device"], points["layer"], point_modes
-        )
-    ]
-
-
 def point_peaks(points: pd.DataFrame, runs: dict[str, dict], on: str | pd.Series = WALL) -> pd.Series:
-    """Each point's device compute peak (FLOP/s) on clock `on` (one, or each point's); NaN where none is stored."""
+    """Each point's compute peak (FLOP/s) of its math mode on clock `on` (one, or each point's); NaN where none."""
     peaks = _stored_peaks(runs)
     keys = zip(points["run_id"], _peak_machines(points, runs), device_keys(points))
     ons = [on] * len(points) if isinstance(on, str) else list(on)
-    modes = point_math_modes(points, runs)
-    values = [peak_on(mode_peak(peaks[key], m), c) if key in peaks else None for key, c, m in zip(keys, ons, modes)]
+    cudnn = [models.cudnn_products(layer, mode) for layer, mode in zip(points["layer"], mode_of(points))]
+    values = []
+    for key, on_clock, dtype, device, in_cudnn in zip(keys, ons, points["dtype"], points["device"], cudnn):
+        peak = peaks.get(key)
+        mode = math_mode(dtype, device, in_cudnn, peak.get("tf32")) if peak else None
+        values.append(peak_on(mode_peak(peak, mode), on_clock) if peak else None)
     return pd.Series([math.nan if v is None else v for v in values], index=points.index, dtype=float)
 
 
