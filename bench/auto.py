@@ -1,4 +1,4 @@
-"""`--preset auto`: every layer's sweeps against n planned from this machine's measured compute rate and memory."""
+"""`--preset auto`: every layer's sweeps against n planned from this machine's measured costs (bench.cost) and memory."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from collections.abc import Iterable, Mapping
 
 import models
 
+from .cost import Costs, device_kind
 from .errors import BadInput
-from .estimate import call_parts_s, device_kind, point_memory_bytes, point_time_s, rate_of
-from .extend import flops_regime_start
+from .footprint import point_memory_bytes
+from .planner import flops_regime_start
 from .policy import EXTEND_MEMORY_SHARE, TimingPolicy
 from .spec import DECODE_MODE, PointSpec, expand_grid
 
@@ -64,7 +65,7 @@ def regime_n(layer: str, device: str, dtype: str, mode: str, d: int | None = Non
 
 
 def start_n(
-    layer: str, device: str, dtype: str, mode: str, rate: float, memory_bytes: float, d: int | None = None
+    layer: str, device: str, dtype: str, mode: str, costs: Costs, memory_bytes: float, d: int | None = None
 ) -> int | None:
     """The least n from regime_n where a call's growing part is WORK_OVER_CALL times its fixed cost, or the last 16x."""
     least = regime_n(layer, device, dtype, mode, d)
@@ -77,7 +78,7 @@ def start_n(
         if point_memory_bytes(spec) > memory_bytes:
             return fits // 2 ** (POINTS - 1) if fits and fits // 2 ** (POINTS - 1) >= least else None
         fits = n
-        fixed_s, growing_s = call_parts_s(spec, rate)
+        fixed_s, growing_s = costs.call_parts_s(spec)
         if growing_s >= WORK_OVER_CALL * fixed_s or (mode == DECODE_MODE and not _state_grows(spec)):
             return n
         n *= 2
@@ -96,7 +97,7 @@ def _doubling(
 
 
 def _sweep(
-    layer: str, device: str, dtype: str, mode: str, rate: float, limit: float, policy: TimingPolicy
+    layer: str, device: str, dtype: str, mode: str, costs: Costs, limit: float, policy: TimingPolicy
 ) -> tuple[list, list[str]]:
     """(the sweep, what to say): the widest of NARROWER halvings of the width in its budget share, else the cheapest."""
     kind = device_kind(device)
@@ -104,7 +105,7 @@ def _sweep(
     where = f"{layer} ({mode} on {device})"
     found = []
     for d in (widest >> i for i in range(NARROWER + 1)):
-        first = start_n(layer, device, dtype, mode, rate, limit, d)
+        first = start_n(layer, device, dtype, mode, costs, limit, d)
         sweep = _doubling(layer, first, device, dtype, mode, limit, d)
         said = []
         if first is not None and len(sweep) < MIN_POINTS and sweep:
@@ -113,7 +114,7 @@ def _sweep(
             sweep = _doubling(layer, first, device, dtype, mode, limit, d) if ok else []
             said = [f"auto: {where} starts at n = {first}: half the memory ends first"]
         if len(sweep) >= MIN_POINTS:
-            found.append((sum(point_time_s(p, policy, rate) for p in sweep), sweep, said))
+            found.append((sum(costs.visit_s(p, policy) for p in sweep), sweep, said))
             if found[-1][0] <= share_s:
                 break
     if not found:
@@ -127,15 +128,21 @@ def _sweep(
     return sweep, said
 
 
-def probe_spec(layer: str, device: str, dtype: str) -> PointSpec:
-    return PointSpec(layer, n=FIRST_N, d=WIDTH[device_kind(device)], batch=BATCH, device=device, dtype=dtype)
+def probe_specs(grids: Iterable[Mapping], devices: Iterable[str], dtype: str) -> list[PointSpec]:
+    found = (
+        _spec(layer, 64 * FIRST_N, device, dtype, grid["mode"][0])
+        for device in devices
+        for grid in grids
+        for layer in grid["layers"]
+    )
+    return [spec for spec in found if spec is not None]
 
 
 def plan(
     grids: Iterable[Mapping],
     devices: Iterable[str],
     dtype: str,
-    rates: Mapping[str, float],
+    costs: Costs,
     memory_bytes: Mapping[str, float],
     policy: TimingPolicy,
     mode: str | None = None,
@@ -150,18 +157,17 @@ def plan(
             if mode not in (None, each):
                 continue
             for layer in layers:
-                rate = rate_of(rates, probe_spec(layer, device, dtype))
-                sweep, said = _sweep(layer, device, dtype, each, rate, limit, policy)
+                sweep, said = _sweep(layer, device, dtype, each, costs, limit, policy)
                 notes += said
                 if sweep:
                     sweeps.append(sweep)
-        cost = {id(s): sum(point_time_s(p, policy, rate_of(rates, p)) for p in s) for s in sweeps}
+        cost = {id(s): sum(costs.visit_s(p, policy) for p in s) for s in sweeps}
         while sum(cost.values()) > BUDGET_S[device_kind(device)]:
             dearest = max((s for s in sweeps if len(s) > MIN_POINTS), key=lambda s: cost[id(s)], default=None)
             if dearest is None:
                 break
             notes.append(f"auto: {dearest[-1].layer} ({dearest[-1].mode} on {device}) trimmed to n ≤ {dearest[-2].n}")
             last = dearest.pop()
-            cost[id(dearest)] -= point_time_s(last, policy, rate_of(rates, last))
+            cost[id(dearest)] -= costs.visit_s(last, policy)
         specs += [s for sweep in sweeps for s in sweep]
     return specs, notes

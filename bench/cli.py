@@ -27,8 +27,9 @@ from .policy import (
     MIN_ROUNDS_PER_PASS,
     TimingPolicy,
 )
-from .preflight import LONG_RUN_S, format_duration
+from .preflight import LONG_RUN_S
 from .spec import MODES
+from .units import format_duration
 
 DESCRIPTION = (
     "Measure the complexity table of sequence layers (Vaswani et al. 2017, Table 1) on this machine: FLOPs, "
@@ -235,8 +236,14 @@ def _run_timing(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--no-extend",
         action="store_true",
-        help="measure the grid exactly as given: no points beyond the end of a sweep whose time does not decide yet "
+        help="measure the grid exactly as given: no points the planner adds to a sweep whose time does not decide yet "
         f"(default: added, within {EXTEND_BUDGET:g}x the planned passes' time, said before the run)",
+    )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan and its estimate (with the points the planner expects to add) and exit: nothing "
+        "measured beyond the machine's costs, nothing stored",
     )
     run.add_argument(
         "--seed",

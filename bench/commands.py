@@ -10,6 +10,7 @@ import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import models
 
@@ -17,10 +18,13 @@ from . import folder, interrupts, machine, storage
 from .errors import BadInput, RunFailed
 from .load import sample_load
 from .policy import CPU, EXTEND_BUDGET, TimingPolicy
-from .preflight import before_measuring, device_memory, machine_rates, print_lines, wide_kernel_warnings
+from .preflight import before_measuring, device_memory, machine_costs, print_lines, wide_kernel_warnings
 from .presets import Preset, get_preset, load_presets
 from .progress import progress_bar
 from .spec import DEFAULT_MODE, SIZES, PointSpec, expand_grid
+
+if TYPE_CHECKING:
+    from .cost import Costs
 
 MAX_PATHS_N = 16_384  # the paths study runs a stack of up to n−1 layers over n positions; attention_math holds n²
 MAX_PATHS_POSITIONS = 2**22  # conv_dilated is probed inside k·n extra positions each side (bench/paths.py)
@@ -143,8 +147,8 @@ def cmd_run(args, argv) -> int:
             cluster.close()
 
 
-def _planned_specs(args, preset: Preset, devices: list[str], policy) -> tuple[list[PointSpec], dict[str, float]]:
-    """`--preset auto`'s points (bench.auto) from this machine's compute rate and memory, and that rate."""
+def _planned_specs(args, preset: Preset, devices: list[str], policy) -> tuple[list[PointSpec], Costs]:
+    """`--preset auto`'s points (bench.auto) from this machine's measured costs and memory, and those costs."""
     from . import auto
 
     dtype = args.dtype or "float32"
@@ -154,17 +158,16 @@ def _planned_specs(args, preset: Preset, devices: list[str], policy) -> tuple[li
             f"--preset auto --mode {args.mode}: the auto preset plans {', '.join(modes)}, not {args.mode}; give one of "
             f"those, or a grid of your own (--layers, --n, ...) with --mode {args.mode}"
         )
-    layer = preset.grids[0]["layers"][0]
-    rates = machine_rates([auto.probe_spec(layer, device, dtype) for device in devices], args.threads)
-    specs, notes = auto.plan(preset.grids, devices, dtype, rates, device_memory(devices)[0], policy, args.mode)
+    costs = machine_costs(auto.probe_specs(preset.grids, devices, dtype), args.threads)
+    specs, notes = auto.plan(preset.grids, devices, dtype, costs, device_memory(devices)[0], policy, args.mode)
     print_lines(notes)
     if not specs:
         raise BadInput(f"--preset auto: no sweep fits this machine ({'; '.join(notes) or 'none planned'})")
-    return specs, rates
+    return specs, costs
 
 
-def _what_to_measure(args, cluster) -> tuple[list[PointSpec], dict[str, float] | None, TimingPolicy]:
-    """(the specs, the compute rates measured on the way if any, the policy) of a new run's preset or grid."""
+def _what_to_measure(args, cluster) -> tuple[list[PointSpec], Costs | None, TimingPolicy]:
+    """(the specs, the costs measured on the way if any, the policy) of a new run's preset or grid."""
     grid_given = [f"--{name}" for name in GRID_OPTIONS if getattr(args, name, None) is not None]
     grid_given += ["--causal"] if getattr(args, "causal", False) else []
     if args.preset is not None and grid_given:
@@ -193,7 +196,7 @@ def _run_on(args, argv, cluster) -> int:
         if cluster is None and run.meta.get("ray"):
             run.log(f"measuring the rest here, not on Ray (it was begun on {run.meta['ray'].get('address')})")
     else:
-        specs, rates, policy = _what_to_measure(args, cluster)
+        specs, costs, policy = _what_to_measure(args, cluster)
         load = sample_load()
         lines = before_measuring(
             specs,
@@ -201,10 +204,15 @@ def _run_on(args, argv, cluster) -> int:
             threads=args.threads,
             yes=args.yes,
             on_cluster=cluster is not None,
-            rates=rates,
+            costs=costs,
             load=load,
             started=getattr(args, "started", None),
+            dry_run=getattr(args, "dry_run", False),
         )
+        if getattr(args, "dry_run", False):
+            print_lines(lines)
+            print_lines(["dry run: nothing measured, nothing stored"])
+            return 0
         run = Run.create(
             specs,
             policy,

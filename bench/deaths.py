@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .cgroup import available_bytes, oom_kills
-from .estimate import point_memory_bytes
+from .footprint import point_memory_bytes
 from .spec import PointSpec
 
 # Deaths before `killed`: one without memory evidence is as likely a user's kill; a Ray worker's counts as memory's.
@@ -57,3 +57,10 @@ def given_up(spec: PointSpec, deaths: list[dict], oom_kills_now: int | None = No
         why = memory_evidence(spec, death, oom_kills_now) or "no sign of memory"
         lines.append(f"  process {death.get('pid')} died in {at}, started {death.get('utc')}: {why}")
     return reason, "\n".join(lines)
+
+
+def all_given_up(specs, death_lines, stored) -> list[tuple[PointSpec, str, str]]:
+    """(spec, reason, why) of each point not stored whose process died too often (`given_up`)."""
+    oom_kills_now = oom_kills()
+    found = ((spec, death_lines(spec.point_id)) for spec in specs if not stored(spec.point_id))
+    return [(spec, *verdict) for spec, lines in found if lines and (verdict := given_up(spec, lines, oom_kills_now))]

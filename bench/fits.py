@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, stats
 
 import models
 
@@ -22,6 +21,8 @@ from .sweeps import (
     PLATEAU_FRACTION,
     TOLERANCE,
     VARIABLES,
+    Reason,
+    TimeRange,
     asymptotic_range,
     fixed_text,
     log_sigma_from_interval,
@@ -124,6 +125,8 @@ def power_law_fit(x, y, sigma_log=None, confidence: float = CONFIDENCE) -> Power
     lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
     if len(lx) < 2 or np.ptp(lx) == 0:
         raise ValueError("a power-law fit needs at least two distinct x values")
+    from scipy import stats  # noqa: PLC0415 - as bench.sweeps.z_of
+
     res = stats.linregress(lx, ly)
     m = len(lx)
     stderr = 0.0 if np.ptp(ly) == 0 else res.stderr  # a constant: linregress gives NaN, the slope is exactly 0
@@ -136,25 +139,36 @@ def power_law_fit(x, y, sigma_log=None, confidence: float = CONFIDENCE) -> Power
     )
 
 
-def judge(ci_low: float, ci_high: float, predicted: float, tolerance: float) -> tuple[str, str]:
+def judge(ci_low: float, ci_high: float, predicted: float, tolerance: float) -> tuple[str, Reason, str]:
     if any(math.isnan(v) for v in (ci_low, ci_high, predicted)):
-        return "inconclusive", "no interval (the fit gives none)"
+        return "inconclusive", Reason.NO_INTERVAL, "no interval (the fit gives none)"
     width = ci_high - ci_low
     if width > MAX_VERDICT_WIDTH:
-        return "inconclusive", f"interval too wide (width {_g(width)} > {_g(MAX_VERDICT_WIDTH)})"
+        return "inconclusive", Reason.TOO_WIDE, f"interval too wide (width {_g(width)} > {_g(MAX_VERDICT_WIDTH)})"
     low, high = predicted - tolerance, predicted + tolerance
     band = f"{_g(predicted)} ± {_g(tolerance)}"
     if low <= ci_low and ci_high <= high:
-        return "consistent", f"interval within {band}"
+        return "consistent", Reason.DECIDED, f"interval within {band}"
     if ci_high < low or ci_low > high:
-        return "inconsistent", f"interval outside {band}"
-    return "inconclusive", f"interval straddles the tolerance edge ({band})"
+        return "inconsistent", Reason.DECIDED, f"interval outside {band}"
+    return "inconclusive", Reason.STRADDLES, f"interval straddles the tolerance edge ({band})"
 
 
 INTERFACE_COLUMNS = ("layer", "device", "metric", "variable", "exponent", "ci_low", "ci_high", "predicted", "verdict")
 FIT_COLUMNS = [
     *INTERFACE_COLUMNS,
-    *("reason", "clock", "explanation", "tolerance", "range_rule", "x_min", "x_max", "points", "sweep_x_min"),
+    *(
+        "reason_code",
+        "reason",
+        "clock",
+        "explanation",
+        "tolerance",
+        "range_rule",
+        "x_min",
+        "x_max",
+        "points",
+        "sweep_x_min",
+    ),
     *("sweep_x_max", "sweep_points", "unreliable_left_out", "measurement_uncertainty", "halfwidth_regression"),
     *("halfwidth_measurement", "plateau_size", "per_call_s", "per_call_share", "elementwise_share"),
     *("elementwise_exponent", "source", "run_id", "dtype", "mode", "batch", "fixed", "r2"),
@@ -177,8 +191,9 @@ def _measurement_sigma(data: pd.DataFrame) -> tuple[np.ndarray | None, str]:
 _NO_FIT = PowerFit(math.nan, math.nan, math.nan, math.nan, 0, math.nan, math.nan, math.nan)
 
 
-def _row(fit: PowerFit, predicted: float, verdict: str, reason: str, uncertainty: str) -> dict:
+def _row(fit: PowerFit, predicted: float, verdict: str, code: Reason, reason: str, uncertainty: str) -> dict:
     return dict(
+        reason_code=code.value,
         exponent=fit.exponent,
         ci_low=fit.ci_low,
         ci_high=fit.ci_high,
@@ -199,10 +214,10 @@ def _fit_row(metric: str, layer: str, data: pd.DataFrame, variable: str, column:
     return _row(fit, predicted, *judge(fit.ci_low, fit.ci_high, predicted, TOLERANCE[metric]), uncertainty)
 
 
-def _no_fit(metric: str, layer: str, sweep: pd.DataFrame, variable: str, reason: str) -> dict:
+def _no_fit(metric: str, layer: str, sweep: pd.DataFrame, variable: str, code: Reason, reason: str) -> dict:
     predicted = predicted_exponent(metric, layer, sweep, variable) if sweep[variable].nunique() >= 2 else math.nan
     uncertainty = "exact" if metric != "time" else _measurement_sigma(sweep)[1]
-    return _row(_NO_FIT, predicted, "inconclusive", reason, uncertainty)
+    return _row(_NO_FIT, predicted, "inconclusive", code, reason, uncertainty)
 
 
 def _fitted_range(data: pd.DataFrame, variable: str) -> dict:
@@ -216,9 +231,15 @@ def _unusable_text(points: pd.DataFrame, column: str, what: str) -> str:
 
 
 def time_row(layer: str, sweep: pd.DataFrame, variable: str) -> dict:
+    return time_row_and_range(layer, sweep, variable)[0]
+
+
+def time_row_and_range(layer: str, sweep: pd.DataFrame, variable: str) -> tuple[dict, TimeRange]:
     tr = time_fit_range(sweep, variable, layer)
     if tr.reason:
-        row = _no_fit("time", layer, tr.sweep if len(tr.sweep) else clocks.on_clock(sweep), variable, tr.reason)
+        row = _no_fit(
+            "time", layer, tr.sweep if len(tr.sweep) else clocks.on_clock(sweep), variable, tr.code, tr.reason
+        )
     else:
         row = _fit_row("time", layer, tr.data, variable, "time_s")
     if tr.left_out:
@@ -233,7 +254,7 @@ def time_row(layer: str, sweep: pd.DataFrame, variable: str) -> dict:
         if row["explanation"]:
             row["reason"] += f"; {row['explanation']}"
     row.update(clock=tr.clock, range_rule=tr.rule, unreliable_left_out=tr.left_out, plateau_size=tr.plateau_size)
-    return row | _fitted_range(tr.data, variable)
+    return row | _fitted_range(tr.data, variable), tr
 
 
 def _fixed_row(metric: str, layer: str, sweep: pd.DataFrame, variable: str) -> dict:
@@ -241,7 +262,8 @@ def _fixed_row(metric: str, layer: str, sweep: pd.DataFrame, variable: str) -> d
     fit_range = asymptotic_range(sweep, variable, layer)
     data = fit_range[fit_range[column].notna() & (fit_range[column] > 0)]
     if len(data) < MIN_FIT_POINTS:
-        row = _no_fit(metric, layer, sweep, variable, f"too few points ({len(data)} < {MIN_FIT_POINTS})")
+        reason = f"too few points ({len(data)} < {MIN_FIT_POINTS})"
+        row = _no_fit(metric, layer, sweep, variable, Reason.TOO_FEW_POINTS, reason)
     else:
         row = _fit_row(metric, layer, data, variable, column)
     row["reason"] += _unusable_text(fit_range, column, column)
@@ -322,6 +344,8 @@ def two_term_fit(points: pd.DataFrame) -> tuple[float, float, float, float]:
     """(c, a, b, rms relative error): attention's `time_s` ≈ c + a·n·d² + b·n²·d, non-negative least squares."""
     n, d, t = (points[c].to_numpy(float) for c in ("n", "d", "time_s"))
     basis = np.column_stack([np.ones_like(n), n * d**2, n**2 * d]) / t[:, None]
+    from scipy import optimize  # noqa: PLC0415 - as bench.sweeps.z_of
+
     coef, _ = optimize.nnls(basis, np.ones_like(t))
     rel = basis @ coef - 1
     return float(coef[0]), float(coef[1]), float(coef[2]), float(np.sqrt(np.mean(rel**2)))

@@ -42,7 +42,7 @@ class TimingPolicy:
     extra_passes: int = 10  # at most this many more passes over the points whose time is not known yet
     extra_budget: float = 0.5  # those passes take at most this share of the first passes' time
     clock: str = "auto"  # the clock a point's time fits use: chosen from the data, or always wall or cpu
-    extend_budget: float = 0.0  # bench.extend's points take at most this share of the planned visits' time; 0: off
+    extend_budget: float = 0.0  # bench.planner's share of the planned visits' time; 0: off
 
     def __post_init__(self):
         if self.passes < 1 or self.min_rounds < 1 or self.max_rounds < self.min_rounds:

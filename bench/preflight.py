@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -14,12 +13,13 @@ import psutil
 
 import models
 
-from . import cgroup, estimate, machine
+from . import cgroup, cost, estimate, machine
+from .cost import Costs, device_kind
 from .errors import BadInput
-from .estimate import PlanEstimate, PointEstimate, device_kind
+from .estimate import PlanEstimate, PointEstimate
 from .load import Load, choose_threads, decide_threads, physical_cores, slowdown
 from .policy import EXTEND_MEMORY_SHARE, TimingPolicy
-from .spec import DECODE_MODE, LAYER_SIZES, SIZES, PointSpec, expand_grid
+from .spec import DECODE_MODE, SIZES, PointSpec, expand_grid
 from .sweeps import (
     MIN_FIT_POINTS,
     SWEEP_KEYS,
@@ -30,6 +30,7 @@ from .sweeps import (
     sweep_keys,
     sweeps,
 )
+from .units import describe_point, format_bytes, format_duration
 
 PLAN_SIZES = (*(s for s in SIZES if s != "batch"), "batch")
 LONG_RUN_S = 30 * 60  # above this estimate `run` asks before measuring (or wants --yes without a terminal)
@@ -150,58 +151,29 @@ def wide_kernel_warnings(points: Iterable[tuple[str, int, int | None]]) -> list[
     ]
 
 
-def format_duration(seconds: float) -> str:
-    """In the unit that reads best: 45 s, 2.4 min, 30 min, 1.5 h, 12 days."""
-    for unit, size, below in (("s", 1, 90), ("min", 60, 90 * 60), ("h", 3600, 48 * 3600), ("days", 86400, math.inf)):
-        if seconds < below:
-            value = seconds / size
-            return f"{value:.1f} {unit}" if value < 10 and unit != "s" else f"{value:.0f} {unit}"
-    raise AssertionError("unreachable")
-
-
-def format_bytes(n: float) -> str:
-    """Three significant digits in decimal units: 579 MB, 1.2 GB."""
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 999.5:
-            return f"{n:.3g} {unit}"
-        n /= 1000
-    return f"{n:.3g} TB"
-
-
-def sizes_text(spec: PointSpec, leave_out: str = "") -> str:
-    uses = models.LAYERS[spec.layer].uses
-    return " ".join(
-        f"{name}={getattr(spec, name)}"
-        for name in SIZES
-        if name != leave_out and (name not in LAYER_SIZES or name in uses)
-    )
-
-
-def describe_point(spec: PointSpec) -> str:
-    dtype = "" if spec.dtype == "float32" else f" {spec.dtype}"
-    return f"{spec.layer} {sizes_text(spec)} on {spec.device}{dtype}"
-
-
 def summary_line(plan: PlanEstimate) -> str:
     """`plan: 115 points, about 2.4 min on this machine (estimate...), peak memory about 570 MB on cpu (...)`."""
     memory = ", ".join(
         f"{format_bytes(p.memory_bytes)} on {device} ({describe_point(p.spec).rsplit(' on ', 1)[0]})"
         for device, p in sorted(plan.largest().items())
     )
-    extra = f"; at most {format_duration(plan.extra_s)} more where points need more rounds" if plan.extra_s else ""
+    parts = []
+    if plan.begun_s:
+        parts.append(f"from the command's start: {format_duration(plan.begun_s)} of it before this line")
+    if plan.extra_s:
+        parts.append(f"{format_duration(plan.extra_s)} of it sampling points until their time is known (its budget)")
     if plan.extend_s:
-        extra = (
-            f", {format_duration(plan.extend_foreseen_s)} of it extending the sweeps its model leaves undecided{extra}"
-            f"; extending the sweeps whose time does not decide at most {format_duration(plan.extend_s)} in all, "
-            f"each added point within {EXTEND_MEMORY_SHARE:.0%} of the memory available"
+        parts.append(
+            f"{format_duration(plan.extend_foreseen_s)} of it for the {plan.extend_points} point(s) the planner is "
+            f"expected to add, within {format_duration(plan.extend_s)} and {EXTEND_MEMORY_SHARE:.0%} of the memory "
+            "available"
         )
     if plan.slowdown >= 1.05:
-        extra += f"; all {plan.slowdown:.1f}x what it would take alone: other processes are busy on the cores"
-    if plan.begun_s:
-        extra = f", from the command's start: {format_duration(plan.begun_s)} of it before this line{extra}"
+        parts.append(f"all {plan.slowdown:.1f}x what it would take alone: other processes are busy on the cores")
+    said = "estimate" + (", " + "; ".join(parts) if parts else "")
     return (
         f"plan: {len(plan.points)} points, about {format_duration(plan.time_s)} on this machine "
-        f"(estimate{extra}), peak memory about {memory or '0 B'}"
+        f"({said}), peak memory about {memory or '0 B'}"
     )
 
 
@@ -227,7 +199,6 @@ def _beyond_text(points: list[PointEstimate], limit: int, what: str) -> str:
 
 
 def too_large(plan: PlanEstimate, total_bytes: Mapping[str, int]) -> list[str]:
-    """One line per device of REFUSED_BEYOND_MEMORY with points estimated above its whole memory."""
     return [
         _beyond_text(points, total_bytes[device], f"of memory {device} has")
         for device, points in _beyond(plan, total_bytes, REFUSED_BEYOND_MEMORY).items()
@@ -235,8 +206,7 @@ def too_large(plan: PlanEstimate, total_bytes: Mapping[str, int]) -> list[str]:
 
 
 def expected_ooms(plan: PlanEstimate, total_bytes: Mapping[str, int]) -> list[str]:
-    """One line per other device (a GPU) with points estimated above its whole memory: warned about."""
-    kinds = tuple(k for k in estimate.CALL_OVERHEAD_S if k not in REFUSED_BEYOND_MEMORY)
+    kinds = tuple(k for k in ("cpu", "cuda") if k not in REFUSED_BEYOND_MEMORY)
     return [
         _beyond_text(points, total_bytes[device], f"of memory {device} has")
         + ": expected to run out of memory, stored as oom with the larger points of the layer skipped"
@@ -275,7 +245,7 @@ def print_lines(lines: list[str]) -> None:
 
 
 def device_memory(devices: Iterable[str]) -> tuple[dict[str, int], dict[str, int]]:
-    """(available now, total) bytes of each device: psutil for the CPU, the CUDA driver for a GPU."""
+    """(available now, total) bytes of each device."""
     import torch
 
     available, total = {}, {}
@@ -320,9 +290,14 @@ def _machine_threads(threads: int | None) -> AbstractContextManager:
     return pinned_threads(threads or choose_threads(quiet, physical_cores())[0])
 
 
-def machine_rates(specs: list[PointSpec], threads: int | None) -> dict[str, float]:
+def machine_costs(specs: list[PointSpec], threads: int | None) -> Costs:
     with _machine_threads(threads):
-        return estimate.quick_rates(specs)
+        return cost.measure(specs)
+
+
+def memory_limits(devices: Iterable[str]) -> dict[str, float]:
+    available, _total = device_memory(devices)
+    return {device: EXTEND_MEMORY_SHARE * free for device, free in available.items()}
 
 
 def before_measuring(
@@ -332,9 +307,10 @@ def before_measuring(
     threads: int | None,
     yes: bool,
     on_cluster: bool,
-    rates: dict[str, float] | None = None,
+    costs: Costs | None = None,
     load: Load | None = None,
     started: float | None = None,
+    dry_run: bool = False,
 ) -> list[str]:
     """The lines to print before a new run measures (warnings, then `plan: ...`); BadInput where it is refused."""
     warnings = plan_warnings(specs) + wide_kernel_warnings((s.layer, s.n, s.k) for s in specs)
@@ -343,17 +319,17 @@ def before_measuring(
             *(f"warning: {line}" for line in warnings),
             f"plan: {len(specs)} points (no estimate: this machine has no GPU to time a matmul on)",
         ]
-    with _machine_threads(threads):
-        memory = estimate.quick_memory({s.device for s in specs})
-        rates = rates or estimate.quick_rates(specs)
-    plan = estimate.estimate_plan(specs, policy, rates, memory)
+    devices = {s.device for s in specs}
+    plan = estimate.estimate_plan(specs, policy, costs or machine_costs(specs, threads), memory_limits(devices))
     if load is not None and not on_cluster:
         plan = replace(plan, slowdown=slowdown(load, decide_threads(threads, load=load)[0]))
     if started is not None:
         plan = replace(plan, begun_s=max(0.0, time.time() - started))
-    available, total = device_memory({s.device for s in specs})
+    available, total = device_memory(devices)
     lines = [f"warning: {line}" for line in [*warnings, *expected_ooms(plan, total)]]
     lines.append(summary_line(plan))
+    if dry_run:
+        return lines
 
     def ask(question: str) -> bool:
         print_lines(lines)

@@ -11,20 +11,23 @@ from pathlib import Path
 from statistics import fmean
 from typing import Protocol
 
-from . import allocator, deaths, extend, formats, interrupts, machine, storage
+from . import allocator, deaths, formats, interrupts, machine, planner, storage
+from .cost import Measured
 from .errors import BadInput, RunFailed
+from .estimate import first_pass_line
 from .folder import META_KEYS, RunFolder, is_run_dir, unbegun
 from .formats import extended_digest
 from .load import Load, LoadMeter, busy_warning, decide_threads, sample_load
 from .peak import ceilings
 from .point import PassFailure, measure_pass
 from .policy import TimingPolicy, method_constants
-from .preflight import format_duration
+from .preflight import memory_limits
 from .progress import progress_bar
 from .result import PointResult, skip_if_blocked
 from .spec import PointSpec
 from .threads import pinned_threads
 from .timing import pass_order, rounds_of
+from .units import format_duration
 
 
 class Elsewhere(Protocol):
@@ -149,7 +152,7 @@ class Run:
             if not finished or lost:
                 resumed = [*folder.meta.get("resumed_utc", []), storage.utc_now()]
                 folder.update_meta(resumed_utc=resumed, status="running", finished_utc=None)
-            run._announce(sample_load())  # a second's sampling: a SIGTERM may come meanwhile
+            run._announce(sample_load())
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM while opening: a folder left `running` says `interrupted`
             with interrupts.deferred():
                 if folder is not None:
@@ -165,7 +168,7 @@ class Run:
 
     def _announce(self, load: Load) -> None:
         if self.cluster is not None:
-            return  # each node chooses its threads and watches its own load
+            return
         self.log(f"threads: {self.meta.get('threads_reason') or self.threads}")
         warning = busy_warning(load)
         if warning:
@@ -237,29 +240,32 @@ class Run:
         self.folder.store_row(spec, dict(row, extended=spec in self.extended))
 
     def _extend(self, progress: bool) -> None:
-        """Rounds of points beyond the sweeps whose time does not decide yet (bench.extend), within the budget."""
+        """Rounds of the points bench.planner adds, within budget."""
         if not self.policy.extend_budget:
             return
         planned = [s for s in self.specs if s not in self.extended]
         budget_s = self.policy.extend_budget_s(self._visits_s(planned))
-        limits = extend.memory_limits({s.device for s in planned})
-        told: set[str] = set()
-        while (done := self.meta.get("extension_rounds", 0)) < extend.MAX_ROUNDS:
+        limits = memory_limits({s.device for s in planned})
+        told: set = set()
+        while True:
             ids = {s.point_id: s for s in self.specs}
-            proposals = extend.propose(self.folder.points(), ids, lambda pid: self._visits_s([ids[pid]]), limits)
+            points = self.folder.points()
             left_s = budget_s - self._visits_s(self.extended)
-            chosen, lines, cost_s = extend.choose(proposals, left_s, told)
-            for line in lines:
+            own = Measured.of(points, ids, lambda s: self._visits_s([s]), self.policy)
+            chosen, stopped = planner.choose(planner.states(points, ids), set(ids), own.visit_s, limits, left_s)
+            for line in planner.lines(chosen, stopped, told):
                 self.log(line)
             if not chosen:
                 break
+            added = [s for c in chosen for s in c.specs]
+            done = self.meta.get("extension_rounds", 0)
             self.log(
-                f"extension round {done + 1} of at most {extend.MAX_ROUNDS}: {len(chosen)} point(s), about "
-                f"{format_duration(cost_s)} ({format_duration(left_s)} left of its budget)"
+                f"extension round {done + 1}: {len(added)} point(s), about "
+                f"{format_duration(sum(c.cost_s for c in chosen))} ({format_duration(left_s)} left of its budget)"
             )
             before = extended_digest([p.as_row() for p in self.extended])
-            self.extended += chosen
-            self.specs += chosen
+            self.extended += added
+            self.specs += added
             self.folder.update_meta(
                 points_extended=len(self.extended),
                 extension_rounds=done + 1,
@@ -267,7 +273,7 @@ class Run:
                 extended_sha1_before=before,
             )
             self.folder.write_plan(planned, self.policy, self.seed, self.extended)
-            self._measure(chosen, progress)
+            self._measure(added, progress)
         if self.extended:
             self.log(
                 f"extended: {len(self.extended)} point(s) beyond the plan, {format_duration(self._visits_s(self.extended))}"
@@ -299,19 +305,12 @@ class Run:
 
     def _store_killed(self) -> None:
         """Points whose process died too often (bench.deaths) stored `killed`, their reasons in errors.log."""
-        oom_kills_now = deaths.oom_kills()
-        for spec in self.specs:
-            lines = self.folder.death_lines(spec.point_id)
-            verdict = deaths.given_up(spec, lines, oom_kills_now) if lines else None
-            if verdict is None or self.folder.stored(spec.point_id):
-                continue
-            reason, why = verdict
+        for spec, reason, why in deaths.all_given_up(self.specs, self.folder.death_lines, self.folder.stored):
             self.log(f"{spec.layer} n={spec.n} d={spec.d} batch={spec.batch}: {reason}")
             self.folder.store_error(spec, why)
             self._store(spec, PointResult(spec, self.threads, "killed", reason).as_row())
 
     def _measure_peaks(self, when: str) -> None:
-        """Each device's ceilings (bench.peak) at the run's start or end; the better is kept."""
         pairs = sorted({(s.device, s.dtype) for s in self.specs})
         self.folder.update_meta(**ceilings(self.meta, pairs, when, self.log))
 
@@ -375,7 +374,7 @@ class Run:
 
     def _say_the_rest(self, specs: list[PointSpec]) -> None:
         records = {s: r for s in specs if (r := self.folder.record(s.point_id, FIRST, 0)) is not None}
-        self.log(extend.first_pass_line(records, self.policy, self.meta))
+        self.log(first_pass_line(records, self.policy, memory_limits({s.device for s in specs})))
 
     def _plan(self, spec: PointSpec) -> tuple[int, int]:
         first = self.folder.record(spec.point_id, FIRST, 0)

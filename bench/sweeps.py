@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 import pandas as pd
@@ -31,9 +32,21 @@ TOLERANCE = {"flops": 0.15, "time": 0.2, "memory": 0.35}  # the band around a pr
 PLATEAU_FRACTION, ASYMPTOTIC_POINTS = 0.8, 4  # a time fit needs 4 points from its plateau on (3 let a drift decide)
 PER_CALL_SHARE_THRESHOLD = 0.2  # a per-call cost above this share of the time explains a time exponent
 ELEMENTWISE_SHARE_THRESHOLD = 0.05  # element-wise work above this share of all FLOPs may set the time
-PEAK_COLUMNS = {policy.WALL: "peak_flops_per_s", policy.CPU: "peak_cpu_flops_per_s"}  # each clock's, per point
-SWEEP_KEYS = ["layer", *WHERE, "batch", *(s for s in SIZES if s != "batch")]  # a point's identity (bench.spec)
+PEAK_COLUMNS = {policy.WALL: "peak_flops_per_s", policy.CPU: "peak_cpu_flops_per_s"}
+SWEEP_KEYS = ["layer", *WHERE, "batch", *(s for s in SIZES if s != "batch")]
 FIXED_SIZES = tuple(s for s in SIZES if s != "batch")  # what fits.csv's `fixed` names; batch has its own column
+
+
+class Reason(StrEnum):
+    """fits.csv's `reason_code`: code reads these, never a reason's words."""
+
+    DECIDED = "decided"
+    TOO_FEW_POINTS = "too_few_points"
+    NOT_ASYMPTOTIC = "not_asymptotic"
+    FLOPS_TERM = "flops_term_not_dominant"
+    TOO_WIDE = "interval_too_wide"
+    STRADDLES = "straddles_band"
+    NO_INTERVAL = "no_interval"
 
 
 def _g(value: float) -> str:
@@ -66,7 +79,7 @@ def sweep_keys(points: pd.DataFrame) -> pd.DataFrame:
 
 def sweeps(points: pd.DataFrame, variable: str):
     """(fixed sizes, points) of each group of ok points that differ only in `variable`, over at least 2 values."""
-    if "mode" not in points:  # stored before modes: inference
+    if "mode" not in points:
         points = points.assign(mode=mode_of(points))
     ok = points[points["status"] == "ok"]
     keys = sweep_keys(ok)
@@ -123,17 +136,18 @@ def row_config(row) -> models.LayerConfig:
 
 def predicted_exponent(metric: str, layer: str, sweep: pd.DataFrame, variable: str) -> float:
     """Slope of Table 1's row (FLOPs, time) or of the activation estimate (memory) over the sweep's x."""
-    x = sweep[variable].to_numpy(float)
+    return loglog_slope(sweep[variable].to_numpy(float), predicted_values(metric, layer, sweep))
+
+
+def predicted_values(metric: str, layer: str, sweep: pd.DataFrame) -> np.ndarray:
     mode = mode_of_sweep(sweep)
     if metric == "memory":
         _require_sizes(layer, sweep, models.LAYERS[layer].uses)
-        y = [_predicted_bytes(layer, mode, r) for r in sweep.itertuples()]
-    else:
-        row = predicted_row(layer, mode)
-        _require_sizes(layer, sweep, row.sizes)
-        n = sweep["n"] + 1 if mode == RECOMPUTE_MODE else sweep["n"]
-        y = row.cost(n, sweep["d"], sweep.get("k"), sweep.get("window"))
-    return loglog_slope(x, y)
+        return np.asarray([_predicted_bytes(layer, mode, r) for r in sweep.itertuples()], float)
+    row = predicted_row(layer, mode)
+    _require_sizes(layer, sweep, row.sizes)
+    n = sweep["n"] + 1 if mode == RECOMPUTE_MODE else sweep["n"]
+    return np.asarray(row.cost(n, sweep["d"], sweep.get("k"), sweep.get("window")), float)
 
 
 def _predicted_bytes(layer: str, mode: str, r) -> int:
@@ -146,10 +160,9 @@ def _predicted_bytes(layer: str, mode: str, r) -> int:
 
 
 def loglog_slope(x, y) -> float:
-    """The least-squares slope of log y on log x: the exponent of a power law."""
-    from scipy import stats  # noqa: PLC0415 - not at import: every `python -m bench` would pay half a second
-
-    return float(stats.linregress(np.log(np.asarray(x, float)), np.log(np.asarray(y, float))).slope)
+    lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
+    centred = lx - lx.mean()
+    return float(centred @ (ly - ly.mean()) / (centred @ centred))
 
 
 def asymptotic_range(sweep: pd.DataFrame, variable: str, layer: str) -> pd.DataFrame:
@@ -168,13 +181,10 @@ def asymptotic_range(sweep: pd.DataFrame, variable: str, layer: str) -> pd.DataF
 
 def table1_regime_start(sweep: pd.DataFrame, variable: str, layer: str) -> int | None:
     """Start of the last ≥ MIN_FIT_POINTS points with local FLOP exponents within TOLERANCE["flops"] of Table 1's."""
-    x = sweep[variable].to_numpy(float)
-    flops = sweep["flops_counted"].to_numpy(float)
-    within = []
-    for i in range(len(sweep) - 1):
-        local = math.log(flops[i + 1] / flops[i]) / math.log(x[i + 1] / x[i])
-        predicted = predicted_exponent("flops", layer, sweep.iloc[i : i + 2], variable)
-        within.append(abs(local - predicted) <= TOLERANCE["flops"])
+    lx = np.log(sweep[variable].to_numpy(float))
+    local = np.diff(np.log(sweep["flops_counted"].to_numpy(float))) / np.diff(lx)
+    predicted = np.diff(np.log(predicted_values("flops", layer, sweep))) / np.diff(lx)
+    within = np.abs(local - predicted) <= TOLERANCE["flops"]
     start = len(within)
     while start > 0 and within[start - 1]:
         start -= 1
@@ -194,7 +204,7 @@ def plateau_start(rates) -> int:
 
 
 def z_of(confidence: float) -> float:
-    from scipy import stats  # noqa: PLC0415 - as loglog_slope
+    from scipy import stats  # noqa: PLC0415 - at import, every `python -m bench` would pay half a second
 
     return float(stats.norm.ppf(0.5 + confidence / 2))
 
@@ -209,7 +219,7 @@ def log_sigma_from_interval(ci_low, ci_high, confidence: float = policy.CONFIDEN
 
 def settled_start(sweep: pd.DataFrame, variable: str, start: int, confidence: float = policy.CONFIDENCE) -> int:
     """start, past each leading point off the power law of the points after it (outside its prediction interval)."""
-    from scipy import stats  # noqa: PLC0415 - as loglog_slope
+    from scipy import stats  # noqa: PLC0415 - as z_of
 
     lx, ly = np.log(sweep[variable].to_numpy(float)), np.log(sweep["time_s"].to_numpy(float))
     sigma = log_sigma_from_interval(sweep["time_s_ci_low"], sweep["time_s_ci_high"], confidence)
@@ -229,10 +239,8 @@ def settled_start(sweep: pd.DataFrame, variable: str, start: int, confidence: fl
 
 @dataclass(frozen=True)
 class OverheadFit:
-    """time ≈ per_call_s + flops / rate_flops_per_s."""
-
     per_call_s: float
-    rate_flops_per_s: float  # inf when time does not grow with the FLOPs
+    rate_flops_per_s: float
 
     def flops_to_plateau(self, fraction: float = PLATEAU_FRACTION) -> float:
         """The FLOPs from which the rate f/(c + f/R) is at least fraction·R: f = c·R·fraction/(1 − fraction)."""
@@ -243,7 +251,7 @@ def overhead_fit(flops, time_s) -> OverheadFit:
     """t = c + f/R by non-negative least squares on relative error (rows scaled by 1/t), as two_term_fit."""
     f, t = np.asarray(flops, float), np.asarray(time_s, float)
     basis = np.column_stack([np.ones_like(f), f]) / t[:, None]
-    from scipy import optimize  # noqa: PLC0415 - as loglog_slope
+    from scipy import optimize  # noqa: PLC0415 - as z_of
 
     (c, inverse_rate), _ = optimize.nnls(basis, np.ones_like(t))
     return OverheadFit(float(c), math.inf if inverse_rate == 0 else float(1 / inverse_rate))
@@ -268,13 +276,14 @@ def useful_flops(points: pd.DataFrame) -> pd.Series:
 @dataclass(frozen=True)
 class TimeRange:
     data: pd.DataFrame  # the points to fit (may be fewer than MIN_FIT_POINTS), their time on `clock` in time_s
-    sweep: pd.DataFrame  # the sweep's reliable points with a time, sorted
+    sweep: pd.DataFrame  # its reliable points with a time, sorted
     rule: str
     left_out: int
-    reason: str  # why there is no fit ("" when there is one)
+    reason: str  # "" when there is a fit
+    code: Reason | None
     overhead: OverheadFit | None
     plateau_size: float  # where "not asymptotic yet": the size that would reach the plateau
-    clock: str = policy.WALL  # the clock of every time in it (bench.clock.group_clock)
+    clock: str = policy.WALL
 
 
 def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
@@ -286,8 +295,8 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
     reliable = timed[keep]
     left_out = int((~keep).sum())
 
-    def result(data, rule, reason, overhead=None, size=math.nan) -> TimeRange:
-        return TimeRange(data, reliable, rule, left_out, reason, overhead, size, on)
+    def result(data, rule, reason, overhead=None, size=math.nan, code=Reason.TOO_FEW_POINTS) -> TimeRange:
+        return TimeRange(data, reliable, rule, left_out, reason, code if reason else None, overhead, size, on)
 
     if len(reliable) < MIN_FIT_POINTS:
         return result(reliable, "plateau", f"too few points ({len(reliable)} < {MIN_FIT_POINTS})")
@@ -308,7 +317,7 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
             f"against {predicted:.2f} over {variable} = {int(reliable[variable].iloc[0])}–"
             f"{int(reliable[variable].iloc[-1])}), so time cannot test it"
         )
-        return result(reliable.iloc[0:0], "plateau", reason, overhead)
+        return result(reliable.iloc[0:0], "plateau", reason, overhead, code=Reason.FLOPS_TERM)
     data = reliable.iloc[settled_start(reliable, variable, max(plateau_start(rates), regime)) :]
     if len(data) >= ASYMPTOTIC_POINTS:
         return result(data, "plateau", "", overhead)
@@ -331,7 +340,7 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
     else:
         reach = "t = c + f/R gives no size that reaches the plateau"
     reason = f"not asymptotic yet ({_pct(shares[0])} % → {_pct(shares[-1])} % of {of}; {reach})"
-    return result(data, "plateau", reason, overhead, size)
+    return result(data, "plateau", reason, overhead, size, Reason.NOT_ASYMPTOTIC)
 
 
 def short_reason(reason: str) -> str:

@@ -67,7 +67,8 @@ class Scan(nn.Module):
         self.in_proj = nn.Linear(cfg.d, cfg.d)  # B
         self.out_proj = nn.Linear(cfg.d, cfg.d)  # C
         low, high = DECAY_RANGE
-        self.decay_logit = nn.Parameter(torch.logit(torch.empty(cfg.d).uniform_(low, high)))
+        # on the CPU even where the layer is built on the meta device (a footprint): logit there loads torch._dynamo
+        self.decay_logit = nn.Parameter(torch.logit(torch.empty(cfg.d, device="cpu").uniform_(low, high)))
 
     @property
     def decay(self) -> torch.Tensor:

@@ -1,6 +1,7 @@
 import copy
 import os
 import pickle
+import tempfile
 from collections import Counter
 
 import pytest
@@ -11,9 +12,11 @@ from filelock import FileLock
 # test of many small ops takes 20 to 100 times as long. The runs the tests start in subprocesses choose their own.
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     torch.set_num_threads(1)
-# The tests' grids are tiny and never asymptotic: each would be extended (bench.extend) for a minute. Measured as given
-# here and in the runs the tests start; tests/test_extend.py turns it on.
+# The tests' grids are tiny and never asymptotic: each would be extended (bench.planner) for a minute. Measured as
+# given here and in the runs the tests start; tests/test_extend.py turns it on. The machine's costs (bench.kept) are
+# kept apart from the user's, once per session.
 os.environ["SEQBENCH_EXTEND_BUDGET"] = "0"
+os.environ.setdefault("SEQBENCH_CACHE", tempfile.mkdtemp(prefix="seqbench-cache-"))
 
 
 def pytest_collection_modifyitems(config, items):

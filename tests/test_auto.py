@@ -11,12 +11,26 @@ import pytest
 import models
 from bench import auto
 from bench.cli import main
-from bench.estimate import analytic_flops, call_parts_s, point_memory_bytes, point_time_s
+from bench.cost import Ceilings, Costs, LayerCosts, analytic_flops
+from bench.footprint import point_memory_bytes
 from bench.policy import TimingPolicy
 from bench.presets import get_preset
 from bench.spec import DECODE_MODE, DEFAULT_MODE
 
 CPU_RATE, GPU_RATE = 5e10, 3e14  # FLOP/s: a laptop core's matmul, an H100's TF32
+
+
+class _Every(dict):
+    def __missing__(self, key):  # every layer and mode: a 50 µs call, 10 µs a step, half the rate reached
+        return LayerCosts(50e-6, 10e-6, 5e-3, 5e-3, 5e-4, 0.5)
+
+
+COSTS = Costs(
+    {"cpu": Ceilings(CPU_RATE, CPU_RATE, None), "cuda": Ceilings(GPU_RATE, GPU_RATE, None)},
+    _Every(),
+    {"cpu": 5e-9, "cuda": 0.0},
+    {"cpu": 1.0, "cuda": 0.1},
+)
 PLENTY = {"cpu": 16e9, "cuda": 80e9}
 POLICY = TimingPolicy(passes=3, target_s=0.2)
 GRIDS = get_preset("auto").grids
@@ -30,13 +44,13 @@ def _local_flops_exponent(layer: str, n: int, d: int | None = None) -> float:
 
 @pytest.mark.parametrize("layer", ["conv", "lstm", "attention", "attention_linear"])
 def test_a_sweep_starts_where_its_work_is_eight_times_a_calls_fixed_cost_in_table1s_regime(layer):
-    n = auto.start_n(layer, "cpu", "float32", DEFAULT_MODE, CPU_RATE, PLENTY["cpu"])
-    fixed, growing = call_parts_s(auto._spec(layer, n, "cpu", "float32", DEFAULT_MODE), CPU_RATE)
+    n = auto.start_n(layer, "cpu", "float32", DEFAULT_MODE, COSTS, PLENTY["cpu"])
+    fixed, growing = COSTS.call_parts_s(auto._spec(layer, n, "cpu", "float32", DEFAULT_MODE))
     assert growing >= auto.WORK_OVER_CALL * fixed
     predicted = 2.0 if layer == "attention" else 1.0  # Table 1 in n: n²·d, else linear
     assert abs(_local_flops_exponent(layer, n) - predicted) <= 0.15
     if n > auto.FIRST_N:  # half of it falls short of one or the other
-        fixed, growing = call_parts_s(auto._spec(layer, n // 2, "cpu", "float32", DEFAULT_MODE), CPU_RATE)
+        fixed, growing = COSTS.call_parts_s(auto._spec(layer, n // 2, "cpu", "float32", DEFAULT_MODE))
         short = abs(_local_flops_exponent(layer, n // 2) - predicted) > 0.15
         assert growing < auto.WORK_OVER_CALL * fixed or short
 
@@ -48,41 +62,41 @@ def test_softmax_attention_starts_where_its_n_squared_term_sets_the_flops():
 
 
 def test_a_decode_step_whose_state_does_not_grow_starts_at_the_first_size():
-    assert auto.start_n("lstm", "cpu", "float32", DECODE_MODE, CPU_RATE, PLENTY["cpu"]) == auto.FIRST_N
-    cached = auto.start_n("attention", "cpu", "float32", DECODE_MODE, CPU_RATE, PLENTY["cpu"])
+    assert auto.start_n("lstm", "cpu", "float32", DECODE_MODE, COSTS, PLENTY["cpu"]) == auto.FIRST_N
+    cached = auto.start_n("attention", "cpu", "float32", DECODE_MODE, COSTS, PLENTY["cpu"])
     assert cached > auto.FIRST_N  # its cache grows with t: from where reading it outweighs the step's fixed cost
 
 
 def test_the_plan_sweeps_every_layer_in_every_mode_over_16x():
-    specs, notes = auto.plan(GRIDS, ["cpu"], "float32", {"cpu": CPU_RATE}, PLENTY, POLICY)
+    specs, notes = auto.plan(GRIDS, ["cpu"], "float32", COSTS, PLENTY, POLICY)
     for mode, layers in MODES.items():
         for layer in layers:
             ns = sorted(s.n for s in specs if s.layer == layer and s.mode == mode)
             assert len(ns) >= auto.MIN_POINTS, (layer, mode, notes)
             assert all(b == 2 * a for a, b in zip(ns, ns[1:])) and ns[-1] >= 8 * ns[0]
-    total_s = sum(point_time_s(s, POLICY, CPU_RATE) for s in specs)
+    total_s = sum(COSTS.visit_s(s, POLICY) for s in specs)
     assert total_s <= auto.BUDGET_S["cpu"] or all(line.startswith("auto: ") for line in notes)
 
 
 def test_memory_leaves_a_layer_out_and_says_so():
-    specs, notes = auto.plan(GRIDS, ["cpu"], "float32", {"cpu": CPU_RATE}, {"cpu": 2e6}, POLICY, mode=DEFAULT_MODE)
+    specs, notes = auto.plan(GRIDS, ["cpu"], "float32", COSTS, {"cpu": 2e6}, POLICY, mode=DEFAULT_MODE)
     assert all(point_memory_bytes(s) <= 1e6 for s in specs)  # half the memory given
     assert any("attention_math (inference on cpu) left out" in line for line in notes)
 
 
 def test_the_budget_trims_the_dearest_sweeps_to_8x(monkeypatch):
     monkeypatch.setitem(auto.BUDGET_S, "cpu", 1.0)
-    specs, notes = auto.plan(GRIDS, ["cpu"], "float32", {"cpu": CPU_RATE}, PLENTY, POLICY, mode=DEFAULT_MODE)
+    specs, notes = auto.plan(GRIDS, ["cpu"], "float32", COSTS, PLENTY, POLICY, mode=DEFAULT_MODE)
     counts = {layer: sum(s.layer == layer for s in specs) for layer in MODES[DEFAULT_MODE]}
     assert set(counts.values()) == {auto.MIN_POINTS}  # 1 s is less than any plan: every sweep at its 8x
     assert sum("trimmed to n ≤" in line for line in notes) == len(counts)
 
 
 def test_a_gpu_is_planned_at_its_own_sizes():
-    cpu = auto.start_n("conv", "cpu", "float32", DEFAULT_MODE, CPU_RATE, PLENTY["cpu"])
-    gpu = auto.start_n("conv", "cuda", "float32", DEFAULT_MODE, GPU_RATE, PLENTY["cuda"])
+    cpu = auto.start_n("conv", "cpu", "float32", DEFAULT_MODE, COSTS, PLENTY["cpu"])
+    gpu = auto.start_n("conv", "cuda", "float32", DEFAULT_MODE, COSTS, PLENTY["cuda"])
     assert gpu > cpu  # a GPU's call is work only at sizes a CPU takes long over
-    specs, notes = auto.plan(GRIDS, ["cuda"], "float32", {"cuda": GPU_RATE}, PLENTY, POLICY, mode=DEFAULT_MODE)
+    specs, notes = auto.plan(GRIDS, ["cuda"], "float32", COSTS, PLENTY, POLICY, mode=DEFAULT_MODE)
     assert {s.device for s in specs} == {"cuda"} and {s.layer for s in specs} == set(MODES[DEFAULT_MODE])
     narrower = {s.layer for s in specs if s.d < auto.WIDTH["cuda"]}
     assert {s.layer for s in specs if s.d == auto.WIDTH["cuda"]} >= {"conv", "lstm", "scan", "attention_linear"}
@@ -94,7 +108,7 @@ def test_a_gpu_is_planned_at_its_own_sizes():
 
 def test_explicit_attention_is_narrowed_where_its_scores_leave_the_memory_before_its_regime():
     # at d = 512 its n² scores (4·8·n²·4 bytes) pass 8 GB by n = 8192, before 8x of n past its regime's start
-    specs, notes = auto.plan(GRIDS, ["cuda"], "float32", {"cuda": GPU_RATE}, {"cuda": 16e9}, POLICY, mode=DEFAULT_MODE)
+    specs, notes = auto.plan(GRIDS, ["cuda"], "float32", COSTS, {"cuda": 16e9}, POLICY, mode=DEFAULT_MODE)
     ns = sorted(s.n for s in specs if s.layer == "attention_math")
     (d,) = {s.d for s in specs if s.layer == "attention_math"}
     assert d < auto.WIDTH["cuda"] and len(ns) >= auto.MIN_POINTS

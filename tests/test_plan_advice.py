@@ -104,8 +104,8 @@ def test_quick_preset_gives_no_warning_but_its_crossover_sweep_alone_would():
     assert plan_warnings(specs) == []
     crossover = [s for s in specs if s.layer == ATTENTION and (s.d, s.heads, s.batch) == (128, 4, 4)]
     (line,) = plan_warnings(crossover)
-    assert line.startswith(f"{ATTENTION} at d=128, heads=4, batch=4: the n-sweep n=64,128,256,512,1024,2048")
-    assert "keeps 2 of 6 points" in line and "e.g. --n 1024,2048,4096" in line
+    assert line.startswith(f"{ATTENTION} at d=128, heads=4, batch=4: the n-sweep n=128,256,512,1024,2048")
+    assert "keeps 2 of 5 points" in line and "e.g. --n 1024,2048,4096" in line
 
 
 # ---------------------------------------------------------------------------------------- in `bench run`

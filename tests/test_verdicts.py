@@ -57,7 +57,11 @@ def _time_row(table):
     ],
 )
 def test_three_way_verdict(low, high, verdict, reason):
-    assert fits.judge(low, high, 1.0, 0.2) == (verdict, reason)
+    said, code, words = fits.judge(low, high, 1.0, 0.2)
+    assert (said, words) == (verdict, reason)
+    codes = {"interval within": "decided", "interval outside": "decided", "interval straddles": "straddles_band"}
+    codes |= {"interval too wide": "interval_too_wide", "no interval": "no_interval"}
+    assert code == next(c for words_, c in codes.items() if reason.startswith(words_))
 
 
 def test_an_interval_wider_than_the_limit_is_never_consistent_nor_inconsistent():
