@@ -271,7 +271,7 @@ def _ceilings(device: str, dtype: str) -> list:
 @functools.cache
 def _warm_probes() -> None:
     """The profiler's start-up (1.5 s on the 2-core VM) is no layer's cost."""
-    _visit(PointSpec("conv", n=TINY_N[0], d=TINY_D, k=3, batch=1))
+    _visit(PointSpec(models.ROLES.convolution, n=TINY_N[0], d=TINY_D, k=3, batch=1))
 
 
 def anchored(costs: Costs, members: list[PointSpec]) -> LayerCosts:

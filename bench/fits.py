@@ -158,8 +158,8 @@ INTERFACE_COLUMNS = ("layer", "device", "metric", "variable", "exponent", "ci_lo
 FIT_COLUMNS = [
     *INTERFACE_COLUMNS,
     *(
-        "reason_code",
         "reason",
+        "reason_code",
         "clock",
         "explanation",
         "tolerance",
@@ -236,7 +236,7 @@ def time_row(layer: str, sweep: pd.DataFrame, variable: str) -> dict:
 
 def time_row_and_range(layer: str, sweep: pd.DataFrame, variable: str) -> tuple[dict, TimeRange]:
     tr = time_fit_range(sweep, variable, layer)
-    if tr.reason:
+    if tr.code is not None:
         row = _no_fit(
             "time", layer, tr.sweep if len(tr.sweep) else clocks.on_clock(sweep), variable, tr.code, tr.reason
         )

@@ -38,7 +38,7 @@ RUN = (
     Column("error", "text", "", "why a point was not measured"),
     Column("point_id", "text", "", "the point's id in the run (a hash of its spec)"),
     Column(
-        "extended", "bool", "", "True: added by the run beyond its plan to bring a sweep to its answer (bench.extend)"
+        "extended", "bool", "", "True: added by the run beyond its plan to bring a sweep to its answer (bench.planner)"
     ),
     *NODE,
     Column("finished_utc", "text", "", "when the row was stored; always last"),

@@ -343,13 +343,9 @@ def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
     return result(data, "plateau", reason, overhead, size, Reason.NOT_ASYMPTOTIC)
 
 
-def short_reason(reason: str) -> str:
-    return reason.split(";")[0].split(" (")[0]
-
-
 def time_explanation(tr: TimeRange, variable: str) -> tuple[str, dict]:
     """(text, numbers) of what Table 1 leaves out that the data shows to matter: a per-call cost, element-wise work."""
-    data = tr.sweep if tr.reason or tr.data[variable].nunique() < 2 else tr.data
+    data = tr.sweep if tr.code is not None or tr.data[variable].nunique() < 2 else tr.data
     out, numbers = [], {}
     if tr.overhead is not None and len(data):
         c, rate = tr.overhead.per_call_s, tr.overhead.rate_flops_per_s

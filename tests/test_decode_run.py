@@ -18,8 +18,8 @@ from bench.fits import closed_form_crossover_n
 from bench.flops import count_flops
 from bench.presets import get_preset
 from bench.report.decode import generate_time_s
+from bench.report.headline import short_reason
 from bench.spec import PointSpec, expand_grid, source_key
-from bench.sweeps import short_reason
 
 
 def test_a_non_causal_inference_points_id_is_what_it_was_before_causal():

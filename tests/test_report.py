@@ -12,6 +12,7 @@ from bench.machine import machine_identity
 from bench.report import sections
 from bench.report.numbers import cite_sentence
 from bench.report.publish import OWN_FILES
+from bench.sweeps import Reason
 
 FAST = ["--rounds", "6", "--target-time", "0.01", "--passes", "3", "--no-progress"]
 
@@ -216,6 +217,8 @@ def test_report_of_hand_made_runs_shows_verdicts_reasons_and_flags(tmp_path, new
         "reason",
     ]
     assert set(fits["verdict"]) <= {"consistent", "inconsistent", "inconclusive"} and fits["reason"].notna().all()
+    assert fits.columns[10] == "reason_code" and set(fits["reason_code"]) <= {code.value for code in Reason}
+    assert (fits["reason_code"] == "decided").eq(fits["verdict"] != "inconclusive").all()
     time = fits[fits.metric == "time"].set_index("layer")
     assert time.loc["lstm", "verdict"] == "consistent"
     assert "✓" in md and "± 0.2 for time" in md and "IQR above 10 % of the median" in md

@@ -11,12 +11,15 @@ from models.config import SEQUENTIAL_GROWTH, growth_local_exponent
 
 from .. import clock, fits
 from ..policy import CPU, DEVICE
-from ..sweeps import short_reason
 from .context import ReportContext
 
 METRICS = {"flops": "FLOPs", "time": "time", "memory": "memory"}
 NO_BREAK = "\u00a0"
 SEQUENTIAL_TOLERANCE = 0.1  # |measured depth slope - the cell's slope| at most this for "as Table 1 says"
+
+
+def short_reason(reason: str) -> str:
+    return reason.split(";")[0].split(" (")[0]
 
 
 def _layers(ctx: ReportContext, source: str) -> list[str]:
