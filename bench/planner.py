@@ -255,7 +255,7 @@ def best(
         )
         for specs in options
     ]
-    scored = [c for c in scored if c.gain > 0]
+    scored = [c for c in scored if c.gain > 0 and math.isfinite(c.cost_s)]
     if not scored:
         return why if why[0] == Stop.MEMORY or not options else (Stop.NO_GAIN, "no affordable size narrows it")
     return max(scored, key=lambda c: (c.worth, -c.cost_s))
