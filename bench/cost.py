@@ -189,14 +189,16 @@ def calls_per_pass(call_s: float, policy: TimingPolicy) -> int:
 
 
 def tiny(spec: PointSpec, n: int) -> PointSpec:
-    """`spec` at length n, the narrowest width its heads allow, batch 1 (itself at n where no smaller size is valid)."""
+    """`spec` at length n, the narrowest width its heads allow, batch 1; `spec` itself where no such size is valid."""
     heads = spec.heads or 1
-    for candidate in (replace(spec, n=n, d=TINY_D * heads, batch=1), replace(spec, n=n, batch=1), replace(spec, n=n)):
-        try:
-            return validate(replace(candidate, window=min(spec.window, n)) if spec.window else candidate)
-        except BadInput:
-            continue
-    raise BadInput(f"{spec.layer}: no point at n = {n} to measure its fixed costs on")
+    while n < spec.n:
+        for candidate in (replace(spec, n=n, d=TINY_D * heads, batch=1), replace(spec, n=n, batch=1)):
+            try:
+                return validate(replace(candidate, window=min(spec.window, n)) if spec.window else candidate)
+            except BadInput:
+                continue
+        n *= 2
+    return spec
 
 
 def _visit(spec: PointSpec, with_probes: bool = True) -> tuple[float, float, float, int]:
