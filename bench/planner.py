@@ -49,6 +49,7 @@ class Stop(StrEnum):
 
     TOO_SHORT = "too_few_sizes"  # what the user gave, not extended
     ELSEWHERE = "decided_by_another_sweep"
+    SIBLING = "another_sweep_of_its_layer_first"
     MEMORY = "memory_bound_reached"
     NO_SIZE = "no_size_left"
     NO_GAIN = "no_point_narrows_it"
@@ -286,9 +287,13 @@ def choose(
             offers.append(found)
         else:
             stopped[state.key] = (state, *found)
-    chosen = []
+    chosen, families = [], set()
     for offer in sorted(offers, key=lambda c: (-c.worth, c.cost_s)):
-        if offer.cost_s <= left_s and not set(s.point_id for s in offer.specs) & known:
+        if _family(offer.state) in families:
+            words = f"another sweep of {offer.state.end.layer} against {offer.state.variable} is extended first"
+            stopped[offer.state.key] = (offer.state, Stop.SIBLING, words)
+        elif offer.cost_s <= left_s and not set(s.point_id for s in offer.specs) & known:
+            families.add(_family(offer.state))
             chosen.append(offer)
             left_s -= offer.cost_s
             known = known | {s.point_id for s in offer.specs}
