@@ -49,7 +49,6 @@ class Stop(StrEnum):
 
     TOO_SHORT = "too_few_sizes"  # what the user gave, not extended
     ELSEWHERE = "decided_by_another_sweep"
-    SIBLING = "another_sweep_of_its_layer_first"
     MEMORY = "memory_bound_reached"
     NO_SIZE = "no_size_left"
     NO_GAIN = "no_point_narrows_it"
@@ -287,13 +286,9 @@ def choose(
             offers.append(found)
         else:
             stopped[state.key] = (state, *found)
-    chosen, families = [], set()
+    chosen = []
     for offer in sorted(offers, key=lambda c: (-c.worth, c.cost_s)):
-        if _family(offer.state) in families:
-            words = f"another sweep of {offer.state.end.layer} against {offer.state.variable} is extended first"
-            stopped[offer.state.key] = (offer.state, Stop.SIBLING, words)
-        elif offer.cost_s <= left_s and not set(s.point_id for s in offer.specs) & known:
-            families.add(_family(offer.state))
+        if offer.cost_s <= left_s and not set(s.point_id for s in offer.specs) & known:
             chosen.append(offer)
             left_s -= offer.cost_s
             known = known | {s.point_id for s in offer.specs}

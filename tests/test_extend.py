@@ -108,23 +108,15 @@ def test_memory_stops_a_sweep_and_says_so_once():
     assert planner.lines(chosen, stopped, told) == []  # said once
 
 
-def test_the_budget_takes_the_most_narrowing_per_second_first_and_one_sweep_of_a_layer_a_round():
+def test_the_budget_takes_the_most_narrowing_per_second_first():
     cheap_specs, cheap = _conv_sweep([64, 128, 256, 512])
-    dear_specs = [PointSpec("lstm", n=n, d=16, batch=1) for n in (64, 128, 256, 512)]
+    dear_specs = [PointSpec("conv", n=n, d=16, batch=1, k=3) for n in (64, 128, 256, 512)]
     dear = _points(dear_specs, [1e-3 + 1e3 * s.n / 1e9 for s in dear_specs], [1e3 * s.n for s in dear_specs])
     specs, points = cheap_specs + dear_specs, pd.concat([cheap, dear], ignore_index=True)
-    chosen, stopped = _choose(points, specs, left_s=30.0, cost=lambda s: s.n / (512 if s.layer == "conv" else 64))
-    assert [c.state.end.layer for c in chosen] == ["conv"]  # the cheaper sweep's points fit; the dearer waits, says why
+    chosen, stopped = _choose(points, specs, left_s=30.0, cost=lambda s: s.n / (512 if s.d == 8 else 64))
+    assert [c.state.end.d for c in chosen] == [8]  # the cheaper sweep's points fit; the dearer waits, and says why
     ((_, stop, why),) = stopped.values()
     assert stop == planner.Stop.BUDGET and "over the" in why and "left of the extension's budget" in why
-    sibling_specs = [PointSpec("conv", n=n, d=16, batch=1, k=3) for n in (64, 128, 256, 512)]
-    sibling = _points(
-        sibling_specs, [1e-3 + 1e3 * s.n / 1e9 for s in sibling_specs], [1e3 * s.n for s in sibling_specs]
-    )
-    both = pd.concat([cheap, sibling], ignore_index=True)
-    chosen, stopped = _choose(both, cheap_specs + sibling_specs, left_s=1e3, cost=lambda s: s.n / 512)
-    ((_, stop, _),) = stopped.values()
-    assert len(chosen) == 1 and stop == planner.Stop.SIBLING  # a layer needs one verdict: one of its sweeps a round
 
 
 def test_the_plan_states_the_extension_budget_before_the_run():
