@@ -88,7 +88,7 @@ def analytic_flops(spec: PointSpec) -> int:
     return models.analytic_flops(spec.layer, spec.batch, spec.n, spec.config(), spec.mode, spec.device)
 
 
-def moved_bytes(spec: PointSpec) -> int:
+def activation_bytes(spec: PointSpec) -> int:
     cfg = spec.config()
     if spec.mode == DECODE_MODE:
         return models.analytic_decode_state_bytes(spec.layer, spec.batch, spec.n, cfg)
@@ -120,7 +120,7 @@ class Costs:
         ceil = self.ceilings[device_key(spec.device, spec.dtype)]
         work_s = analytic_flops(spec) / ceil.flops_per_s(spec.layer)
         if ceil.memory is not None:
-            moved = moved_bytes(spec)
+            moved = activation_bytes(spec)
             work_s = max(work_s, moved / ceil.memory.bytes_per_s(moved))
         return work_s
 

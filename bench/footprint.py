@@ -9,7 +9,7 @@ import torch
 import models
 from models.recurrent import onednn_takes
 
-from .cost import input_elements
+from .cost import activation_bytes, input_elements
 from .spec import DECODE_MODE, PointSpec
 
 TRAIN_HELD_COPIES = 2  # counted from bench.point (docs/method.md)
@@ -21,14 +21,6 @@ def _parameters(layer_cls: type, cfg: models.LayerConfig) -> int:
     with torch.device("meta"):
         module = layer_cls(cfg)
     return sum(p.numel() for p in module.parameters())
-
-
-def _activation_bytes(spec: PointSpec) -> int:
-    cfg = spec.config()
-    if spec.mode == DECODE_MODE:
-        return models.analytic_decode_state_bytes(spec.layer, spec.batch, spec.n, cfg)
-    n = spec.n + 1 if spec.decodes else spec.n
-    return models.analytic_activation_bytes(spec.layer, spec.batch, n, cfg)
 
 
 def flop_count_bytes(spec: PointSpec) -> int:
@@ -53,5 +45,5 @@ def point_memory_bytes(spec: PointSpec) -> int:
     copies = TRAIN_HELD_COPIES if spec.trains else 1
     weights = _parameters(models.LAYERS[spec.layer], cfg) * elem * copies
     inputs = input_elements(spec) * elem * copies
-    forward = (PREFILL_COPIES if spec.mode == DECODE_MODE else copies) * _activation_bytes(spec)
+    forward = (PREFILL_COPIES if spec.mode == DECODE_MODE else copies) * activation_bytes(spec)
     return weights + inputs + max(forward, flop_count_bytes(spec))

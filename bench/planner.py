@@ -29,6 +29,7 @@ from .sweeps import (
     plateau_start,
     predicted_values,
     sweeps,
+    table1_regime_start,
 )
 from .units import format_bytes, format_duration, sizes_text
 
@@ -326,15 +327,12 @@ def modelled_state(variable: str, members: list[PointSpec], call_s: Callable[[Po
     x = np.asarray([getattr(s, variable) for s in members], float)
     t = np.asarray([call_s(s) for s in members], float)
     flops = np.asarray([analytic_flops(s) for s in members], float)
-    predicted = predicted_values("time", end.layer, pd.DataFrame([s.as_row() for s in members]))
-    lx = np.log(x)
-    within = np.abs(np.diff(np.log(flops)) - np.diff(np.log(predicted))) <= TOLERANCE["flops"] * np.diff(lx)
-    regime = len(within)
-    while regime > 0 and within[regime - 1]:
-        regime -= 1
-    start = max(regime, plateau_start(flops / t))
+    frame = pd.DataFrame([s.as_row() for s in members]).assign(flops_counted=flops)
+    predicted = predicted_values("time", end.layer, frame)
+    regime = table1_regime_start(frame, variable, end.layer)
+    start = max(regime or 0, plateau_start(flops / t))
     fitted, exponent, code, decided = tuple(x[start:]), math.nan, Reason.NOT_ASYMPTOTIC, False
-    if len(x) - regime < MIN_FIT_POINTS:
+    if regime is None:
         code, fitted = Reason.FLOPS_TERM, ()
     elif len(fitted) >= ASYMPTOTIC_POINTS:
         exponent = loglog_slope(x[start:], t[start:])
