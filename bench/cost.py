@@ -12,7 +12,7 @@ import torch
 
 import models
 
-from . import peak
+from . import formats, peak
 from .errors import BadInput
 from .kept import kept
 from .point import PassFailure, draws, measure_pass
@@ -70,6 +70,7 @@ class LayerCosts:
     probes_s: float
     probe_step_s: float
     share: float = 1.0
+    prefill_s: float = 0.0  # each position of the state a decode visit builds
 
 
 def group_of(spec: PointSpec) -> tuple[str, str, str, str]:
@@ -128,23 +129,33 @@ class Costs:
         call_s = self.call_s(spec) if call_s is None else call_s
         own = self.layers[group_of(spec)]
         overhead_s = own.visit_s + input_elements(spec) * self.draw_s_per_element[spec.device]
+        overhead_s += own.prefill_s * spec.n * (spec.mode == DECODE_MODE)
         probes_s = own.probes_s + sequential_steps(spec) * own.probe_step_s
         return calls_s(spec, policy, call_s) + passes(spec, policy) * overhead_s + probes_s
 
 
 @dataclass(frozen=True)
 class Measured:
-    """Costs from a run's own visits: a new point's call extends its sweep's last two (never falling)."""
+    """A run's own costs: a new point's call and visit overhead extend its sweep's last two (power law; line), rising."""
 
     calls_s: Mapping[PointSpec, float]
-    visits_s: Mapping[PointSpec, float]
+    overheads_s: Mapping[PointSpec, float]  # each visit's seconds beyond its calls
     policy: TimingPolicy
 
     @classmethod
-    def of(cls, points, specs: Mapping[str, PointSpec], visits_s, policy: TimingPolicy) -> Measured:
+    def of(cls, calls: Mapping[PointSpec, float], visits: Mapping[PointSpec, list[float]], policy) -> Measured:
+        overheads = {
+            s: max(0.0, sum(visits[s]) / len(visits[s]) - calls_s(s, policy, call) / passes(s, policy))
+            for s, call in calls.items()
+            if visits.get(s)
+        }
+        return cls(dict(calls), overheads, policy)
+
+    @classmethod
+    def of_points(cls, points, specs: Mapping[str, PointSpec], records_of, policy: TimingPolicy) -> Measured:
         ok = points[(points["status"] == "ok") & points["point_id"].isin(list(specs))]
         calls = {specs[pid]: float(t) for pid, t in zip(ok["point_id"], ok["time_median_s"])}
-        return cls(calls, {s: visits_s(s) for s in calls}, policy)
+        return cls.of(calls, {s: [formats.visit_s(r) for r in records_of(s.point_id)] for s in calls}, policy)
 
     def _sweep(self, spec: PointSpec) -> tuple[str, list[PointSpec]]:
         for variable in ("n", "d", "k"):
@@ -164,14 +175,23 @@ class Measured:
         slope = max(0.0, math.log(tb / ta) / math.log(getattr(b, variable) / getattr(a, variable)))
         return tb * (x / getattr(b, variable)) ** slope
 
+    def overhead_s(self, spec: PointSpec) -> float:
+        if spec in self.overheads_s:
+            return self.overheads_s[spec]
+        variable, sweep = self._sweep(spec)
+        sweep = [s for s in sweep if s in self.overheads_s]
+        if len(sweep) < 2:
+            return min(self.overheads_s.values(), default=0.0)
+        (a, b), x = sweep[-2:], getattr(spec, variable)
+        oa, ob = self.overheads_s[a], self.overheads_s[b]
+        return ob + max(0.0, (ob - oa) / (getattr(b, variable) - getattr(a, variable))) * max(
+            0.0, x - getattr(b, variable)
+        )
+
     def visit_s(self, spec: PointSpec) -> float:
-        if spec in self.visits_s:
-            return self.visits_s[spec]
-        _, sweep = self._sweep(spec)
-        ends = [s for s in sweep[-1:] if s in self.visits_s] or list(self.visits_s)
-        beyond = [self.visits_s[s] - calls_s(s, self.policy, self.calls_s[s]) for s in ends]
         extra = 1 + self.policy.extra_budget * bool(self.policy.extra_passes)
-        return (calls_s(spec, self.policy, self.call_s(spec)) + max(0.0, min(beyond, default=0.0))) * extra
+        own = calls_s(spec, self.policy, self.call_s(spec)) + passes(spec, self.policy) * self.overhead_s(spec)
+        return own * extra
 
 
 def passes(spec: PointSpec, policy: TimingPolicy) -> int:
@@ -214,21 +234,28 @@ def _visit(spec: PointSpec, with_probes: bool = True) -> tuple[float, float, flo
 
 def measure_layer(spec: PointSpec) -> LayerCosts:
     short, long = (tiny(spec, n) for n in TINY_N)
-    return LayerCosts(**kept(f"layer {short.key} {long.key}", lambda: asdict(_tiny_costs(short, long))))
+    return LayerCosts(**kept(f"layer costs {short.key} {long.key}", lambda: asdict(_tiny_costs(short, long))))
 
 
 def _tiny_costs(short: PointSpec, long: PointSpec) -> LayerCosts:
     _warm_probes()
     steps0, steps1 = sequential_steps(short), sequential_steps(long)
     call0, visit0, probes0, calls0 = _visit(short)
-    step_s = probe_step_s = 0.0
-    if steps1 > steps0:
-        call1, _, probes1, _ = _visit(long)
-        step_s = max(0.0, (call1 - call0) / (steps1 - steps0))
-        probe_step_s = max(0.0, (probes1 - probes0) / (steps1 - steps0))
+    fixed0 = visit0 - (calls0 + CALIBRATION_CALLS + PROBE_CALLS) * call0 - probes0
+    step_s = probe_step_s = prefill_s = 0.0
+    if steps1 > steps0 or (short.mode == DECODE_MODE and long.n > short.n):
+        call1, visit1, probes1, calls1 = _visit(long)
+        fixed1 = visit1 - (calls1 + CALIBRATION_CALLS + PROBE_CALLS) * call1 - probes1
+        if steps1 > steps0:
+            step_s = max(0.0, (call1 - call0) / (steps1 - steps0))
+            probe_step_s = max(0.0, (probes1 - probes0) / (steps1 - steps0))
+        else:
+            prefill_s = max(0.0, (fixed1 - fixed0) / (long.n - short.n))
     call_s = max(0.0, call0 - steps0 * step_s)
-    fixed_visit_s = max(0.0, visit0 - (calls0 + CALIBRATION_CALLS + PROBE_CALLS) * call0 - probes0)
-    return LayerCosts(call_s, step_s, fixed_visit_s, max(0.0, probes0 - steps0 * probe_step_s), probe_step_s)
+    fixed_visit_s = max(0.0, fixed0 - short.n * prefill_s)
+    return LayerCosts(
+        call_s, step_s, fixed_visit_s, max(0.0, probes0 - steps0 * probe_step_s), probe_step_s, prefill_s=prefill_s
+    )
 
 
 def draw_s_per_element(device: str) -> float:

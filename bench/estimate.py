@@ -79,7 +79,7 @@ def first_pass_line(records: Mapping[PointSpec, dict], policy: TimingPolicy, mem
     extending = ""
     if extend_s:
         calls = {s: float(r["stats"]["median"]) for s, r in records.items()}
-        own = cost.Measured(calls, {s: formats.visit_s(r) * policy.passes for s, r in records.items()}, policy)
+        own = cost.Measured.of(calls, {s: [formats.visit_s(r)] for s, r in records.items()}, policy)
         foreseen_s, _ = planner.extension_s(list(records), own.call_s, own.visit_s, extend_s, memory_limits)
         extending = (
             f", about {format_duration(foreseen_s)} (at most {format_duration(extend_s)}) extending sweeps that do not"

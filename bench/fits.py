@@ -71,7 +71,7 @@ RANGE_RULE_TEXT = {
         f"plateau (achieved rate, counted FLOPs / median time, within {_g(100 * PLATEAU_FRACTION)} % of the "
         f"sweep's best) and in Table 1's regime (every local exponent of the counted FLOPs from there on "
         f"within ± {_g(TOLERANCE['flops'])} of the table's) to the end; "
-        f"points judged unreliable are left out; fewer than {MIN_FIT_POINTS} points there is "
+        f"points without a trusted time are left out; fewer than {MIN_FIT_POINTS} points there is "
         f'"not asymptotic yet"'
     ),
 }
@@ -87,7 +87,9 @@ def method_text() -> str:
         f"h_meas from the points' own uncertainty, for time only (FLOPs and memory are exact per point): each "
         f"point's stored {_g(100 * policy.CONFIDENCE)} % interval of its median time gives the spread of its "
         f"log time, propagated exactly through the slope. A time fit uses one clock for all its points, the CPU "
-        f"clock where any of them was timed on it (bench.clock), and says which. Verdicts ({marks}): with the band "
+        f"clock where any of them was timed on it (bench.clock), and one statistic, each point's median or, where "
+        f"any point's median is not to be trusted, each point's fastest round (no interval: the scatter carries "
+        f"the noise), and says which. Verdicts ({marks}): with the band "
         f"predicted {tolerances}, consistent when the whole interval lies inside the band, inconsistent when it "
         f"lies wholly outside, inconclusive otherwise (an interval straddling an edge, wider than "
         f"{_g(MAX_VERDICT_WIDTH)}, fewer than {MIN_FIT_POINTS} points, or a time sweep not asymptotic yet); "
@@ -161,6 +163,7 @@ FIT_COLUMNS = [
         "reason",
         "reason_code",
         "clock",
+        "statistic",
         "explanation",
         "tolerance",
         "range_rule",
@@ -246,6 +249,11 @@ def time_row_and_range(layer: str, sweep: pd.DataFrame, variable: str) -> tuple[
         row["reason"] += (
             f"; {tr.left_out} unreliable point{'s' if tr.left_out != 1 else ''} left out, {len(tr.sweep)} left"
         )
+    if tr.untrusted_medians:
+        row["reason"] += (
+            f"; on each point's fastest round: {tr.untrusted_medians} of the {len(sweep)} medians are not to be "
+            "trusted (their rounds lost speed to other programs or the host)"
+        )
     row["reason"] += _unusable_text(clocks.on_clock(sweep, tr.clock), "time_s", f"time on the {tr.clock} clock")
     row["explanation"] = ""
     if row["verdict"] != "consistent" and len(tr.sweep) >= MIN_FIT_POINTS:
@@ -253,7 +261,8 @@ def time_row_and_range(layer: str, sweep: pd.DataFrame, variable: str) -> tuple[
         row.update(numbers)
         if row["explanation"]:
             row["reason"] += f"; {row['explanation']}"
-    row.update(clock=tr.clock, range_rule=tr.rule, unreliable_left_out=tr.left_out, plateau_size=tr.plateau_size)
+    row.update(clock=tr.clock, statistic=tr.statistic, range_rule=tr.rule, unreliable_left_out=tr.left_out)
+    row.update(plateau_size=tr.plateau_size)
     return row | _fitted_range(tr.data, variable), tr
 
 

@@ -48,7 +48,7 @@ WORDS = {
 class Stop(StrEnum):
     """Why a sweep without a verdict gets no point this round."""
 
-    TOO_SHORT = "too_few_sizes"  # what the user gave, not extended
+    TOO_SHORT = "too_few_sizes"
     ELSEWHERE = "decided_by_another_sweep"
     MEMORY = "memory_bound_reached"
     NO_SIZE = "no_size_left"
@@ -99,9 +99,9 @@ def halfwidth(sizes, sigma: float) -> float:
 
 @functools.cache
 def _t(degrees: int) -> float:
-    from scipy import stats  # noqa: PLC0415 - at import, every `python -m bench` would pay half a second
+    from scipy.special import stdtrit  # noqa: PLC0415 - scipy.stats would cost a dry run a second of import
 
-    return float(stats.t.ppf(0.5 + CONFIDENCE / 2, degrees))
+    return float(stdtrit(degrees, 0.5 + CONFIDENCE / 2))
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def state_of(key: tuple, variable: str, sweep: pd.DataFrame, end: PointSpec, sig
     else:
         needed = abs(TOLERANCE["time"] - abs(exponent - row["predicted"]))
         decided = math.isfinite(exponent) and 0 < needed and halfwidth(fitted, sigma) <= needed
-    reliable = (len(tr.sweep) + 1) / (len(sweep) + 2)  # Laplace's rule of succession
+    reliable = (len(tr.sweep) + 1) / (len(sweep) + 2)
     return SweepState(
         key, variable, end, sizes, fitted, joins_from, code, exponent, row["predicted"], sigma, decided, reliable
     )
@@ -333,13 +333,16 @@ def modelled_state(variable: str, members: list[PointSpec], call_s: Callable[[Po
     start = max(regime or 0, plateau_start(flops / t))
     fitted, exponent, code, decided = tuple(x[start:]), math.nan, Reason.NOT_ASYMPTOTIC, False
     if regime is None:
-        code, fitted = Reason.FLOPS_TERM, ()
+        code = Reason.FLOPS_TERM
+        fitted = tuple(v for v in x if v >= flops_regime_start(end, variable, _step(x)))
     elif len(fitted) >= ASYMPTOTIC_POINTS:
         exponent = loglog_slope(x[start:], t[start:])
         needed = abs(TOLERANCE["time"] - abs(exponent - loglog_slope(x[start:], predicted[start:])))
         decided = halfwidth(fitted, SIGMA_PRIOR) <= needed
         code = Reason.DECIDED if decided else Reason.STRADDLES
-    joins_from = fitted[0] if code == Reason.STRADDLES else math.nextafter(x[-1], math.inf)
+    joins_from = (
+        fitted[0] if code in (Reason.STRADDLES, Reason.FLOPS_TERM) and fitted else math.nextafter(x[-1], math.inf)
+    )
     return SweepState(
         (variable, replace(end, **{variable: 0})),
         variable,

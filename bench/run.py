@@ -251,7 +251,7 @@ class Run:
             ids = {s.point_id: s for s in self.specs}
             points = self.folder.points()
             left_s = budget_s - self._visits_s(self.extended)
-            own = Measured.of(points, ids, lambda s: self._visits_s([s]), self.policy)
+            own = Measured.of_points(points, ids, self.folder.records_of, self.policy)
             chosen, stopped = planner.choose(planner.states(points, ids), set(ids), own.visit_s, limits, left_s)
             for line in planner.lines(chosen, stopped, told):
                 self.log(line)

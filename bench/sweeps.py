@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -204,9 +205,7 @@ def plateau_start(rates) -> int:
 
 
 def z_of(confidence: float) -> float:
-    from scipy import stats  # noqa: PLC0415 - at import, every `python -m bench` would pay half a second
-
-    return float(stats.norm.ppf(0.5 + confidence / 2))
+    return NormalDist().inv_cdf(0.5 + confidence / 2)
 
 
 def log_sigma_from_interval(ci_low, ci_high, confidence: float = policy.CONFIDENCE) -> np.ndarray:
@@ -219,7 +218,7 @@ def log_sigma_from_interval(ci_low, ci_high, confidence: float = policy.CONFIDEN
 
 def settled_start(sweep: pd.DataFrame, variable: str, start: int, confidence: float = policy.CONFIDENCE) -> int:
     """start, past each leading point off the power law of the points after it (outside its prediction interval)."""
-    from scipy import stats  # noqa: PLC0415 - as z_of
+    from scipy import stats  # noqa: PLC0415 - at import, every `python -m bench` would pay half a second
 
     lx, ly = np.log(sweep[variable].to_numpy(float)), np.log(sweep["time_s"].to_numpy(float))
     sigma = log_sigma_from_interval(sweep["time_s_ci_low"], sweep["time_s_ci_high"], confidence)
@@ -251,7 +250,7 @@ def overhead_fit(flops, time_s) -> OverheadFit:
     """t = c + f/R by non-negative least squares on relative error (rows scaled by 1/t), as two_term_fit."""
     f, t = np.asarray(flops, float), np.asarray(time_s, float)
     basis = np.column_stack([np.ones_like(f), f]) / t[:, None]
-    from scipy import optimize  # noqa: PLC0415 - as z_of
+    from scipy import optimize  # noqa: PLC0415 - as settled_start
 
     (c, inverse_rate), _ = optimize.nnls(basis, np.ones_like(t))
     return OverheadFit(float(c), math.inf if inverse_rate == 0 else float(1 / inverse_rate))
@@ -284,19 +283,24 @@ class TimeRange:
     overhead: OverheadFit | None
     plateau_size: float  # where "not asymptotic yet": the size that would reach the plateau
     clock: str = policy.WALL
+    statistic: str = clocks.MEDIAN
+    untrusted_medians: int = 0
 
 
 def time_fit_range(sweep: pd.DataFrame, variable: str, layer: str) -> TimeRange:
     """The measured asymptotic range of one time sweep, on one clock for all its points."""
-    sweep = clocks.on_clock(sweep.sort_values(variable))
+    sweep = clocks.for_fit(sweep.sort_values(variable))
     on = sweep["clock"].iloc[0] if len(sweep) else policy.WALL
+    statistic = sweep["statistic"].iloc[0] if len(sweep) else clocks.MEDIAN
+    untrusted = int((~clocks.reliable_on(sweep, on)).sum()) if statistic == clocks.MIN else 0
     timed = sweep[sweep["time_s"].notna() & (sweep["time_s"] > 0)]
     keep = timed["time_ok"].astype(bool)
     reliable = timed[keep]
     left_out = int((~keep).sum())
 
     def result(data, rule, reason, overhead=None, size=math.nan, code=Reason.TOO_FEW_POINTS) -> TimeRange:
-        return TimeRange(data, reliable, rule, left_out, reason, code if reason else None, overhead, size, on)
+        code = code if reason else None
+        return TimeRange(data, reliable, rule, left_out, reason, code, overhead, size, on, statistic, untrusted)
 
     if len(reliable) < MIN_FIT_POINTS:
         return result(reliable, "plateau", f"too few points ({len(reliable)} < {MIN_FIT_POINTS})")

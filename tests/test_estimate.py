@@ -304,3 +304,11 @@ def test_a_layer_that_convolves_takes_the_convolutions_rate_and_the_others_the_m
     ceilings = Ceilings(4.9e13, 3.0e14, None)
     assert ceilings.flops_per_s("conv") == 3.0e14 == ceilings.flops_per_s("conv_dilated")
     assert ceilings.flops_per_s("conv_separable") == 4.9e13
+
+
+def test_a_decode_visit_pays_each_position_it_prefills():
+    short, long = (PointSpec("lstm", n=n, d=16, batch=2, mode="decode") for n in (1000, 3000))
+    costs = _costs([short], layer=dataclasses.replace(FIXED, prefill_s=2e-5))
+    on = TimingPolicy(passes=3, extra_passes=0)
+    visits = costs.visit_s(long, on, 1e-3) - costs.visit_s(short, on, 1e-3)  # equal calls: prefill and inputs
+    assert visits == pytest.approx(3 * 2000 * (2e-5 + 2 * 16 * 5e-9))

@@ -12,7 +12,7 @@ import pytest
 
 from bench import planner, policy
 from bench.cli import main
-from bench.cost import Ceilings, Costs, LayerCosts, Measured, analytic_flops, group_of
+from bench.cost import Ceilings, Costs, LayerCosts, Measured, analytic_flops, calls_s, group_of, passes
 from bench.estimate import estimate_plan, first_pass_line
 from bench.folder import read_points
 from bench.footprint import point_memory_bytes
@@ -160,7 +160,7 @@ def test_after_the_first_pass_the_extension_is_foreseen_from_its_own_calls():
         "the first pass took 2 s (0 s of it counting FLOPs and memory): about 3 s more for 2 more passes"
     )
     assert "(at most 1.5 min) extending sweeps that do not decide" in line
-    own = Measured({s: r["stats"]["median"] for s, r in records.items()}, {s: 1.5 for s in specs}, on)
+    own = Measured.of({s: r["stats"]["median"] for s, r in records.items()}, {s: [0.5] for s in specs}, on)
     assert own.call_s(specs[0]) == records[specs[0]]["stats"]["median"]
     larger = PointSpec("conv", n=1024, d=8, batch=1, k=3)
     slope = math.log(own.call_s(specs[-1]) / own.call_s(specs[-2])) / math.log(2)
@@ -234,3 +234,20 @@ def test_a_sweep_too_short_to_fit_is_said_not_extended(tmp_path, capsys, monkeyp
     assert main(["run", *grid, "--target-time", "0.005", "--out", str(tmp_path / "run")]) == 0
     err = capsys.readouterr().err
     assert "not extended: conv against n" in err and "needs 3 sizes to fit" in err
+
+
+def test_a_new_points_visits_extend_their_overhead_along_the_line_of_its_sweeps_last_two():
+    """A decode visit prefills n positions: its overhead beyond its calls grows with n, and is never foreseen falling."""
+    on = policy.TimingPolicy(passes=3, extra_passes=0)
+    specs = [PointSpec("lstm", n=n, d=8, batch=1, mode="decode") for n in (1024, 2048, 4096)]
+    call = 1e-4
+
+    def visits(overhead_s: float) -> list[float]:
+        return [calls_s(specs[0], on, call) / passes(specs[0], on) + overhead_s] * passes(specs[0], on)
+
+    rising = Measured.of({s: call for s in specs}, {s: visits(0.1 + 1e-4 * s.n) for s in specs}, on)
+    new = PointSpec("lstm", n=16384, d=8, batch=1, mode="decode")
+    assert rising.overhead_s(new) == pytest.approx(0.1 + 1e-4 * 16384)
+    assert rising.visit_s(new) == pytest.approx(calls_s(new, on, call) + passes(new, on) * (0.1 + 1e-4 * 16384))
+    falling = Measured.of({s: call for s in specs}, {s: visits(1.0 - 1e-4 * s.n) for s in specs}, on)
+    assert falling.overhead_s(new) == pytest.approx(1.0 - 1e-4 * 4096)  # its last point's, not less

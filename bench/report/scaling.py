@@ -105,9 +105,11 @@ def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, tuple]:
             text = "–"
             if row.has_fit:
                 on = row.clock if metric == "time" and isinstance(row.clock, str) else ""
+                fastest = on and getattr(row, "statistic", "") == "min"
                 note = (
                     f"{metric} ∝ {variable}^e over {variable} = {int(row.x_min)}..{int(row.x_max)} ({row.fixed}, "
-                    f"batch {int(row.batch)}{f'; {on} clock' if on else ''}); predicted {row.predicted:.2f} "
+                    f"batch {int(row.batch)}{f'; {on} clock' if on else ''}"
+                    f"{', the fastest round of each point' if fastest else ''}); predicted {row.predicted:.2f} "
                     f"({fits.predicted_text(layer, row.mode, metric)}); "
                     f"verdict {row.verdict} (tolerance ±{row.tolerance:g}): {row.reason}"
                 )
@@ -133,6 +135,7 @@ def _range_text(row) -> str:
     else:
         used = f"{row.variable} {int(row.x_min)}–{int(row.x_max)}"
     on = f", {row.clock} clock" if row.metric == "time" and isinstance(row.clock, str) and row.clock else ""
+    on += ", fastest rounds" if on and getattr(row, "statistic", "") == "min" else ""
     return (
         f"{used} ({int(row.points)} of {int(row.sweep_points)} points of {row.variable} {swept}; "
         f"{row.range_rule}), {row.fixed}, batch {int(row.batch)}{on}"

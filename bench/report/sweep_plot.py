@@ -93,7 +93,7 @@ def hollow_handle() -> Line2D:
 def on_sweep_clocks(data: pd.DataFrame) -> pd.DataFrame:
     if data.empty:
         return data
-    parts = [clock.on_clock(group) for _, group in data.groupby(["source", "layer"], sort=False)]
+    parts = [clock.for_fit(group) for _, group in data.groupby(["source", "layer"], sort=False)]
     return pd.concat(parts, ignore_index=True)
 
 
