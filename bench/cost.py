@@ -20,7 +20,7 @@ from .policy import WARMUP_ROUNDS, TimingPolicy
 from .spec import DECODE_MODE, PointSpec, device_key, validate
 
 ANCHOR_WORK_OVER_FIXED, ANCHOR_MAX_S = 4.0, 0.01  # where a layer's share of the ceilings is measured
-TINY_N, TINY_D = (8, 40), 8  # the points a layer's fixed and per-step costs are measured on
+TINY_N, TINY_D = (8, 40, 1280), 8  # a layer's fixed costs at n = 8, per step from 40, per prefilled position 1280
 TINY_POLICY = TimingPolicy(min_rounds=3, max_rounds=10, target_s=0.01, min_round_s=0.001, passes=1)
 QUICK_POLICY = TimingPolicy(min_rounds=3, max_rounds=10, target_s=0.05, min_round_s=0.005, passes=1)
 CALIBRATION_CALLS, PROBE_CALLS = 2, 2  # counted from bench.timing.calibrate and the two probes
@@ -233,7 +233,7 @@ def _visit(spec: PointSpec, with_probes: bool = True) -> tuple[float, float, flo
 
 
 def measure_layer(spec: PointSpec) -> LayerCosts:
-    short, long = (tiny(spec, n) for n in TINY_N)
+    short, long = (tiny(spec, n) for n in (TINY_N[0], TINY_N[2 if spec.mode == DECODE_MODE else 1]))
     return LayerCosts(**kept(f"layer costs {short.key} {long.key}", lambda: asdict(_tiny_costs(short, long))))
 
 

@@ -251,8 +251,8 @@ def time_row_and_range(layer: str, sweep: pd.DataFrame, variable: str) -> tuple[
         )
     if tr.untrusted_medians:
         row["reason"] += (
-            f"; on each point's fastest round: {tr.untrusted_medians} of the {len(sweep)} medians are not to be "
-            "trusted (their rounds lost speed to other programs or the host)"
+            f"; on each point's fastest round (medians not to be trusted: {tr.untrusted_medians} of {len(sweep)}, "
+            "their rounds slowed by other programs or the host)"
         )
     row["reason"] += _unusable_text(clocks.on_clock(sweep, tr.clock), "time_s", f"time on the {tr.clock} clock")
     row["explanation"] = ""
