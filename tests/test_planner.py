@@ -216,3 +216,14 @@ def test_replayed_on_a_reference_run_it_decides_as_many_fits_as_the_planner_that
         now = pd.concat([now, pd.DataFrame([found[s.point_id][0] for c in chosen for s in c.specs])], ignore_index=True)
         left_s -= sum(c.cost_s for c in chosen)
     assert _decided(now) >= _decided(points)
+
+
+def test_a_modelled_sweep_whose_flops_term_is_not_set_yet_joins_new_sizes_as_a_measured_one():
+    """Attention at n < 8d: the n²·d term does not set its FLOPs yet; the sizes from where it does (its end, here)
+    count toward a fit in the model as in a run, so the model takes the three rungs a run takes, not four."""
+    members = [PointSpec("attention", n=n, d=48, heads=3, batch=3) for n in (96, 192, 384, 768, 1536)]
+    state = planner.modelled_state("n", members, lambda s: analytic_flops(s) / 1e10)
+    start = planner.flops_regime_start(members[-1], "n", 2.0)
+    assert state.code == Reason.FLOPS_TERM and start == 1536
+    assert state.fitted == (1536.0,) and state.joins_from == 1536
+    assert state.gain([2048, 3072, 4096]) > 0 and state.gain([2048, 3072]) == 0
