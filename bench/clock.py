@@ -1,5 +1,4 @@
-"""A points table's times on one clock (the CPU clock where any point needs it and all have their own thread's, else
-the wall clock) and one statistic (the median, or the fastest round: group_statistic), each point's figures on them."""
+"""A points table's times on one clock and one statistic (group_clock, group_statistic): each point's figures."""
 
 from __future__ import annotations
 

@@ -164,6 +164,8 @@ FIT_COLUMNS = [
         "reason_code",
         "clock",
         "statistic",
+        "complexity_class",
+        "complexity_excluded",
         "explanation",
         "tolerance",
         "range_rule",
@@ -214,7 +216,29 @@ def _fit_row(metric: str, layer: str, data: pd.DataFrame, variable: str, column:
     sigma, uncertainty = _measurement_sigma(data) if metric == "time" else (None, "exact")
     fit = power_law_fit(data[variable], data[column], sigma_log=sigma)
     predicted = predicted_exponent(metric, layer, data, variable)
-    return _row(fit, predicted, *judge(fit.ci_low, fit.ci_high, predicted, TOLERANCE[metric]), uncertainty)
+    row = _row(fit, predicted, *judge(fit.ci_low, fit.ci_high, predicted, TOLERANCE[metric]), uncertainty)
+    return row | complexity(data[variable], data[column], fit.ci_low, fit.ci_high, variable)
+
+
+COMPLEXITY_CLASSES = {
+    "1": lambda u: 0 * u,
+    "log {x}": np.log,
+    "{x}": lambda u: u,
+    "{x} log {x}": lambda u: u + np.log(u),
+    "{x}²": lambda u: 2 * u,
+    "{x}³": lambda u: 3 * u,
+}
+
+
+def complexity(x, y, ci_low: float, ci_high: float, variable: str) -> dict:
+    """Of Google Benchmark's oAuto classes (log f by log x), the best fit on log y; those outside [ci_low, ci_high]."""
+    u, log_y = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
+    shapes = {name.format(x=variable): f(u) for name, f in COMPLEXITY_CLASSES.items()}
+    scatter = {name: float(np.std(log_y - shape)) for name, shape in shapes.items()}
+    slopes = {name: float(np.polyfit(u, shape, 1)[0]) for name, shape in shapes.items()}
+    excluded = [name for name, slope in slopes.items() if not ci_low - 1e-9 <= slope <= ci_high + 1e-9]
+    excluded = excluded if math.isfinite(ci_high - ci_low) else []
+    return dict(complexity_class=min(scatter, key=scatter.get), complexity_excluded=", ".join(excluded))
 
 
 def _no_fit(metric: str, layer: str, sweep: pd.DataFrame, variable: str, code: Reason, reason: str) -> dict:

@@ -364,3 +364,29 @@ def test_a_time_fit_needs_four_points_from_its_plateau_on():
     )
     row = _time_row(fits.fit_table(settled))
     assert row.points == 4 and not row.reason.startswith("not asymptotic yet")
+
+
+@pytest.mark.parametrize(
+    "shape, best",
+    [
+        (lambda n: 5.0 + 0 * n, "1"),
+        (lambda n: np.log(n), "log n"),
+        (lambda n: n, "n"),
+        (lambda n: n * np.log(n), "n log n"),
+        (lambda n: n**2, "n²"),
+        (lambda n: n**3, "n³"),
+    ],
+)
+def test_the_complexity_class_fitting_best_is_named_by_hand_made_shapes(shape, best):
+    n = np.array([64.0, 128, 256, 512, 1024, 2048, 4096])
+    assert fits.complexity(n, 3e-7 * shape(n), -10, 10, "n") == dict(complexity_class=best, complexity_excluded="")
+
+
+def test_the_classes_an_interval_excludes_are_those_whose_exponent_over_the_points_lies_outside_it():
+    n = np.array([64.0, 128, 256, 512, 1024, 2048, 4096])
+    # n log n's exponent over 64..4096 is 1 + 1/mean(ln n) ≈ 1.16; log n's 1/mean(ln n) ≈ 0.16
+    assert fits.complexity(n, n**2, 1.9, 2.1, "n")["complexity_excluded"] == "1, log n, n, n log n, n³"
+    assert fits.complexity(n, n, 0.9, 1.1, "n")["complexity_excluded"] == "1, log n, n log n, n², n³"
+    assert fits.complexity(n, n, 0.9, 1.2, "n")["complexity_excluded"] == "1, log n, n², n³"
+    assert fits.complexity(n, n, 1.0, 1.0, "d")["complexity_excluded"] == "1, log d, d log d, d², d³"  # exact FLOPs
+    assert fits.complexity(n, n, math.nan, math.nan, "n")["complexity_excluded"] == ""  # no interval: none
