@@ -97,23 +97,17 @@ def on_clock(points: pd.DataFrame, clock: str | None = None, statistic: str = ME
 
     if statistic == MIN:
         time_s, nothing = column(fastest), pd.Series(float("nan"), index=points.index)
-        return points.assign(
-            time_s=time_s,
-            time_s_ci_low=nothing,
-            time_s_ci_high=nothing,
-            time_s_iqr=column(iqr),
-            time_ok=(time_s > 0).to_numpy(),
-            clock=clock,
-            statistic=MIN,
-        )
+        ci_low, ci_high, ok = nothing, nothing, time_s > 0
+    else:
+        time_s, ci_low, ci_high, ok = column(median), column(low), column(high), reliable_on(points, clock)
     return points.assign(
-        time_s=column(median),
-        time_s_ci_low=column(low),
-        time_s_ci_high=column(high),
+        time_s=time_s,
+        time_s_ci_low=ci_low,
+        time_s_ci_high=ci_high,
         time_s_iqr=column(iqr),
-        time_ok=reliable_on(points, clock).to_numpy(),
+        time_ok=ok.to_numpy(),
         clock=clock,
-        statistic=MEDIAN,
+        statistic=statistic,
     )
 
 

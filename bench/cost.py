@@ -157,36 +157,33 @@ class Measured:
         calls = {specs[pid]: float(t) for pid, t in zip(ok["point_id"], ok["time_median_s"])}
         return cls.of(calls, {s: [formats.visit_s(r) for r in records_of(s.point_id)] for s in calls}, policy)
 
-    def _sweep(self, spec: PointSpec) -> tuple[str, list[PointSpec]]:
+    def _last_two(self, spec: PointSpec, known: Mapping) -> tuple[str, PointSpec, PointSpec] | None:
         for variable in ("n", "d", "k"):
-            same = [s for s in self.calls_s if s == replace(spec, **{variable: getattr(s, variable)})]
+            same = [s for s in known if s == replace(spec, **{variable: getattr(s, variable)})]
             if len(same) >= 2:
-                return variable, sorted(same, key=lambda s: getattr(s, variable))
-        return "n", []
+                a, b = sorted(same, key=lambda s: getattr(s, variable))[-2:]
+                return variable, a, b
+        return None
 
     def call_s(self, spec: PointSpec) -> float:
         if spec in self.calls_s:
             return self.calls_s[spec]
-        variable, sweep = self._sweep(spec)
-        if not sweep:
+        if (found := self._last_two(spec, self.calls_s)) is None:
             return max(self.calls_s.values())
-        (a, b), x = sweep[-2:], getattr(spec, variable)
+        variable, a, b = found
         ta, tb = self.calls_s[a], self.calls_s[b]
         slope = max(0.0, math.log(tb / ta) / math.log(getattr(b, variable) / getattr(a, variable)))
-        return tb * (x / getattr(b, variable)) ** slope
+        return tb * (getattr(spec, variable) / getattr(b, variable)) ** slope
 
     def overhead_s(self, spec: PointSpec) -> float:
         if spec in self.overheads_s:
             return self.overheads_s[spec]
-        variable, sweep = self._sweep(spec)
-        sweep = [s for s in sweep if s in self.overheads_s]
-        if len(sweep) < 2:
+        if (found := self._last_two(spec, self.overheads_s)) is None:
             return min(self.overheads_s.values(), default=0.0)
-        (a, b), x = sweep[-2:], getattr(spec, variable)
+        variable, a, b = found
         oa, ob = self.overheads_s[a], self.overheads_s[b]
-        return ob + max(0.0, (ob - oa) / (getattr(b, variable) - getattr(a, variable))) * max(
-            0.0, x - getattr(b, variable)
-        )
+        per_size = max(0.0, (ob - oa) / (getattr(b, variable) - getattr(a, variable)))
+        return ob + per_size * max(0.0, getattr(spec, variable) - getattr(b, variable))
 
     def visit_s(self, spec: PointSpec) -> float:
         extra = 1 + self.policy.extra_budget * bool(self.policy.extra_passes)

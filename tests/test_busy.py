@@ -201,23 +201,18 @@ def test_a_fraction_above_the_measured_peak_is_flagged(busy_run, tmp_path):
     assert bandwidth == float(f"{meta['memory_bandwidth']['cpu']['bytes_per_s']:.4g}")
 
 
+def _lstm_sweep(n: np.ndarray, times: dict) -> pd.DataFrame:
+    """lstm's inference points at lengths n (d = 16, batch 1), ok, with their FLOPs and memory and `times`."""
+    identity = dict(layer="lstm", device="cpu", dtype="float32", mode="inference", batch=1, n=n, d=16)
+    sizes = dict(k=None, heads=None, window=None, status="ok", flops_counted=16 * n * 16 * 16, mem_peak_bytes=64 * n)
+    return pd.DataFrame(identity | sizes | times)
+
+
 def test_fits_name_their_clock_and_the_range_rule_holds_on_it():
-    n = [256, 512, 1024, 2048]
-    points = pd.DataFrame(
+    n = np.array([256, 512, 1024, 2048])
+    points = _lstm_sweep(
+        n,
         {
-            "layer": "lstm",
-            "device": "cpu",
-            "dtype": "float32",
-            "mode": "inference",
-            "batch": 1,
-            "n": n,
-            "d": 16,
-            "k": None,
-            "heads": None,
-            "window": None,
-            "status": "ok",
-            "flops_counted": [16 * x * 16 * 16 for x in n],
-            "mem_peak_bytes": [64 * x for x in n],
             "time_median_s": [4e-6 * x for x in n],  # the wall clock: doubled by the load from n = 1024 on
             "time_cpu_median_s": [2e-6 * x for x in n],
             "time_ci_low_s": [3.9e-6 * x for x in n],
@@ -229,7 +224,7 @@ def test_fits_name_their_clock_and_the_range_rule_holds_on_it():
             "time_wall_flag": "",
             "time_cpu_flag": "",
             "time_reliable": True,
-        }
+        },
     )
     points.loc[2:, "time_median_s"] *= 2
     row = fits.fit_table(points).set_index("metric").loc["time"]
@@ -254,21 +249,9 @@ def test_a_fit_with_a_median_not_to_be_trusted_fits_every_points_fastest_round()
     """Rounds that lost speed (a VM's vCPU at two speeds by turns) only add time: one statistic for all the points."""
     n = np.array([48, 192, 768, 3072, 12288, 49152])
     slow = np.array([1.9, 1.2, 1.7, 1.0, 2.0, 1.4])  # each point's median over its fastest round
-    points = pd.DataFrame(
+    points = _lstm_sweep(
+        n,
         {
-            "layer": "lstm",
-            "device": "cpu",
-            "dtype": "float32",
-            "mode": "inference",
-            "batch": 1,
-            "n": n,
-            "d": 16,
-            "k": None,
-            "heads": None,
-            "window": None,
-            "status": "ok",
-            "flops_counted": 16 * n * 16 * 16,
-            "mem_peak_bytes": 64 * n,
             "time_min_s": 1e-6 * n,
             "time_median_s": 1e-6 * n * slow,
             "time_ci_low_s": 0.97e-6 * n * slow,
@@ -276,7 +259,7 @@ def test_a_fit_with_a_median_not_to_be_trusted_fits_every_points_fastest_round()
             "time_clock": WALL,
             "time_wall_flag": ["stalled: median 1.90x the fastest round (> 1.5)", "", "stalled", "", "stalled", ""],
             "time_reliable": slow <= 1.5,
-        }
+        },
     )
     row = fits.fit_table(points).set_index("metric").loc["time"]
     assert row["statistic"] == "min" and row["unreliable_left_out"] == 0 and row["points"] == len(n)
