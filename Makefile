@@ -11,12 +11,14 @@ PRESET ?= quick
 install: $(VENV)/.installed
 
 # Where a torch is already importable (a GPU machine), the venv sees it and it is used as it is;
-# otherwise TORCH_SPEC is installed first, so pip never pulls a CUDA build from the registry. The ray extra
-# (run --ray) is installed for its tests (tests/test_cluster.py); bench itself runs without it.
+# otherwise TORCH_SPEC is installed first, so pip never pulls a CUDA build from the registry. make bench installs
+# what it runs; the test and ray extras (run --ray's tests, tests/test_cluster.py) come with make test: 39 s of
+# pip on the 2-core VM that bench need not wait for.
 # A line every 10 s while pip works quietly, so that a log of make bench shows progress through the install too.
+PIP_TICKING = start=$$(date +%s); (while sleep 10; do echo "install: $$(($$(date +%s) - start)) s, still installing"; done) & \
+	ticker=$$!; trap 'kill $$ticker 2>/dev/null' EXIT; set -e
 $(VENV)/.installed: pyproject.toml
-	@start=$$(date +%s); (while sleep 10; do echo "install: $$(($$(date +%s) - start)) s, still installing"; done) & \
-	ticker=$$!; trap 'kill $$ticker 2>/dev/null' EXIT; set -e; \
+	@$(PIP_TICKING); \
 	if $(PYTHON) -c "import torch" >/dev/null 2>&1; then \
 		echo "using the torch already installed: $$($(PYTHON) -c 'import torch; print(torch.__version__)')"; \
 		$(PYTHON) -m venv --system-site-packages $(VENV); \
@@ -24,7 +26,13 @@ $(VENV)/.installed: pyproject.toml
 		echo "install: $(TORCH_SPEC) into $(VENV)"; \
 		$(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q "$(TORCH_SPEC)"; \
 	fi; \
-	echo "install: this project and its test and ray extras"; \
+	echo "install: this project"; \
+	$(PY) -m pip install -q -e .; \
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	@$(PIP_TICKING); \
+	echo "install: the test and ray extras"; \
 	$(PY) -m pip install -q -e ".[test,ray]"; \
 	touch $@
 
@@ -47,7 +55,7 @@ reference-report: install
 	$(PY) -m bench report --results results/reference --out reports/reference
 
 # ruff (rules in pyproject.toml) and its formatter, then the tests.
-lint: install
+lint: $(VENV)/.installed-test
 	$(PY) -m ruff check bench models tests
 	$(PY) -m ruff format --check bench models tests
 

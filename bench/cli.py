@@ -399,7 +399,7 @@ def console() -> None:
     sys.exit(main())
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, load_since=None) -> int:
     _print_paths_as_given()
     started = psutil.Process().create_time() if argv is None else time.time()
     argv = sys.argv[1:] if argv is None else argv
@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         with interrupts.as_exceptions():  # Ctrl-C and SIGTERM: the run stores what it has, then one line here
             args = build_parser().parse_args(argv)
             machine.given_commit()
-            args.started = started
+            args.started, args.load_since = started, load_since
             return COMMANDS[args.command](args, ["python -m bench", *argv])
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -197,7 +197,7 @@ def _run_on(args, argv, cluster) -> int:
             run.log(f"measuring the rest here, not on Ray (it was begun on {run.meta['ray'].get('address')})")
     else:
         specs, costs, policy = _what_to_measure(args, cluster)
-        load = sample_load()
+        load = sample_load(since=getattr(args, "load_since", None))
         lines = before_measuring(
             specs,
             policy,

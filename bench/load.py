@@ -50,8 +50,12 @@ class LoadMeter:
         self._busy0 = _busy_cpu_s()
         self._own0 = _own_cpu_s(self._process)
 
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self._t0
+
     def read(self) -> Load:
-        wall = max(time.monotonic() - self._t0, 1e-6)
+        wall = max(self.elapsed_s, 1e-6)
         others = (_busy_cpu_s() - self._busy0) - (_own_cpu_s(self._process) - self._own0)
         return Load(
             others_busy_cores=max(others, 0.0) / wall,
@@ -61,10 +65,10 @@ class LoadMeter:
         )
 
 
-def sample_load(window_s: float = SAMPLE_WINDOW_S) -> Load:
-    """The load over the next `window_s` seconds, this process idle meanwhile."""
-    meter = LoadMeter()
-    time.sleep(window_s)
+def sample_load(window_s: float = SAMPLE_WINDOW_S, since: LoadMeter | None = None) -> Load:
+    """The load over at least `window_s` seconds: since `since` was started (the command's imports), else from now."""
+    meter = since or LoadMeter()
+    time.sleep(max(0.0, window_s - meter.elapsed_s))
     return meter.read()
 
 

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import psutil
 import torch
-from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
-from pytest_benchmark.utils import get_commit_info
 
 from .errors import BadInput
 
@@ -27,6 +25,8 @@ GENERATED_PATHS = ("reports", "results")
 def commit_info() -> dict:
     """pytest-benchmark's commit_info, `dirty` only outside GENERATED_PATHS; not pure: it asks git in the cwd."""
     with chdir(REPO_ROOT):
+        from pytest_benchmark.utils import get_commit_info
+
         info = get_commit_info("seqlayer-bench")
         if info.get("id") is not None:
             info["dirty"] = _code_dirty()
@@ -91,6 +91,8 @@ def node_facts(meta: dict, node) -> dict | None:
 
 
 def machine_info() -> dict:
+    from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
+
     return pytest_benchmark_generate_machine_info()
 
 

@@ -43,16 +43,16 @@ def plan_warnings(specs: list[PointSpec]) -> list[str]:
     if not specs:
         return []
     points = pd.DataFrame([spec.as_row() for spec in specs]).assign(status="ok")
-    pending, fitted, covered = [], set(), set()
+    pending, fitted, covered, keys_of = [], set(), set(), _keys(points)
     for variable in VARIABLES:
         for fixed, sweep in sweeps(points, variable):
             if sweep[variable].nunique() >= MIN_FIT_POINTS:
-                covered.update(_keys(sweep))
+                covered.update(keys_of[i] for i in sweep.index)
                 warning = _plan_warning(fixed, sweep, variable)
                 pending += [((fixed["layer"], variable), line) for line in warning]
                 if not warning:
                     fitted.add((fixed["layer"], variable))
-    alone = points[[key not in covered for key in _keys(points)]]
+    alone = points[[key not in covered for key in keys_of]]
     keys = sweep_keys(alone)
     fixed_keys = [c for c in SWEEP_KEYS if c != "n"]
     for key, group in alone.groupby([keys[c] for c in fixed_keys], dropna=False):

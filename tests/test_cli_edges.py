@@ -289,7 +289,7 @@ def test_run_prints_the_plan_before_measuring(capsys, tmp_path, no_measuring, mo
     monkeypatch.setattr(Run, "execute", execute)
     quiet = Load(others_busy_cores=0.0, loadavg_1m=0.0, logical_cores=2, wall_s=1.0)
     monkeypatch.setattr(
-        "bench.commands.sample_load", lambda: quiet
+        "bench.commands.sample_load", lambda since=None: quiet
     )  # the line of a machine alone (busy: test_estimate)
     assert main([*GRID, "--n", "64,128", "--out", str(tmp_path / "run"), "--no-progress"]) == 0
     (err,) = printed

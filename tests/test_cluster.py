@@ -37,7 +37,7 @@ LAYERS = ("conv", "rnn", "gru", "lstm")
 @pytest.fixture(scope="module")
 def cluster():
     """Two nodes of one CPU each; the in-process sweeps' workers measure a stand-in compute peak (cluster_stub)."""
-    ray = pytest.importorskip("ray", reason=f"Ray is not installed: {C.INSTALL_HINT} (make install does it)")
+    ray = pytest.importorskip("ray", reason=f"Ray is not installed: {C.INSTALL_HINT} (make test installs it)")
     from ray.cluster_utils import Cluster  # noqa: PLC0415
 
     local = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})

@@ -63,7 +63,7 @@ def _driver(*args: str, env: dict) -> subprocess.Popen:
 def token_cluster():
     """A head and a second node of one CPU each, token authentication on: (address, the environment with the
     token, the second node's process)."""
-    pytest.importorskip("ray", reason="Ray is not installed: make install installs it")
+    pytest.importorskip("ray", reason="Ray is not installed: make test installs it")
     home = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))  # Ray's unix sockets want a short path
     env = os.environ | {"HOME": str(home), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     port = _free_port()

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from bench.load import BUSY_CORES, RESERVED_CORES, Load, LoadMeter, busy_warning, choose_threads
+from bench.load import BUSY_CORES, RESERVED_CORES, Load, LoadMeter, busy_warning, choose_threads, sample_load
 
 
 def _load(others: float) -> Load:
@@ -34,6 +34,17 @@ def test_busy_machine_warns_in_one_line():
     assert busy_warning(_load(BUSY_CORES / 2)) is None
     warning = busy_warning(_load(1.0))
     assert warning.startswith("warning:") and "\n" not in warning and "1.0 of 2 cores" in warning
+
+
+def test_a_meter_started_earlier_is_read_without_waiting_again(monkeypatch):
+    slept = []
+    since = LoadMeter()
+    time.sleep(0.3)
+    monkeypatch.setattr("bench.load.time.sleep", slept.append)
+    assert sample_load(window_s=0.2, since=since).wall_s >= 0.3
+    assert slept == [0.0]  # the window was already watched: no wait of its own
+    sample_load(window_s=0.2)
+    assert slept[1] > 0.19  # without one it watches the whole window from now
 
 
 @pytest.mark.slow

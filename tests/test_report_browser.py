@@ -4,7 +4,7 @@ a section, the headline and a figure on the first screen. The real test builds t
 saves screenshots under build/browser/; the fast tests check the checks on small hand-made pages.
 
 Skips, saying how to install what is missing, without Chromium (`apt-get install chromium`, or `make
-browser`) or without Playwright (`pip install -e ".[test]"`, or `make install`)."""
+browser`) or without Playwright (`pip install -e ".[test]"`, or `make test`)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _missing() -> str | None:
         import playwright.sync_api  # noqa: F401, PLC0415
     except ImportError:
         return (
-            "Playwright for Python is not installed: .venv/bin/pip install -e '.[test]' (or make install), "
+            "Playwright for Python is not installed: .venv/bin/pip install -e '.[test]' (or make test), "
             "which installs playwright==1.63.0"
         )
     if _chromium() is None:
