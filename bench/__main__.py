@@ -3,11 +3,13 @@
 import sys
 
 from .interrupts import exit_at_once
-from .load import LoadMeter
 
 exit_at_once()  # before anything heavy is imported: nothing is stored yet, so nothing to save
+
+from .load import LoadMeter
+
 since_start = LoadMeter()
 
-from .cli import main  # noqa: E402  (after the handler: this import takes seconds)
+from .cli import main
 
 sys.exit(main(load_since=since_start))

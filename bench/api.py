@@ -116,11 +116,7 @@ def table1(points: pd.DataFrame | str | Path) -> pd.DataFrame:
     for (source, layer), group in rows.groupby(["source", "layer"], sort=False):
         row = {"source": source, "layer": layer}
         mode = mode_of(group.iloc[:1])[0]
-        row["predicted"] = (
-            models.LAYERS[layer].table1.compute_text
-            if mode == DEFAULT_MODE
-            else fits.predicted_text(layer, mode, "time")
-        )
+        row["predicted"] = fits.predicted_text(layer, mode, "time")
         for metric, part in group.groupby("metric"):
             best = part.sort_values(["span", "points"], ascending=False).iloc[0]
             measured = (

@@ -15,7 +15,7 @@ import psutil
 
 import models
 
-from . import interrupts, machine
+from . import interrupts, machine, outside
 from .commands import COMMANDS, MAX_PATHS_N
 from .errors import BadInput, RunFailed
 from .policy import (
@@ -113,10 +113,19 @@ def _seconds(high: float):
 
 
 def _layer_list(text: str) -> list[str]:
-    layers = [t.strip() for t in text.split(",") if t.strip()]
-    for layer in layers:
-        if layer not in models.LAYERS:
-            raise argparse.ArgumentTypeError(f"{layer!r} is not a built layer; allowed: {', '.join(models.LAYERS)}")
+    layers = []
+    for layer in (t.strip() for t in text.split(",") if t.strip()):
+        if ":" in layer:
+            try:
+                layer = outside.register(layer)
+            except BadInput as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from None
+        elif layer not in models.LAYERS:
+            raise argparse.ArgumentTypeError(
+                f"{layer!r} is not a built layer; allowed: {', '.join(models.LAYERS)}, or FILE.py:NAME, "
+                "package.module:NAME, torch:NAME"
+            )
+        layers.append(layer)
     if not layers:
         raise argparse.ArgumentTypeError("empty; allowed: " + ", ".join(models.LAYERS))
     return layers
@@ -176,6 +185,12 @@ def _run_sizes(run: argparse.ArgumentParser) -> None:
         "--dilation", type=_int_list("dilation"), help="dilations of conv_dilated, e.g. 1,4 (default: k itself)"
     )
     run.add_argument("--heads", type=_positive_int("heads"), help="attention heads (default 1)")
+    run.add_argument(
+        "--expect",
+        action="append",
+        help="a cost a layer from outside is judged against, as Table 1's rows are: NAME=EXPR, or EXPR for each "
+        "(an expression in n, d, k, window: 'n**2*d', 'n*d*log2(n)')",
+    )
     run.add_argument("--batch", type=_positive_int("batch"), help="batch size (default 1)")
     run.add_argument(
         "--device",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import models
 
-from . import folder, interrupts, machine, storage
+from . import folder, interrupts, machine, outside, storage
 from .errors import BadInput, RunFailed
 from .load import sample_load
 from .policy import CPU, EXTEND_BUDGET, TimingPolicy
@@ -68,7 +68,7 @@ def _grid_specs(args, cluster=None) -> list[PointSpec]:
 
 GRID_OPTIONS = ("layers", *SIZES)  # those `run` has options for; a preset sets them all
 # What `run --resume DIR` reads (where to measure the rest, too); DIR/plan.json fixes the rest of the options.
-RESUME_READS = ("command", "debug", "resume", "no_progress", "ray", "exclusive_node", "started")
+RESUME_READS = ("command", "debug", "resume", "no_progress", "ray", "exclusive_node", "started", "load_since")
 
 
 def _policy(args, policy: TimingPolicy) -> TimingPolicy:
@@ -168,6 +168,7 @@ def _planned_specs(args, preset: Preset, devices: list[str], policy) -> tuple[li
 
 def _what_to_measure(args, cluster) -> tuple[list[PointSpec], Costs | None, TimingPolicy]:
     """(the specs, the costs measured on the way if any, the policy) of a new run's preset or grid."""
+    outside.expect(args.layers, getattr(args, "expect", None))
     grid_given = [f"--{name}" for name in GRID_OPTIONS if getattr(args, name, None) is not None]
     grid_given += ["--causal"] if getattr(args, "causal", False) else []
     if args.preset is not None and grid_given:
@@ -305,9 +306,17 @@ def _check_paths_study(layers: list[str], ns: list[int], ks: list[int], window: 
 def _write_side_table(args, argv, kind: str, table) -> int:
     from .folder import store_side_table
 
-    path = store_side_table(kind, table, out=args.out, command=argv, preset=getattr(args, "preset", None))
+    layers = table["layer"].unique() if "layer" in table else []
+    path = store_side_table(
+        kind, table, out=args.out, command=argv, preset=getattr(args, "preset", None), **_outside_meta(layers)
+    )
     print(f"{kind}: {len(table)} rows -> {path}")
     return 0
+
+
+def _outside_meta(layers) -> dict:
+    entries = outside.sources(layers)
+    return {"outside_layers": entries} if entries else {}
 
 
 def cmd_claims(args, argv) -> int:

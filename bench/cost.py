@@ -12,7 +12,7 @@ import torch
 
 import models
 
-from . import formats, peak
+from . import formats, outside, peak
 from .errors import BadInput
 from .kept import kept
 from .point import PassFailure, draws, measure_pass
@@ -81,7 +81,7 @@ def group_of(spec: PointSpec) -> tuple[str, str, str, str]:
 def sequential_steps(spec: PointSpec) -> int:
     """Dependent steps of a call: n for a recurrence, ⌈log₂ n⌉ for a scan, 0 for O(1) or a decode step."""
     row = models.LAYERS[spec.layer].table1
-    if spec.mode == DECODE_MODE or row.sequential_is_constant:
+    if spec.mode == DECODE_MODE or row is None or row.sequential_is_constant:
         return 0
     return row.sequential_steps(spec.n + 1 if spec.decodes else spec.n)
 
@@ -209,7 +209,7 @@ def calls_per_pass(call_s: float, policy: TimingPolicy) -> int:
 def tiny(spec: PointSpec, n: int) -> PointSpec:
     """`spec` at length n, the narrowest width its heads allow, batch 1; `spec` itself where no such size is valid."""
     heads = spec.heads or 1
-    while n < spec.n:
+    while n < spec.n and not outside.is_outside(spec.layer):
         for candidate in (replace(spec, n=n, d=TINY_D * heads, batch=1), replace(spec, n=n, batch=1)):
             try:
                 return validate(replace(candidate, window=min(spec.window, n)) if spec.window else candidate)

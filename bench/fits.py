@@ -13,6 +13,7 @@ import models
 
 from . import clock as clocks
 from . import policy
+from .complexity import complexity as complexity
 from .spec import DECODE_MODE, DEFAULT_MODE, flag_of
 from .sweeps import (
     ELEMENTWISE_SHARE_THRESHOLD,
@@ -37,7 +38,7 @@ from .sweeps import (
 from .sweeps import METRIC_COLUMN as METRIC_COLUMN
 from .sweeps import PEAK_COLUMNS as PEAK_COLUMNS  # these three and the above: what the report reads from here
 from .sweeps import predicted_text as predicted_text
-from .sweeps import table1_text as table1_text
+from .sweeps import table1_cell as table1_cell
 from .sweeps import useful_flops as useful_flops
 
 CONFIDENCE = 0.95  # of every exponent's interval
@@ -55,7 +56,7 @@ def _g(value: float) -> str:
 def _n_over_d_text() -> str:
     by_ratio: dict[int, list[str]] = {}
     for name, layer in models.LAYERS.items():
-        if layer.table1.fit_n_over_d is not None:
+        if layer.table1 is not None and layer.table1.fit_n_over_d is not None:
             by_ratio.setdefault(layer.table1.fit_n_over_d, []).append(name)
     return "".join(f", and for {', '.join(names)} every point with n ≥ {ratio}·d" for ratio, names in by_ratio.items())
 
@@ -142,8 +143,10 @@ def power_law_fit(x, y, sigma_log=None, confidence: float = CONFIDENCE) -> Power
 
 
 def judge(ci_low: float, ci_high: float, predicted: float, tolerance: float) -> tuple[str, Reason, str]:
-    if any(math.isnan(v) for v in (ci_low, ci_high, predicted)):
+    if math.isnan(ci_low) or math.isnan(ci_high):
         return "inconclusive", Reason.NO_INTERVAL, "no interval (the fit gives none)"
+    if math.isnan(predicted):
+        return "inconclusive", Reason.NO_PREDICTION, "no cost stated to judge it against"
     width = ci_high - ci_low
     if width > MAX_VERDICT_WIDTH:
         return "inconclusive", Reason.TOO_WIDE, f"interval too wide (width {_g(width)} > {_g(MAX_VERDICT_WIDTH)})"
@@ -220,27 +223,6 @@ def _fit_row(metric: str, layer: str, data: pd.DataFrame, variable: str, column:
     return row | complexity(data[variable], data[column], fit.ci_low, fit.ci_high, variable)
 
 
-COMPLEXITY_CLASSES = {
-    "1": lambda u: 0 * u,
-    "log {x}": np.log,
-    "{x}": lambda u: u,
-    "{x} log {x}": lambda u: u + np.log(u),
-    "{x}²": lambda u: 2 * u,
-    "{x}³": lambda u: 3 * u,
-}
-
-
-def complexity(x, y, ci_low: float, ci_high: float, variable: str) -> dict:
-    """Of Google Benchmark's oAuto classes (log f by log x), the best fit on log y; those outside [ci_low, ci_high]."""
-    u, log_y = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
-    shapes = {name.format(x=variable): f(u) for name, f in COMPLEXITY_CLASSES.items()}
-    scatter = {name: float(np.std(log_y - shape)) for name, shape in shapes.items()}
-    slopes = {name: float(np.polyfit(u, shape, 1)[0]) for name, shape in shapes.items()}
-    excluded = [name for name, slope in slopes.items() if not ci_low - 1e-9 <= slope <= ci_high + 1e-9]
-    excluded = excluded if math.isfinite(ci_high - ci_low) else []
-    return dict(complexity_class=min(scatter, key=scatter.get), complexity_excluded=", ".join(excluded))
-
-
 def _no_fit(metric: str, layer: str, sweep: pd.DataFrame, variable: str, code: Reason, reason: str) -> dict:
     predicted = predicted_exponent(metric, layer, sweep, variable) if sweep[variable].nunique() >= 2 else math.nan
     uncertainty = "exact" if metric != "time" else _measurement_sigma(sweep)[1]
@@ -294,14 +276,25 @@ def _fixed_row(metric: str, layer: str, sweep: pd.DataFrame, variable: str) -> d
     column = metric_column(metric, mode_of_sweep(sweep))
     fit_range = asymptotic_range(sweep, variable, layer)
     data = fit_range[fit_range[column].notna() & (fit_range[column] > 0)]
-    if len(data) < MIN_FIT_POINTS:
+    uncounted = _uncounted_ops(fit_range) if metric == "flops" else ""
+    if uncounted:
+        reason = f"operators the FLOP counter does not know ran, their FLOPs not counted: {uncounted}"
+        row = _no_fit(metric, layer, sweep, variable, Reason.UNCOUNTED, reason)
+    elif len(data) < MIN_FIT_POINTS:
         reason = f"too few points ({len(data)} < {MIN_FIT_POINTS})"
         row = _no_fit(metric, layer, sweep, variable, Reason.TOO_FEW_POINTS, reason)
     else:
         row = _fit_row(metric, layer, data, variable, column)
-    row["reason"] += _unusable_text(fit_range, column, column)
+    row["reason"] += "" if uncounted else _unusable_text(fit_range, column, column)
     row.update(explanation="", range_rule="fixed", unreliable_left_out=0)
     return row | _fitted_range(data, variable)
+
+
+def _uncounted_ops(points: pd.DataFrame) -> str:
+    if "flops_uncounted_ops" not in points:
+        return ""
+    ops = {op for text in points["flops_uncounted_ops"].dropna().astype(str) for op in text.split(";") if op}
+    return ", ".join(sorted(ops))
 
 
 def fit_table(points: pd.DataFrame) -> pd.DataFrame:
@@ -385,8 +378,7 @@ def two_term_fit(points: pd.DataFrame) -> tuple[float, float, float, float]:
 
 
 def crossover_n(ns, time_a, time_b) -> float | None:
-    """The n where series a overtakes series b, log-log interpolated before the first measured n where a >= b;
-    that n if they are equal there; None if a is below b everywhere, or above it from the first point on."""
+    """n where series a overtakes b, log-log interpolated; None if a stays below b, or is above from the start."""
     ns, ratio = np.asarray(ns, float), np.log(np.asarray(time_a, float) / np.asarray(time_b, float))
     for i in range(len(ns)):
         if ratio[i] >= 0:

@@ -160,6 +160,7 @@ NO_MATRIX_WORK_OP_NAMES: tuple[str, ...] = _qualified(
     "expand expand_as squeeze squeeze_ unsqueeze unsqueeze_ select slice narrow unfold diagonal unbind split",
     "split_with_sizes unsafe_split unsafe_split_with_sizes chunk unsafe_chunk flatten unflatten movedim",
     "contiguous lift_fresh _local_scalar_dense size stride sym_size sym_stride sym_numel sym_storage_offset",
+    "view_as_real view_as_complex real imag _conj conj resolve_conj",
     "storage_offset numel dim is_contiguous prim.device prim.layout",
     "empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones ones_like",
     "new_ones full full_like new_full arange scalar_tensor eye rand randn randint rand_like randn_like",

@@ -104,8 +104,7 @@ def _shapes(tree):
 
 
 class _LstmAsATenRunsIt(TorchDispatchMode):
-    """aten.lstm decomposed as ATen runs it: PyTorch's decomposition takes oneDNN for bfloat16 on any CPU (ATen only
-    where oneDNN has bfloat16 kernels; elsewhere "could not create a primitive descriptor")."""
+    """aten.lstm decomposed as ATen runs it (torch's decomposition takes oneDNN for bfloat16 on CPUs without it)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -433,17 +433,18 @@ def check_side_table_out(kind: str, out: Path | None) -> None:
         )
 
 
-def store_side_table(kind: str, table, *, out: Path | None, command: list[str], preset: str | None) -> Path:
+def store_side_table(kind: str, table, *, out: Path | None, command: list[str], preset: str | None, **meta) -> Path:
     """paths.csv / claims.csv / generate.csv, added to an existing run folder or in a new one; returns its path."""
     if out is not None and is_run_dir(out):
-        folder = RunFolder(out, hold(out))
+        folder = RunFolder.open(out, ())
     else:
         folder = RunFolder.create(out, kind)
     try:
         if not folder.has_meta():
-            folder.begin(
-                kind, command, preset, torch.get_num_threads(), status="finished", finished_utc=storage.utc_now()
-            )
+            finished = dict(status="finished", finished_utc=storage.utc_now())
+            folder.begin(kind, command, preset, torch.get_num_threads(), **finished, **meta)
+        elif meta:
+            folder.update_meta(**{key: {**(folder.meta.get(key) or {}), **value} for key, value in meta.items()})
         return folder.add_table(f"{kind}.csv", table)
     finally:
         folder.release()

@@ -42,8 +42,7 @@ def identified(df: pd.DataFrame) -> pd.Series:
 
 
 def with_mode(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows stored before the `mode` column measured inference, before `causal` the non-causal form; a planned point
-    is not `extended` (stored empty before, which made `points[~points.extended]` raise)."""
+    """Rows stored before the `mode` column measured inference, before `causal` the non-causal form, unextended."""
     return df.assign(mode=mode_of(df), causal=causal_of(df), extended=flag_of(df, "extended"))
 
 

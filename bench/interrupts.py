@@ -72,8 +72,7 @@ def as_exceptions():
 
 @contextmanager
 def deferred():
-    """Within: SIGINT and SIGTERM wait (a second Ctrl-C must not cut short the writing of `interrupted`), and come
-    on leaving. A handler, not a signal mask: a mask holds for one thread, and torch's threads would take it."""
+    """Within: SIGINT and SIGTERM wait until leaving (a handler: a signal mask holds for one thread, not torch's)."""
     came: list[int] = []
     try:
         with _handled_by(lambda signum, frame: came.append(signum)):

@@ -10,6 +10,7 @@ from torch import nn
 
 import models
 
+from . import outside
 from .dependence import (
     SOURCE,
     CellStepMode,
@@ -179,6 +180,9 @@ def layer_seq_depth(
     layer, x = stack_layer(name, 0, d, k, window), probe_input(n, d)
     if reference and name in models.recurrent():
         return seq_depth(layer.reference, x), "reference"
+    hidden = outside.steps_hidden(layer, x) if outside.is_outside(name) else []
+    if hidden:
+        return None, f"not measured: {', '.join(hidden)} takes its steps inside one operator"
     return seq_depth(layer, x), "forward"
 
 

@@ -27,6 +27,7 @@ from .sweeps import (
     Reason,
     loglog_slope,
     plateau_start,
+    predicted_row,
     predicted_values,
     sweeps,
     table1_regime_start,
@@ -42,6 +43,7 @@ WORDS = {
     Reason.TOO_WIDE: "interval too wide",
     Reason.STRADDLES: "interval straddles the tolerance edge",
     Reason.NO_INTERVAL: "no interval",
+    Reason.NO_PREDICTION: "interval wider than a verdict's band (no cost stated)",
 }
 
 
@@ -75,6 +77,8 @@ def sized(spec: PointSpec, variable: str, value: float) -> PointSpec | None:
 def flops_regime_start(end: PointSpec, variable: str, step: float) -> float:
     """The size from end on where the analytic FLOPs grow by `step`s as Table 1's term says; nan if none by 2^20·end."""
     a = end
+    if predicted_row(end.layer, end.mode) is None:
+        return float(getattr(end, variable))
     while getattr(a, variable) < getattr(end, variable) * 2**20:
         b = sized(end, variable, getattr(a, variable) * step)
         if b is None or getattr(b, variable) <= getattr(a, variable):
@@ -123,10 +127,7 @@ class SweepState:
 
     @property
     def needed(self) -> float:
-        tolerance = TOLERANCE["time"]
-        if not math.isfinite(self.exponent):
-            return tolerance
-        return max(abs(tolerance - abs(self.exponent - self.predicted)), 1e-3)
+        return _needed(self.exponent, self.predicted)
 
     def gain(self, new: list[float]) -> float:
         cap = MAX_VERDICT_WIDTH / 2
@@ -157,15 +158,24 @@ def state_of(key: tuple, variable: str, sweep: pd.DataFrame, end: PointSpec, sig
     else:
         joins_from = fitted[0] if fitted else sizes[0]
     exponent, decided = float(row["exponent"]), row["verdict"] != "inconclusive"
+    if code == Reason.NO_PREDICTION:
+        decided = (row["ci_high"] - row["ci_low"]) / 2 <= _needed(exponent, math.nan)
     if sigma is None:
         sigma = _fitted_sigma(row, fitted)
     else:
-        needed = abs(TOLERANCE["time"] - abs(exponent - row["predicted"]))
+        needed = _needed(exponent, row["predicted"])
         decided = math.isfinite(exponent) and 0 < needed and halfwidth(fitted, sigma) <= needed
     reliable = (len(tr.sweep) + 1) / (len(sweep) + 2)
     return SweepState(
         key, variable, end, sizes, fitted, joins_from, code, exponent, row["predicted"], sigma, decided, reliable
     )
+
+
+def _needed(exponent: float, predicted: float) -> float:
+    tolerance = TOLERANCE["time"]
+    if not math.isfinite(exponent) or not math.isfinite(predicted):
+        return tolerance
+    return max(abs(tolerance - abs(exponent - predicted)), 1e-3)
 
 
 def _fitted_sigma(row: Mapping, fitted: tuple[float, ...]) -> float:

@@ -13,7 +13,7 @@ import psutil
 
 import models
 
-from . import cgroup, cost, estimate, machine
+from . import cgroup, cost, estimate, machine, outside
 from .cost import Costs, device_kind
 from .errors import BadInput
 from .estimate import PlanEstimate, PointEstimate
@@ -72,7 +72,7 @@ def _plan_warning(fixed: dict, sweep: pd.DataFrame, variable: str) -> list[str]:
         return []
     decodes = mode_of_sweep(sweep) == DECODE_MODE
     row = predicted_row(layer, mode_of_sweep(sweep))
-    over_d = row.fit_t_over_d if decodes else row.fit_n_over_d
+    over_d = getattr(row, "fit_t_over_d" if decodes else "fit_n_over_d", None)
     values = sorted(int(v) for v in sweep[variable])
     sizes = ", ".join(f"{k}={int(fixed[k])}" for k in PLAN_SIZES if k in fixed and not pd.isna(fixed[k]))
     listed = f"{variable}={','.join(map(str, values))}"
@@ -92,7 +92,7 @@ def _plan_warning(fixed: dict, sweep: pd.DataFrame, variable: str) -> list[str]:
 def _sizes_that_serve(fixed: dict, sweep: pd.DataFrame, kept: pd.DataFrame, variable: str) -> str:
     """The fixed range's condition on the swept size, and MIN_FIT_POINTS sizes the layer accepts and the range keeps."""
     layer = fixed["layer"]
-    ratio = models.LAYERS[layer].table1.fit_n_over_d
+    ratio = getattr(models.LAYERS[layer].table1, "fit_n_over_d", None)
     first = sweep.iloc[0]
     values = sorted(int(v) for v in sweep[variable])
     chosen = sorted(int(v) for v in kept[variable])
@@ -266,8 +266,7 @@ def confirm_plan(
     interactive: bool,
     ask: Callable[[str], bool] | None = None,
 ) -> None:
-    """Go ahead or raise BadInput: above the whole memory refused, `yes` or not (it means "do not ask", not "do not
-    check": such a run would be killed by the OOM killer with no word); `reasons_to_ask` asked on a terminal."""
+    """Go ahead or BadInput: above the whole memory refused even with `yes` (the OOM killer's end); the rest asked."""
     refused = too_large(plan, total_bytes)
     if refused:
         raise BadInput(f"run: {'; '.join(refused)}; give smaller sizes")
@@ -313,6 +312,7 @@ def before_measuring(
     dry_run: bool = False,
 ) -> list[str]:
     """The lines to print before a new run measures (warnings, then `plan: ...`); BadInput where it is refused."""
+    outside.check_points(specs)
     warnings = plan_warnings(specs) + wide_kernel_warnings((s.layer, s.n, s.k) for s in specs)
     if on_cluster and any(s.device != "cpu" for s in specs) and not machine.cuda_available():
         return [

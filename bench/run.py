@@ -11,7 +11,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Protocol
 
-from . import allocator, deaths, formats, interrupts, machine, planner, storage
+from . import allocator, deaths, formats, interrupts, machine, outside, planner, storage
 from .cost import Measured
 from .errors import BadInput, RunFailed
 from .estimate import first_pass_line
@@ -110,6 +110,7 @@ class Run:
                 load_passes=[],
                 plan_digest=digest,
                 extended_sha1=extended_digest([]),
+                outside_layers=outside.sources({s.layer for s in specs}),
             )
             run._announce(load)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the folder is being made: say so in it
@@ -136,6 +137,7 @@ class Run:
         try:
             with interrupts.deferred():  # a signal while the folder is taken comes once `folder` is set
                 folder = RunFolder.open(run_dir, META_REQUIRED)
+            outside.restore(folder.meta.get("outside_layers"))
             specs, policy, seed, extended = folder.read_plan()
             if cluster is None and "cuda" in {s.device for s in specs} and not machine.cuda_available():
                 raise BadInput(f"--resume {run_dir}: its plan measures cuda, and no CUDA GPU is present here")

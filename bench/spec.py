@@ -135,6 +135,11 @@ def validate(spec: PointSpec) -> PointSpec:
         raise BadInput(f"device {spec.device!r}: allowed: cpu, cuda")
     if spec.mode not in MODES:
         raise BadInput(f"mode {spec.mode!r}: allowed: {', '.join(MODES)}")
+    if spec.mode == DECODE_MODE and not hasattr(models.LAYERS[spec.layer], "step"):
+        raise BadInput(
+            f"{spec.layer} has no step interface (prefill, cache, step: docs/adding-a-layer.md): its decode is absent; "
+            "--mode recompute decodes any layer by its forward over the prefix"
+        )
     for name in models.LAYERS[spec.layer].uses:
         if getattr(spec, name) is None:
             raise BadInput(f"{spec.layer} needs {name}: give --{name}")

@@ -48,6 +48,8 @@ class Reason(StrEnum):
     TOO_WIDE = "interval_too_wide"
     STRADDLES = "straddles_band"
     NO_INTERVAL = "no_interval"
+    NO_PREDICTION = "no_prediction"
+    UNCOUNTED = "uncounted_operators"
 
 
 def _g(value: float) -> str:
@@ -107,8 +109,14 @@ def table1_cost(layer: str, n, d, k=None, window=None) -> np.ndarray:
     return models.LAYERS[layer].table1.cost(n, d, k, window)
 
 
-def table1_text(layer: str) -> str:
-    return models.LAYERS[layer].table1.compute_text
+UNSTATED = {"compute_text": "no cost stated", "sequential_text": "not stated", "path_text": "measured"}
+
+
+def table1_cell(layer: str, cell: str = "compute_text") -> str:
+    row = models.LAYERS[layer].table1
+    if row is None and cell == "compute_text" and getattr(models.LAYERS[layer], "expected", None) is not None:
+        return models.LAYERS[layer].expected.compute_text
+    return UNSTATED[cell] if row is None else getattr(row, cell)
 
 
 def mode_of_sweep(sweep: pd.DataFrame) -> str:
@@ -118,13 +126,15 @@ def mode_of_sweep(sweep: pd.DataFrame) -> str:
 def predicted_row(layer: str, mode: str):
     """What a sweep in `mode` is judged against: the decode row for a decode step, else Table 1's (recompute: at n+1)."""
     cls = models.LAYERS[layer]
-    return cls.decode if mode == DECODE_MODE else cls.table1
+    if mode == DECODE_MODE:
+        return getattr(cls, "decode", None)
+    return cls.table1 if cls.table1 is not None else getattr(cls, "expected", None)  # an outside layer's stated cost
 
 
 def predicted_text(layer: str, mode: str, metric: str) -> str:
     if metric == "memory":
         return "the state" if mode in DECODE_MODES else "activation estimate"
-    return predicted_row(layer, mode).compute_text
+    return table1_cell(layer) if mode != DECODE_MODE else predicted_row(layer, mode).compute_text
 
 
 def metric_column(metric: str, mode: str) -> str:
@@ -146,6 +156,8 @@ def predicted_values(metric: str, layer: str, sweep: pd.DataFrame) -> np.ndarray
         _require_sizes(layer, sweep, models.LAYERS[layer].uses)
         return np.asarray([_predicted_bytes(layer, mode, r) for r in sweep.itertuples()], float)
     row = predicted_row(layer, mode)
+    if row is None:
+        return np.full(len(sweep), np.nan)
     _require_sizes(layer, sweep, row.sizes)
     n = sweep["n"] + 1 if mode == RECOMPUTE_MODE else sweep["n"]
     return np.asarray(row.cost(n, sweep["d"], sweep.get("k"), sweep.get("window")), float)
@@ -171,7 +183,7 @@ def asymptotic_range(sweep: pd.DataFrame, variable: str, layer: str) -> pd.DataF
     sweep = sweep.sort_values(variable)
     mode = mode_of_sweep(sweep)
     row = predicted_row(layer, mode)
-    n_over_d = row.fit_t_over_d if mode == DECODE_MODE else row.fit_n_over_d
+    n_over_d = getattr(row, "fit_t_over_d" if mode == DECODE_MODE else "fit_n_over_d", None)
     if n_over_d is not None:
         return sweep[sweep["n"] >= n_over_d * sweep["d"]]
     upper = sweep[sweep[variable] >= sweep[variable].median()]
@@ -182,6 +194,8 @@ def asymptotic_range(sweep: pd.DataFrame, variable: str, layer: str) -> pd.DataF
 
 def table1_regime_start(sweep: pd.DataFrame, variable: str, layer: str) -> int | None:
     """Start of the last ≥ MIN_FIT_POINTS points with local FLOP exponents within TOLERANCE["flops"] of Table 1's."""
+    if predicted_row(layer, mode_of_sweep(sweep)) is None:
+        return 0 if len(sweep) >= MIN_FIT_POINTS else None
     lx = np.log(sweep[variable].to_numpy(float))
     local = np.diff(np.log(sweep["flops_counted"].to_numpy(float))) / np.diff(lx)
     predicted = np.diff(np.log(predicted_values("flops", layer, sweep))) / np.diff(lx)

@@ -98,6 +98,7 @@ SAMPLE_VALUES = {
     "device": ["--device", "cpu"],
     "dtype": ["--dtype", "float32"],
     "mode": ["--mode", "train"],
+    "expect": ["--expect", "n*d"],
     "causal": ["--causal"],
     "threads": ["--threads", "1"],
     "rounds": ["--rounds", "3"],

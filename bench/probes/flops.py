@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import models
 
+from .. import outside
 from ..flops import count_flops
 from ..spec import PointSpec
 from .base import Call, Column, Probe, register
@@ -11,6 +12,8 @@ from .base import Call, Column, Probe, register
 
 def _measure(call: Call, spec: PointSpec) -> dict:
     counted = count_flops(call.run)
+    if counted.uncounted_ops and outside.is_outside(spec.layer):
+        counted = min(counted, outside.meta_count(spec), key=lambda c: len(c.uncounted_ops))
     return dict(
         flops_counted=counted.total,
         flops_uncounted_ops=";".join(counted.uncounted_ops),
@@ -19,6 +22,8 @@ def _measure(call: Call, spec: PointSpec) -> dict:
 
 
 def _predict(spec: PointSpec) -> dict:
+    if outside.is_outside(spec.layer):
+        return dict(flops_analytic=None, flops_useful=None)
     cfg = spec.config()
     return dict(
         flops_analytic=models.analytic_flops(spec.layer, spec.batch, spec.n, cfg, spec.mode, spec.device),

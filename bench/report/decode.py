@@ -72,7 +72,7 @@ def _key_layer(name: str, layer: str) -> str:
 def _predicted(name: str, layer: str) -> tuple[str, str]:
     cls = models.LAYERS[layer]
     if _uncached(name):
-        return cls.table1.compute_text.replace("n", "t"), "O(t·d) (the tokens)"
+        return fits.table1_cell(layer).replace("n", "t"), "O(t·d) (the tokens)"
     return cls.decode.compute_text, cls.decode.state_text
 
 

@@ -11,6 +11,8 @@ from models.config import SEQUENTIAL_GROWTH, growth_local_exponent
 
 from .. import clock, fits
 from ..policy import CPU, DEVICE
+from ..spec import DEFAULT_MODE
+from ..sweeps import predicted_row
 from .context import ReportContext
 
 METRICS = {"flops": "FLOPs", "time": "time", "memory": "memory"}
@@ -102,12 +104,15 @@ def _grows_as(rows: pd.DataFrame, column: str, cell: str) -> bool | None:
 
 def depth_follows_table1(rows: pd.DataFrame, layer: str) -> bool | None:
     """Whether the layer's measured depth grows with n as its Table 1 cell says; None without two lengths."""
-    return _grows_as(rows, "seq_depth", models.LAYERS[layer].table1.sequential_text)
+    row = models.LAYERS[layer].table1
+    return None if row is None else _grows_as(rows, "seq_depth", row.sequential_text)
 
 
 def hops_follow_table1(rows: pd.DataFrame, layer: str) -> bool | None:
     """Whether the hops from position 0 to n−1 grow with n as the Table 1 path cell says (None: not known)."""
     if "path_hops" not in rows or rows["path_hops"].isna().any():
+        return None
+    if models.LAYERS[layer].table1 is None:
         return None
     path = models.LAYERS[layer].table1.path_text
     return _grows_as(rows, "path_hops", PATH_GROWTH.get(path, path))
@@ -222,20 +227,32 @@ def headline(ctx: ReportContext, texts: dict, fit_rows: pd.DataFrame | None = No
     """One paragraph per source, this machine's first."""
     lines = []
     for source in ctx.sources():
-        layers = _layers(ctx, source)
+        every = _layers(ctx, source)
+        layers = [layer for layer in every if predicted_row(layer, DEFAULT_MODE) is not None]
         run_id = ctx.points.loc[ctx.points["source"] == source, "run_id"].iloc[-1]
         counts = {m: _verdict_counts(texts, source, layers, m) for m in METRICS}
         phrases = [_metric_phrase(ctx, source, m, counts[m], run_id) for m in METRICS]
         date = (ctx.runs[run_id].get("started_utc") or "")[:10]
         missing = 0 if fit_rows is None else _short_of_points(texts, fit_rows, source, layers)
         load = load_phrase(ctx, source, missing)
+        judged = f", the exponent in n agrees with Table 1 for {'; '.join(phrases)}" if layers else ""
         lines.append(
-            f"**On {ctx.source_label(source)}** (run {run_id}, {date}), the exponent in n agrees with Table 1 for "
-            + "; ".join(phrases)
+            f"**On {ctx.source_label(source)}** (run {run_id}, {date}){judged}{_classes_phrase(texts, source, every)}"
             + f". Paths: {_paths_phrase(ctx, source)}."
             + (f" {load}" if load else "")
         )
     return "\n\n".join(lines) + "\n"
+
+
+def _classes_phrase(texts: dict, source: str, layers: list[str]) -> str:
+    """The class in n each layer that states no cost fits best (time, FLOPs), its only verdict."""
+    unstated = [layer for layer in layers if predicted_row(layer, DEFAULT_MODE) is None]
+    parts = []
+    for layer in unstated:
+        found = [(m, texts.get((source, layer, m, "n"), ())) for m in ("time", "flops")]
+        classes = [f"{m} O({e[4]})" for m, e in found if len(e) > 4 and e[4]]
+        parts.append(f"{layer} {', '.join(classes) or 'no class yet'}")
+    return f"{', and' if len(unstated) < len(layers) else ','} stating no cost, {'; '.join(parts)}" if parts else ""
 
 
 def why_no_exponent(texts: dict, source: str, layer: str, metric: str) -> str:
@@ -246,7 +263,7 @@ def why_no_exponent(texts: dict, source: str, layer: str, metric: str) -> str:
 
 
 def verdict_cell(texts: dict, source: str, layer: str, metric: str) -> str:
-    """ "✓ 1.93 [1.88, 1.98] (1.94)": the primary n-sweep's verdict, exponent, and the prediction judged against."""
+    """ "✓ 1.93 [1.88, 1.98] (1.94) · O(n²)": the primary n-sweep's verdict, exponent, prediction and best class."""
     entry = texts.get((source, layer, metric, "n"))
     if entry is None:
         return "–"
@@ -255,8 +272,11 @@ def verdict_cell(texts: dict, source: str, layer: str, metric: str) -> str:
     against = f" ({predicted:.2f})" if text != "–" and predicted is not None and math.isfinite(predicted) else ""
     if why := why_no_exponent(texts, source, layer, metric):
         against = f" ({why})"
+    best = f" · O({entry[4]})" if len(entry) > 4 and entry[4] else ""
+    judged = predicted is not None and math.isfinite(predicted)
+    mark = f"{fits.VERDICT_MARK[verdict]} " if judged or text == "–" else ""
     # no-break spaces: a narrow window wraps the cell only before the prediction
-    return f"{fits.VERDICT_MARK[verdict]} {text}".replace(" ", NO_BREAK) + against
+    return f"{mark}{text}".replace(" ", NO_BREAK) + against + best
 
 
 def hops_unit(rows: pd.DataFrame) -> str:
@@ -278,7 +298,7 @@ def cite_hops(ctx: ReportContext, source: str, row, show_unit: bool = True) -> s
 def path_cell(ctx: ReportContext, source: str, layer: str) -> str:
     """ "O(n) · ✓ 63 → 255 steps inside 1 layer": Table 1's path cell, then the hops measured at both ends."""
     rows = layer_paths(ctx, source, layer)
-    cell = models.LAYERS[layer].table1.path_text
+    cell = fits.table1_cell(layer, "path_text")
     if rows.empty:
         return f"{cell} · –"
     lo, hi = rows.iloc[0], rows.iloc[-1]
@@ -294,7 +314,6 @@ def verdict_table(ctx: ReportContext, texts: dict) -> str:
     several = len(sources) > 1
     rows = []
     for layer in [name for name in models.LAYERS if any(name in _layers(ctx, s) for s in sources)]:
-        row1 = models.LAYERS[layer].table1
         for source in sources:
             if layer not in _layers(ctx, source):
                 continue
@@ -302,7 +321,7 @@ def verdict_table(ctx: ReportContext, texts: dict) -> str:
             if several:
                 row["measured on"] = ctx.source_tag(source)
             row |= {
-                "Table 1": row1.compute_text,
+                "Table 1": fits.table1_cell(layer),
                 "FLOPs ∝ n^ (predicted)": verdict_cell(texts, source, layer, "flops"),
                 "time ∝ n^ (predicted)": verdict_cell(texts, source, layer, "time"),
                 "memory ∝ n^ (activation estimate)": verdict_cell(texts, source, layer, "memory"),

@@ -10,7 +10,7 @@ import pandas as pd
 
 import models
 
-from .. import machine, schema, storage
+from .. import machine, outside, schema, storage
 from ..errors import BadInput, RunFailed
 from ..fits import RUN_STARTED
 from ..folder import POINTS, REPORT_TABLES, is_run_dir, read_meta, read_points, tables_in
@@ -79,6 +79,7 @@ def _report_points(run_dir: Path) -> pd.DataFrame:
 
 def _read_run(run_dir: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
     meta = read_meta(run_dir, REPORT_META_KEYS)
+    outside.restore(meta.get("outside_layers"))
     tables = {}
     for name in SIDE_TABLES:
         path = run_dir / f"{name}.csv"
@@ -252,8 +253,7 @@ def _named(rows: pd.DataFrame) -> str:
 
 
 def combine(table: pd.DataFrame | None, runs: dict[str, dict], by: str, identity, words: dict[str, str], what: str):
-    """(rows, notes): per value of `by`, each point once, its newest measurement (`skipped` only where no run
-    measured it); a note per group of several runs names them and counts each one's `what` measured again."""
+    """(rows, notes): per `by` value its newest measurement (`skipped` only if no other); a note per group of runs."""
     if table is None or table.empty:
         return table, []
     started = table["run_id"].map(lambda r: runs.get(r, {}).get("started_utc") or "")

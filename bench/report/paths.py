@@ -9,6 +9,7 @@ import pandas as pd
 
 import models
 
+from .. import outside
 from . import style
 from .context import ReportContext
 
@@ -17,7 +18,7 @@ SIZE_SYMBOL = {"k": "k", "window": "r"}  # what a path depends on besides n, as 
 
 
 def _path_size(layer: str) -> str | None:
-    sizes = [s for s in models.LAYERS[layer].table1.sizes if s in SIZE_SYMBOL]
+    sizes = [s for s in getattr(models.LAYERS[layer].table1, "sizes", ()) if s in SIZE_SYMBOL]
     return sizes[0] if sizes else None
 
 
@@ -63,11 +64,11 @@ def _key(row, what: str) -> str:
     return ".".join(parts + [f"n{int(row.n)}", what])
 
 
-def _cite(ctx: ReportContext, row, column: str, unit: str) -> str:
+def _cite(ctx: ReportContext, row, column: str, unit: str, absent: str = "never") -> str:
     if column not in row.index:  # a paths.csv from before the column existed
         return "–"
     value = _int(row[column])
-    return "never" if value is None else ctx.cite(_key(row, column), value, unit, row.run_id)
+    return absent if value is None else ctx.cite(_key(row, column), value, unit, row.run_id)
 
 
 def _at_ends(ctx: ReportContext, lo, hi, column: str, unit: str, join: str = ", ", at_n: bool = True) -> str:
@@ -91,9 +92,10 @@ def _table(ctx: ReportContext, rows: pd.DataFrame) -> str:
         k, r = _int(row.k), _int(row.window)
         lines.append(
             f"| {row.layer} | {'' if k is None else k} | {'' if r is None else r} | {int(row.n)} | "
-            f"{_cite(ctx, row, 'layers_to_cross', 'layers')} | {_cite(ctx, row, 'layers_to_cross_formula', 'layers')} | "
-            f"{_cite(ctx, row, 'path_hops', 'steps')} | {_cite(ctx, row, 'seq_depth', 'ops')} | "
-            f"{row.get('seq_depth_of', '')} | {_cite(ctx, row, 'seq_depth_forward', 'ops')} | "
+            f"{_cite(ctx, row, 'layers_to_cross', 'layers')} | "
+            f"{_cite(ctx, row, 'layers_to_cross_formula', 'layers', '–' if outside.is_outside(row.layer) else 'never')} | "
+            f"{_cite(ctx, row, 'path_hops', 'steps')} | {_cite(ctx, row, 'seq_depth', 'ops', 'not measured')} | "
+            f"{row.get('seq_depth_of', '')} | {_cite(ctx, row, 'seq_depth_forward', 'ops', 'not measured')} | "
             f"{_reference_depth(ctx, row)} |"
         )
     return "\n".join(lines) + "\n"

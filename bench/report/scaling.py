@@ -95,7 +95,7 @@ def _texts_key(row, metric: str) -> tuple:
 
 def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, tuple]:
     """Cite every fitted exponent, the primary one (the widest sweep with a fit) also without a suffix: {(source, layer,
-    metric, variable): (text, verdict, predicted, reason)}, and {(..., fixed, batch): (text, verdict, is_primary)}."""
+    metric, variable): (text, verdict, predicted, reason, best complexity class)}, and {(..., fixed, batch): (text, verdict, is_primary)}."""
     texts = {}
     for (source, layer, metric, variable), group in fit_rows.groupby(["source", "layer", "metric", "variable"]):
         group = group.assign(
@@ -122,7 +122,8 @@ def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, tuple]:
                     ctx.cite(base, exponent, "1", row.run_id, interval=interval, note=note, clock=on)
             texts[_texts_key(row, metric)] = (text, row.verdict, i == 0)
             if i == 0:
-                texts[(source, layer, metric, variable)] = (text, row.verdict, float(row.predicted), row.reason)
+                best = row.complexity_class if row.has_fit and isinstance(row.complexity_class, str) else None
+                texts[(source, layer, metric, variable)] = (text, row.verdict, float(row.predicted), row.reason, best)
     return texts
 
 

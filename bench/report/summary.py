@@ -38,6 +38,8 @@ def _paths_cells(
     depth = (
         f"{ctx.cite(f'{key}.seq_depth.n{int(lo.n)}', int(lo.seq_depth), 'ops', run_id)} → "
         f"{ctx.cite(f'{key}.seq_depth.n{int(hi.n)}', int(hi.seq_depth), 'ops', run_id)}"
+        if rows["seq_depth"].notna().all()
+        else "not measured"
     )
     cross = f"{cite_hops(ctx, source, lo, False)} → {cite_hops(ctx, source, hi, False)} {hops_unit(rows)}"
     if (int(lo.n), int(hi.n)) != header_span:
@@ -64,21 +66,20 @@ def summary_rows(ctx: ReportContext, fit_rows: pd.DataFrame, texts: dict) -> pd.
     for source in ctx.sources():
         present = set(ctx.points.loc[ctx.points["source"] == source, "layer"])
         for layer in [l for l in models.LAYERS if l in present]:
-            row = models.LAYERS[layer].table1
             depth, cross = _paths_cells(ctx, source, layer, common)
             rows.append(
                 {
                     "source": source,
                     "layer": layer,
-                    "compute (Table 1)": row.compute_text,
+                    "compute (Table 1)": fits.table1_cell(layer),
                     "FLOPs ∝ n^": _exp(texts, source, layer, "flops", "n"),
                     "time ∝ n^": _exp(texts, source, layer, "time", "n"),
                     "time ∝ d^": _exp(texts, source, layer, "time", "d"),
                     "time ∝ k^": _exp(texts, source, layer, "time", "k"),
                     "memory ∝ n^ (vs activation estimate)": _exp(texts, source, layer, "memory", "n"),
-                    "sequential ops (Table 1)": row.sequential_text,
+                    "sequential ops (Table 1)": fits.table1_cell(layer, "sequential_text"),
                     f"measured depth{span}": depth,
-                    "max path (Table 1)": row.path_text,
+                    "max path (Table 1)": fits.table1_cell(layer, "path_text"),
                     f"path measured{span}": cross,
                 }
             )
@@ -96,7 +97,7 @@ def beyond_table1(ctx: ReportContext, texts: dict) -> str:
     items = []
     for layer, cls in models.LAYERS.items():
         row = cls.table1
-        if not row.note:
+        if row is None or not row.note:
             continue
         measured = []
         for source in ctx.sources():

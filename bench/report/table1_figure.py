@@ -12,6 +12,7 @@ from matplotlib.lines import Line2D
 
 import models
 
+from .. import fits
 from ..spec import TRAIN_MODE
 from . import style
 from .context import ReportContext
@@ -86,10 +87,7 @@ def table1_figure(data: pd.DataFrame, exponents: dict, title: str):
         handles = [
             Line2D([], [], color=palette[layer], marker=markers[layer], markersize=5, linewidth=1.6) for layer in layers
         ]
-        labels = [
-            f"{layer}  {models.LAYERS[layer].table1.compute_text}" if layer in models.LAYERS else layer
-            for layer in layers
-        ]
+        labels = [f"{layer}  {fits.table1_cell(layer)}" if layer in models.LAYERS else layer for layer in layers]
         for label, linestyle in styles.items():
             handles.append(Line2D([], [], color="0.3", linestyle=linestyle, linewidth=1.6))
             labels.append(f"sweep: {label}")

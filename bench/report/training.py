@@ -6,7 +6,7 @@ import pandas as pd
 
 import models
 
-from .. import clock
+from .. import clock, fits
 from ..policy import CPU, WALL
 from ..spec import DEFAULT_MODE, IDENTITY, TRAIN_MODE
 from .context import ReportContext
@@ -102,7 +102,7 @@ def _exponent_table(texts: dict, source: str, layers: list[str]) -> str:
     rows = [
         {
             "layer": layer,
-            "Table 1": models.LAYERS[layer].table1.compute_text,
+            "Table 1": fits.table1_cell(layer),
             "FLOPs ∝ n^": verdict_cell(texts, source, layer, "flops"),
             "time ∝ n^": verdict_cell(texts, source, layer, "time"),
             "memory ∝ n^": verdict_cell(texts, source, layer, "memory"),
