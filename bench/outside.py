@@ -182,6 +182,36 @@ class OutsideLayer(nn.Module):
         return 2 * batch * n * cfg.d * elem_bytes + models.parameter_bytes(cls.__name__, cfg)
 
 
+class _Stepping:
+    """Decode through the layer's own step interface (docs/adding-a-layer.md); a step's FLOPs counted on meta."""
+
+    def prefill(self, x):
+        return self.inner.prefill(x)
+
+    def cache(self, state, t, capacity):
+        return self.inner.cache(state, t, capacity)
+
+    def step(self, x_t, cache, t):
+        return self.inner.step(x_t, cache, t)
+
+    @classmethod
+    def decode_flops(cls, batch: int, t: int, cfg: LayerConfig) -> int:
+        return _decode_on_meta(cls, batch, t, cfg)[0]
+
+    @classmethod
+    def decode_state_bytes(cls, batch: int, t: int, cfg: LayerConfig, elem_bytes: int) -> int:
+        return _decode_on_meta(cls, batch, t, cfg)[1]
+
+
+@functools.cache
+def _decode_on_meta(cls: type[OutsideLayer], batch: int, t: int, cfg: LayerConfig) -> tuple[int, int]:
+    with torch.device("meta"), torch.no_grad():
+        layer, dtype = cls(cfg).to(cfg.torch_dtype), cfg.torch_dtype
+        state = layer.prefill(torch.empty(batch, t, cfg.d, dtype=dtype))
+        cache, token = layer.cache(state, t, t + 1), torch.empty(batch, 1, cfg.d, dtype=dtype)
+        return count_flops(lambda: layer.step(token, cache, t)).total, models.state_bytes(state)
+
+
 class _OutputBytes(TorchDispatchMode):
     def __init__(self):
         super().__init__()
@@ -323,7 +353,6 @@ def check_points(specs) -> None:
 
 
 def register(source: str) -> str:
-    """The layer NAME of `source`, registered in models.LAYERS under it (after checks); BadInput where it cannot be."""
     name, factory = _import(source)
     if name in models.LAYERS and getattr(models.LAYERS[name], "source", None) != source:
         raise BadInput(f"--layers {source}: {name} is already the name of a layer ({_describe(name)})")
@@ -342,7 +371,12 @@ def register(source: str) -> str:
         source=source,
         uses=tuple(s for s in named if s not in ("d", "n")),
     )
-    models.LAYERS[name] = type(name, (OutsideLayer,), attrs)
+    steps = (
+        isinstance(factory, type)
+        and "n" not in named
+        and all(hasattr(factory, m) for m in ("prefill", "cache", "step"))
+    )
+    models.LAYERS[name] = type(name, (_Stepping, OutsideLayer) if steps else (OutsideLayer,), attrs)
     return name
 
 

@@ -134,7 +134,8 @@ def predicted_row(layer: str, mode: str):
 def predicted_text(layer: str, mode: str, metric: str) -> str:
     if metric == "memory":
         return "the state" if mode in DECODE_MODES else "activation estimate"
-    return table1_cell(layer) if mode != DECODE_MODE else predicted_row(layer, mode).compute_text
+    row = predicted_row(layer, mode)
+    return table1_cell(layer) if mode != DECODE_MODE or row is None else row.compute_text
 
 
 def metric_column(metric: str, mode: str) -> str:

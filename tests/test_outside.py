@@ -17,6 +17,25 @@ from bench.spec import PointSpec, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "my_layers.py"
+# The step interface of docs/adding-a-layer.md on a layer whose output i is the mapped mean of inputs 0..i.
+RUNNING_MEAN = """
+        import torch
+        from torch import nn
+        class RunningMean(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.map = nn.Linear(d, d, bias=False)
+            def forward(self, x):
+                steps = torch.arange(1, x.shape[1] + 1, dtype=x.dtype, device=x.device)[None, :, None]
+                return self.map(x.cumsum(1) / steps)
+            def prefill(self, x):
+                return (x.sum(1, keepdim=True),)
+            def cache(self, state, t, capacity):
+                return (state[0].clone(),)
+            def step(self, x_t, cache, t):
+                cache[0].add_(x_t)
+                return self.map(cache[0] / (t + 1))
+        """
 
 
 @pytest.fixture
@@ -205,3 +224,25 @@ def test_expect_names_its_layer_or_every_outside_one(registry):
     assert outside.sources([lstm])[lstm]["expect"] == "n*d**2"
     with pytest.raises(BadInput, match="names no layer from outside"):
         outside.expect(["conv"], ["conv=n"])
+
+
+def test_a_layer_with_the_step_interface_decodes_through_it(tmp_path, registry):
+    path = _write(tmp_path, RUNNING_MEAN)
+    name = outside.register(f"{path}:RunningMean")
+    spec = validate(PointSpec(layer=name, n=16, d=8, batch=2, mode="decode"))
+    cfg = spec.config()
+    assert models.analytic_decode_flops(name, 2, 16, cfg) == 2 * 2 * 8 * 8  # the step's d×d map
+    assert models.analytic_decode_state_bytes(name, 2, 16, cfg) == 2 * 8 * 4  # the running sum, float32
+    layer, x = models.build(name, cfg), torch.randn(2, 17, 8)
+    cache = layer.cache(layer.prefill(x[:, :16]), 16, 17)
+    assert torch.allclose(layer.step(x[:, 16:], cache, 16), layer(x)[:, 16:], atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_layers_decode_steps_run_and_report(tmp_path, registry):
+    path = _write(tmp_path, RUNNING_MEAN)
+    fast = ["--rounds", "4", "--target-time", "0.002", "--passes", "1", "--no-progress", "--no-extend"]
+    decode = ["--layers", f"{path}:RunningMean", "--n", "16,32,64,128", "--d", "8", "--mode", "decode"]
+    assert main(["run", *decode, "--out", str(tmp_path / "results" / "run"), *fast]) == 0
+    assert set(pd.read_csv(tmp_path / "results" / "run" / "points.csv")["flops_counted"]) == {128}  # batch 1
+    assert main(["report", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "report")]) == 0

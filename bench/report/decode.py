@@ -73,7 +73,8 @@ def _predicted(name: str, layer: str) -> tuple[str, str]:
     cls = models.LAYERS[layer]
     if _uncached(name):
         return fits.table1_cell(layer).replace("n", "t"), "O(t·d) (the tokens)"
-    return cls.decode.compute_text, cls.decode.state_text
+    row = getattr(cls, "decode", None)
+    return (row.compute_text, row.state_text) if row is not None else ("no cost stated", "measured")
 
 
 def generate_time_s(ts, times_s, tokens: int) -> float:
