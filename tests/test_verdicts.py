@@ -390,3 +390,17 @@ def test_the_classes_an_interval_excludes_are_those_whose_exponent_over_the_poin
     assert fits.complexity(n, n, 0.9, 1.2, "n")["complexity_excluded"] == "1, log n, n², n³"
     assert fits.complexity(n, n, 1.0, 1.0, "d")["complexity_excluded"] == "1, log d, d log d, d², d³"  # exact FLOPs
     assert fits.complexity(n, n, math.nan, math.nan, "n")["complexity_excluded"] == ""  # no interval: none
+
+
+def test_a_verdict_cell_ends_with_the_class_and_names_the_predicted_one_where_they_differ():
+    from bench.report.headline import verdict_cell
+
+    texts = {
+        ("s", "rnn", "time", "n"): ("1.12 [0.97, 1.26]", "inconclusive", 1.0, "", "n log n"),
+        ("s", "attention", "time", "n"): ("2 [1.9, 2.1]", "consistent", 2.0, "", "n²"),
+        ("s", "mine", "time", "n"): ("1.5 [1.4, 1.6]", "inconclusive", float("nan"), "", "n²"),  # no cost stated
+    }
+    cells = {layer: verdict_cell(texts, "s", layer, "time").replace("\xa0", " ") for (_, layer, _, _) in texts}
+    assert cells["rnn"] == "? 1.12 [0.97, 1.26] (1.00) · O(n log n) (predicted O(n))"
+    assert cells["attention"] == "✓ 2 [1.9, 2.1] (2.00) · O(n²)"
+    assert cells["mine"] == "1.5 [1.4, 1.6] · O(n²)"  # nothing to judge: no mark

@@ -272,8 +272,11 @@ def verdict_cell(texts: dict, source: str, layer: str, metric: str) -> str:
     against = f" ({predicted:.2f})" if text != "–" and predicted is not None and math.isfinite(predicted) else ""
     if why := why_no_exponent(texts, source, layer, metric):
         against = f" ({why})"
-    best = f" · O({entry[4]})" if len(entry) > 4 and entry[4] else ""
     judged = predicted is not None and math.isfinite(predicted)
+    best = f" · O({entry[4]})" if len(entry) > 4 and entry[4] else ""
+    power = {0: "1", 1: "n", 2: "n²", 3: "n³"}.get(round(predicted)) if judged else None
+    if best and power and abs(predicted - round(predicted)) < 0.05 and entry[4] != power:
+        best += f" (predicted O({power}))"
     mark = f"{fits.VERDICT_MARK[verdict]} " if judged or text == "–" else ""
     # no-break spaces: a narrow window wraps the cell only before the prediction
     return f"{mark}{text}".replace(" ", NO_BREAK) + against + best
