@@ -136,6 +136,8 @@ def _paths_phrase(ctx: ReportContext, source: str) -> str:
         layers += 1
         as_table += follows
     key = f"{machine}.headline.paths"
+    if not len(measured) and not layers:
+        return f"measured for {rows['layer'].nunique()} layers, none with a closed form (the table below)"
     return (
         f"layers to cross equal the closed form at "
         f"{ctx.cite(f'{key}.points_equal', equal, 'points', run_id, show_unit=False)} of "

@@ -109,7 +109,8 @@ def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, tuple]:
                 note = (
                     f"{metric} ∝ {variable}^e over {variable} = {int(row.x_min)}..{int(row.x_max)} ({row.fixed}, "
                     f"batch {int(row.batch)}{f'; {on} clock' if on else ''}"
-                    f"{', the fastest round of each point' if fastest else ''}); predicted {row.predicted:.2f} "
+                    f"{', the fastest round of each point' if fastest else ''}); "
+                    f"{f'predicted {row.predicted:.2f} ' if math.isfinite(row.predicted) else ''}"
                     f"({fits.predicted_text(layer, row.mode, metric)}); "
                     f"verdict {row.verdict} (tolerance ±{row.tolerance:g}): {row.reason}"
                 )
