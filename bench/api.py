@@ -109,7 +109,7 @@ def fit(points: pd.DataFrame | str | Path) -> pd.DataFrame:
 
 
 def table1(points: pd.DataFrame | str | Path) -> pd.DataFrame:
-    """Table 1 beside the measured exponents in n (widest sweep): verdict, exponent [95 % interval] (predicted)."""
+    """Table 1 beside the measured exponents in n (widest sweep): verdict, exponent [95 % interval] (predicted), class."""
     rows = fit(points)
     rows = rows[rows["variable"] == "n"].assign(span=lambda r: r["sweep_x_max"] / r["sweep_x_min"])
     out = []
@@ -124,7 +124,12 @@ def table1(points: pd.DataFrame | str | Path) -> pd.DataFrame:
                 if pd.isna(best["exponent"])
                 else f"{best['exponent']:.2f} [{best['ci_low']:.2f}, {best['ci_high']:.2f}]"
             )
-            row[metric] = f"{fits.VERDICT_MARK[best['verdict']]} {measured} ({best['predicted']:.2f})"
+            judged = pd.notna(best["predicted"])
+            mark, against = (
+                (f"{fits.VERDICT_MARK[best['verdict']]} ", f" ({best['predicted']:.2f})") if judged else ("", "")
+            )
+            shape = f" · O({best['complexity_class']})" if isinstance(best["complexity_class"], str) else ""
+            row[metric] = f"{mark}{measured}{against}{shape}"
         out.append(row)
     return pd.DataFrame(out)
 

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+import bench
 import models
 from bench import fits, outside
 from bench.cli import main
@@ -169,6 +170,10 @@ def test_torch_and_a_users_layer_through_run_paths_report_and_cite(tmp_path, reg
     assert crossed.loc[("GatedConv", 64), "layers_to_cross"] == 63  # (k − 1)/2 = 1 position a layer
     assert pd.isna(crossed.loc[("BlockAttention", 64), "layers_to_cross"])
     assert "adds no position" in crossed.loc[("BlockAttention", 64), "error"]
+
+    table = bench.table1(results / "run").set_index("layer")  # the API's, as a notebook shows it
+    assert table.loc["TransformerEncoderLayer", "flops"].endswith(" · O(n²)")
+    assert table.loc["LSTM", "predicted"] == "no cost stated" and table.loc["LSTM", "flops"].startswith("1.00 [")
 
     registry.pop("GatedConv")  # the report needs none of the layer's code: meta.json names it
     assert main(["report", "--results", str(results), "--out", str(reports)]) == 0
