@@ -52,6 +52,7 @@ def test_the_notebook_runs_top_to_bottom_in_a_fresh_kernel(tmp_path):
     tables = [out for out in outputs if "text/html" in out.get("data", {}) and "O(n²·d)" in out["data"]["text/html"]]
     assert len(images) >= 2, f"{len(images)} figures"
     assert tables, "no Table 1 beside the measurement"
+    assert "TransformerEncoderLayer" in tables[0]["data"]["text/html"], "torch's own layer has no row"
     assert any(".cpu.attention.flops.exponent_n" in out.get("text", "") for out in outputs), "no cited number"
     assert took_s < BUDGET_S, f"{took_s:.0f} s"
     # Again in the same folder, as a user runs it again: a new run folder each time (issue 46: 17). What it measures
