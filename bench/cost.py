@@ -237,7 +237,12 @@ def _fastest_visit(spec: PointSpec) -> tuple[float, float, float]:
 
 def measure_layer(spec: PointSpec) -> LayerCosts:
     short, long = (tiny(spec, n) for n in (TINY_N[0], TINY_N[2 if spec.mode == DECODE_MODE else 1]))
-    return LayerCosts(**kept(f"layer costs {short.key} {long.key}", lambda: asdict(_tiny_costs(short, long))))
+    return LayerCosts(
+        **kept(
+            f"layer costs, least of {TINY_VISITS} visits, {short.key} {long.key}",
+            lambda: asdict(_tiny_costs(short, long)),
+        )
+    )
 
 
 def _tiny_costs(short: PointSpec, long: PointSpec) -> LayerCosts:
