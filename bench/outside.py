@@ -223,20 +223,30 @@ class _OutputBytes(TorchDispatchMode):
         return out
 
 
-@functools.cache
-def _on_meta(cls: type[OutsideLayer], batch: int, n: int, cfg: LayerConfig, trains: bool) -> tuple[FlopCount, int]:
+def _meta_call(cls: type[OutsideLayer], batch: int, n: int, cfg: LayerConfig, trains: bool):
     with torch.device("meta"):
         layer = cls(cfg).to(cfg.torch_dtype)
         x = torch.empty(batch, n, cfg.d, dtype=cfg.torch_dtype, requires_grad=trains)
-    outputs = _OutputBytes()
 
     def call():
-        with torch.device("meta"), torch.enable_grad() if trains else torch.no_grad(), outputs:
+        with torch.device("meta"), torch.enable_grad() if trains else torch.no_grad():
             y = layer(x)
             if trains:
                 y.backward(torch.empty_like(y))
 
-    return count_flops(call), outputs.bytes
+    return layer, call
+
+
+@functools.cache
+def _on_meta(cls: type[OutsideLayer], batch: int, n: int, cfg: LayerConfig, trains: bool) -> tuple[FlopCount, int]:
+    _, call = _meta_call(cls, batch, n, cfg, trains)
+    outputs = _OutputBytes()
+
+    def counted():
+        with outputs:
+            call()
+
+    return count_flops(counted), outputs.bytes
 
 
 FUSED_STEPS = tuple(f"aten.{op}" for op in "lstm gru rnn_tanh rnn_relu mkldnn_rnn_layer _cudnn_rnn mkldnn_rnn".split())
@@ -261,12 +271,11 @@ def steps_hidden(layer: nn.Module, x: torch.Tensor) -> list[str]:
 
 
 def _at(cls: type[OutsideLayer], batch: int, n: int, cfg: LayerConfig, trains: bool) -> tuple[int, int]:
-    if n <= META_NS[-1]:
-        counted, out_bytes = _on_meta(cls, batch, n, cfg, trains)
-        return counted.total, out_bytes
     try:
-        counts = [_on_meta(cls, batch, m, cfg, trains) for m in META_NS]
+        counts = [_on_meta(cls, batch, m, cfg, trains) for m in META_NS] if n > META_NS[-1] else None
     except Exception:
+        counts = None
+    if counts is None:
         counted, out_bytes = _on_meta(cls, batch, n, cfg, trains)
         return counted.total, out_bytes
     through = [np.polyfit(META_NS, values, 2) for values in ([c.total for c, _ in counts], [b for _, b in counts])]
@@ -337,15 +346,8 @@ def check_points(specs) -> None:
         s for s in specs if is_outside(s.layer) and not models.LAYERS[s.layer].source.startswith("torch:")
     ):
         try:
-            with torch.device("meta"):
-                layer = models.LAYERS[spec.layer](spec.config()).to(spec.config().torch_dtype)
-                x = torch.empty(
-                    1, min(spec.n, CHECKED_N), spec.d, dtype=spec.config().torch_dtype, requires_grad=spec.trains
-                )
-                with torch.enable_grad() if spec.trains else torch.no_grad():
-                    y = layer(x)
-                    if spec.trains:
-                        y.backward(torch.empty_like(y))
+            layer, call = _meta_call(models.LAYERS[spec.layer], 1, min(spec.n, CHECKED_N), spec.config(), spec.trains)
+            call()
         except Exception as exc:
             raise BadInput(f"{spec.layer} at n={spec.n}, d={spec.d}: {type(exc).__name__}: {exc}") from None
         if spec.trains and not any(p.numel() for p in layer.parameters()):
@@ -356,9 +358,8 @@ def register(source: str) -> str:
     name, factory = _import(source)
     if name in models.LAYERS and getattr(models.LAYERS[name], "source", None) != source:
         raise BadInput(f"--layers {source}: {name} is already the name of a layer ({_describe(name)})")
-    if not (isinstance(factory, type) and issubclass(factory, nn.Module)) and not inspect.isfunction(factory):
-        if not callable(factory):
-            raise BadInput(f"--layers {source}: {name} is a {type(factory).__name__}, not an nn.Module or a function")
+    if not callable(factory):
+        raise BadInput(f"--layers {source}: {name} is a {type(factory).__name__}, not an nn.Module or a function")
     named, takes_x = _sizes_named(factory)
     if "d" not in named and not takes_x and source.partition(":")[0] != "torch":
         raise BadInput(f"--layers {source}: {name} must take d, its width in and out")

@@ -113,9 +113,7 @@ UNSTATED = {"compute_text": "no cost stated", "sequential_text": "not stated", "
 
 
 def table1_cell(layer: str, cell: str = "compute_text") -> str:
-    row = models.LAYERS[layer].table1
-    if row is None and cell == "compute_text" and getattr(models.LAYERS[layer], "expected", None) is not None:
-        return models.LAYERS[layer].expected.compute_text
+    row = predicted_row(layer, DEFAULT_MODE) if cell == "compute_text" else models.LAYERS[layer].table1
     return UNSTATED[cell] if row is None else getattr(row, cell)
 
 
