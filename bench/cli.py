@@ -1,5 +1,4 @@
-"""The command line: `python -m bench COMMAND`, its options parsed and checked, then bench.commands. Exit codes:
-bench/interface.md."""
+"""The command line: `python -m bench COMMAND`, parsed and checked, then bench.commands (exit codes: interface.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Sweeps on a Ray cluster (`run --ray ADDRESS|local`): the connection, and a run's points measured on its nodes
-one device at a time (bench.ray_phase), this process staying the folder's one writer. method: docs/method.md"""
+"""Sweeps on a Ray cluster (`run --ray ADDRESS|local`), one device at a time, this process the folder's one writer."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import models
 
-from . import folder, interrupts, machine, outside, storage
+from . import default_policy, folder, interrupts, machine, outside, storage
 from .errors import BadInput, RunFailed
 from .load import sample_load
 from .policy import CPU, EXTEND_BUDGET, TimingPolicy
@@ -226,6 +226,7 @@ def _run_on(args, argv, cluster) -> int:
             load=load,
         )
         print_lines(lines)  # before measuring, which goes ahead
+    run.time_default_policy = default_policy.wanted()
     try:
         meta = run.execute(progress=not args.no_progress)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (bench.interrupts): 130 or 143

@@ -1,5 +1,4 @@
-"""A run folder (results/<run-id>/, or --out DIR) and RunFolder, its one writer: its lock, meta.json and
-plan.json, every append to its files, and what a resume finds stored. method: docs/method.md"""
+"""A run folder and RunFolder, its one writer: lock, meta.json, plan.json, every append, what a resume finds."""
 
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ OWNER_NAME = ".writer.json"
 WRITER_FILES = (LOCK_NAME, OWNER_NAME)
 META_KEYS = ("run_id", "kind", "status", "started_utc")
 RUN_STATES = ("running", "finished", "interrupted")
-REPORT_TABLES = ("points", "paths", "claims", "generate", "decode_peers")
+REPORT_TABLES = ("points", "paths", "claims", "generate", "decode_peers", "default_policy")
 _COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a whole number >= 0")
 _TEXT = (lambda v: isinstance(v, str) and v != "", "a text")
 _NAME = (lambda v: isinstance(v, str) and 0 < len(v) <= 255, "a name of at most 255 characters")

@@ -1,5 +1,4 @@
-"""Older run folders, in one place: what each was written without, and how a reader copes. meta.json's
-`schema` is a folder's format; one without the key is schema 1."""
+"""Older run folders, in one place: what each lacks and how a reader copes (no meta.json `schema`: schema 1)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""One device's points on a Ray cluster (bench.cluster): a worker on every placement, chunks handed out and
-streamed back, each stored whole when done, sent to another node when its worker dies. method: docs/method.md"""
+"""One device's points on a Ray cluster: a worker per placement, chunks streamed back, stored whole, resent on a death."""
 
 from __future__ import annotations
 

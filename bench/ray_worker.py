@@ -1,5 +1,4 @@
-"""The node side of a sweep on a Ray cluster (bench.cluster): where workers go, the chunks they measure, and
-the worker itself, which runs bench.run.Run on a chunk and streams each event back. method: docs/method.md"""
+"""The node side of a Ray sweep (bench.cluster): where workers go, and the worker, bench.run.Run on a chunk."""
 
 from __future__ import annotations
 

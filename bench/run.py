@@ -11,7 +11,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Protocol
 
-from . import allocator, deaths, formats, interrupts, machine, outside, planner, storage
+from . import allocator, deaths, default_policy, formats, interrupts, machine, outside, planner, storage
 from .cost import Measured
 from .errors import BadInput, RunFailed
 from .estimate import first_pass_line
@@ -56,6 +56,7 @@ class Run:
     log: Callable[[str], None] = _stderr
     cluster: Elsewhere | None = None  # measures the points on a Ray cluster; None: this process
     measure_peaks: bool = True  # False in a Ray worker's chunk: its node measures the peak
+    time_default_policy: bool = False  # the `run` command's local runs: bench.default_policy
     extended: list[PointSpec] = field(default_factory=list)
     _results: dict[str, tuple[int, PointResult]] = field(default_factory=dict, init=False, repr=False)
 
@@ -228,6 +229,8 @@ class Run:
             self._measure_peaks("start")
         self._measure([s for s in self.specs if not self.folder.stored(s.point_id)], progress)
         self._extend(progress)
+        if self.time_default_policy:
+            default_policy.store(self.folder, self.threads, self.meta.get("outside_layers"), self.log)
         if self.measure_peaks:
             self._measure_peaks("end")
 
@@ -391,11 +394,8 @@ class Run:
                 f"(load average {load.loadavg_1m:.2f})"
             )
 
-    def _records(self, spec: PointSpec) -> list[dict]:
-        return self.folder.records_of(spec.point_id)
-
     def _result(self, spec: PointSpec) -> PointResult:
-        records = self._records(spec)
+        records = self.folder.records_of(spec.point_id)
         cached = self._results.get(spec.point_id)
         if cached is None or cached[0] != len(records):
             first = self.folder.record(spec.point_id, FIRST, 0)

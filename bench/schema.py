@@ -1,5 +1,4 @@
-"""points.csv's columns, derived once: a point's identity (bench.spec), its time (bench.probes.timed), each
-registered probe's columns (bench.probes) and where and how it ran. bench/interface.md's list is generated here."""
+"""points.csv's columns, derived once from the spec, the time and each probe (bench/interface.md's list is made here)."""
 
 from __future__ import annotations
 

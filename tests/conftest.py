@@ -16,6 +16,7 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 # given here and in the runs the tests start; tests/test_extend.py turns it on. The machine's costs (bench.kept) are
 # kept apart from the user's, once per session.
 os.environ["SEQBENCH_EXTEND_BUDGET"] = "0"
+os.environ["SEQBENCH_DEFAULT_POLICY"] = "0"  # one test times it (tests/test_default_policy.py)
 os.environ.setdefault("SEQBENCH_CACHE", tempfile.mkdtemp(prefix="seqbench-cache-"))
 
 

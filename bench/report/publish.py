@@ -1,5 +1,4 @@
-"""Publishing a report whole: built beside the output folder, switched in by two renames under a lock; a user's files
-there are kept, a killed report's leftovers cleared by the next one (method: docs/method.md)."""
+"""A report published whole: built beside its folder, switched in by two renames under a lock (docs/method.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A layer's sweep of one size, chosen and drawn: log-log, one panel per source, the predicted slope dashed
-through its largest point. Used by the scaling and training sections."""
+"""A layer's sweep of one size, drawn log-log, a panel per source, the predicted slope dashed through its largest point."""
 
 from __future__ import annotations
 

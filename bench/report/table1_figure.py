@@ -1,5 +1,4 @@
-"""The report's first figure, Table 1 measured: per source, time and counted FLOPs against n on each layer of
-Table 1's rows' primary n-sweep, log-log, predicted slopes dashed, untrusted times hollow (bench.clock)."""
+"""The first figure, Table 1 measured: time and counted FLOPs against n per source, log-log, predicted slopes dashed."""
 
 from __future__ import annotations
 
