@@ -193,13 +193,15 @@ def write_report(runs: str | Path | Iterable[str | Path], out: str | Path, progr
     return Path(out)
 
 
-def cite(key: str, reports: str | Path | None = None) -> str:
+def cite(key: str, reports: str | Path | None = None, fmt: str = "text") -> str:
     """One number of a report's numbers.json with its provenance, as `python -m bench cite KEY` says it."""
-    from .report.numbers import cite_sentence, default_reports
+    from .report.numbers import FORMATS, cite_sentence, default_reports
 
     if not isinstance(key, str) or not key:
         raise ValueError(f"cite: a key is a text such as 'reference.h200-intel-xeon-16c-vm.cuda...', not {key!r}")
-    return cite_sentence(key, default_reports() if reports is None else [Path(reports)])
+    if fmt not in FORMATS:
+        raise ValueError(f"cite: fmt is one of {', '.join(FORMATS)}, not {fmt!r}")
+    return cite_sentence(key, default_reports() if reports is None else [Path(reports)], fmt)
 
 
 __all__ = ["measure", "read_points", "fit", "table1", "plot_table1", "crossover", "write_report", "cite"]

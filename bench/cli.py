@@ -154,8 +154,8 @@ COMMAND_TEXT = {  # (help, description)
     ),
     "cite": (
         "one measured number with its provenance; --list lists the keys",
-        "Print one number of numbers.json (reports/local/, then the shipped reports/reference/) as a sentence to "
-        "paste, or list the keys with --list.",
+        "Print one number of numbers.json (reports/local/, then the shipped reports/reference/) to paste "
+        "(--format text, markdown or latex), or list the keys with --list.",
     ),
 }
 
@@ -345,6 +345,9 @@ def _report_options(report: argparse.ArgumentParser) -> None:
     )
 
 
+CITE_FORMAT_HELP = "text: a sentence; markdown, latex: value, interval, a footnote (machine, device, run, commit)"
+
+
 def _cite_options(cite: argparse.ArgumentParser) -> None:
     cite.add_argument(
         "key",
@@ -361,6 +364,7 @@ def _cite_options(cite: argparse.ArgumentParser) -> None:
         "PATTERN if given: a substring of the key, or a shell glob (fnmatch) when PATTERN has *, ? or [, e.g. "
         "'*.exponent_n'",
     )
+    cite.add_argument("--format", choices=("text", "markdown", "latex"), default="text", help=CITE_FORMAT_HELP)
     cite.add_argument(
         "--reports",
         type=path_given,

@@ -364,7 +364,7 @@ def cmd_cite(args, argv) -> int:
     if args.list is not None:
         if args.key is not None:
             raise BadInput(f"cite {args.key} --list: give a KEY or --list [PATTERN], not both")
-        lines, warnings = list_numbers(args.list or None, reports)
+        lines, warnings = list_numbers(args.list or None, reports, args.format)
         for warning in warnings:
             print(warning, file=sys.stderr)
         for line in lines:
@@ -372,7 +372,7 @@ def cmd_cite(args, argv) -> int:
     elif args.key is None:
         raise BadInput("cite: give a KEY of numbers.json, or --list [PATTERN] to see the keys")
     else:
-        print(cite_sentence(args.key, reports))
+        print(cite_sentence(args.key, reports, args.format))
     return 0
 
 

@@ -63,8 +63,7 @@ _METADATA_ONLY = {
 
 
 class CellStepMode(TorchDispatchMode):
-    """Tags each tensor depending on x_0 with its hops, the fewest step-to-step transfers from x_0 (a step begins
-    where the loop reads x[:, t]). `stacked`: the tags of the final aten.stack's inputs, by output position."""
+    """Tags each tensor depending on x_0 with its fewest step-to-step hops; `stacked`: the final stack's inputs'."""
 
     def __init__(self, x: torch.Tensor, source: int = SOURCE):
         super().__init__()

@@ -1,5 +1,4 @@
-"""Scaling exponents: log-log least squares with confidence intervals, their verdicts against Table 1, fits.csv,
-and the crossovers of two layers' times. Sweeps and fit ranges: bench/sweeps.py. Method: docs/method.md."""
+"""Scaling exponents: log-log fits with intervals, verdicts against Table 1, fits.csv, crossovers (docs/method.md)."""
 
 from __future__ import annotations
 
@@ -411,8 +410,7 @@ CLOSED_FORM_MAX_N = 2**40  # the search for a closed-form crossover stops here: 
 def closed_form_crossover_n(
     layer_a: str, layer_b: str, batch: int, cfg: models.LayerConfig, mode: str = DEFAULT_MODE
 ) -> int | None:
-    """The first n >= 1 (a decode step's t >= 0) where layer a's FLOP formula in `mode` reaches layer b's (None: not
-    up to CLOSED_FORM_MAX_N), by doubling and bisection: the costs, of degree at most 2 in n, cross at most once."""
+    """The first n where a's FLOP formula in `mode` reaches b's (None: not by CLOSED_FORM_MAX_N), by bisection."""
 
     def a_reaches_b(n: int) -> bool:
         return models.analytic_flops(layer_a, batch, n, cfg, mode) >= models.analytic_flops(

@@ -1,5 +1,4 @@
-"""The timing policy: rounds and passes, when a median is trusted, which clock fits use, when a point is sampled
-further, the limits a user may ask, the method in words (`method_text`). bench.timing measures by it."""
+"""The timing policy: rounds and passes, when a median is trusted, which clock fits use, the method in words."""
 
 from __future__ import annotations
 

@@ -36,8 +36,7 @@ class Placement:
 
 
 def placements(nodes: list[dict], device: str, exclusive_node: bool = False) -> list[Placement]:
-    """The workers for `device` on `nodes` (ray.nodes()): one a node holding all its CPUs; for a GPU, one a GPU
-    holding the node's CPUs over its GPUs, or with `exclusive_node` one a node holding all of it."""
+    """The workers for `device` on `nodes`: per node all its CPUs; per GPU its share (`exclusive_node`: the node)."""
     out = []
     for node in nodes:
         if not node.get("Alive", node.get("alive", False)):

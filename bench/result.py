@@ -1,5 +1,4 @@
-"""A point's result as one object: its spec, status, the rounds of its passes on every clock and its probes' values;
-`as_row` derives its points.csv row (as torch.utils.benchmark's Measurement keeps its raw times)."""
+"""A point's result as one object (spec, status, rounds on every clock, probes); `as_row` derives its row."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Durable files (JSON written atomically, lines appended whole, tables read back with any damage named): what
-bench.folder, a run folder's one writer, writes with, and points.csv read back against bench.schema."""
+"""Durable files: JSON written atomically, lines appended whole, tables read back with any damage named."""
 
 from __future__ import annotations
 
@@ -89,8 +88,7 @@ def append_line(path: Path, text: str) -> None:
 
 
 def repair_tail(path: Path, complete: Callable[[str], bool] | None = None) -> None:
-    """Drop a partial last line so appends start on a fresh line; a last line that `complete` says is whole
-    (a hand edit dropped its newline) gets its newline. A file with no whole line is damaged, never emptied."""
+    """Drop a partial last line (one `complete` accepts gets its newline); a file with no whole line is damaged."""
     if not path.exists() or path.stat().st_size == 0:
         return
     with open(path, "r+b") as f:
@@ -187,8 +185,7 @@ def point_words(row: pd.Series) -> str:
 
 
 def check_points(df: pd.DataFrame, path: Path, plan: dict[str, dict] | None = None) -> pd.DataFrame:
-    """The points table with its number columns as numbers, every row whole and sound (and with `plan`,
-    {point_id: spec row}, a point of it), or RunFailed naming the file, line, column and what was expected."""
+    """The points table, numbers as numbers, every row sound (and of `plan`), or RunFailed naming line and column."""
 
     def bad(index, what: str) -> RunFailed:
         return RunFailed(f"{path}: damaged at line {index + 2}: {what}")

@@ -1,5 +1,4 @@
-"""Timing of one call on wall and CPU clocks in rounds over interleaved passes, with pytest-benchmark's statistics;
-what is measured and when it is to be trusted is bench.policy's. The caller sets autograd and pins the threads."""
+"""Timing of one call on wall and CPU clocks in rounds over interleaved passes, pytest-benchmark's statistics."""
 
 from __future__ import annotations
 

@@ -371,7 +371,7 @@ def test_paths_section(quick_table, tmp_path):
     ctx = _context(pd.read_csv(tmp_path / "paths.csv"), tmp_path / "reports")
     text = paths_section(ctx)
     assert text.startswith("## Maximum path length and sequential operations")
-    assert (tmp_path / "reports" / "figures" / "paths_layers_to_cross.png").exists()
+    assert ctx.files["figures/paths_layers_to_cross.png"][:4] == b"\x89PNG"  # drawn; build writes it
     numbers = {key: number.value for key, number in ctx.numbers.items()}
     assert numbers["paths.conv.k3.n256.layers_to_cross"] == 255
     assert numbers["paths.conv.k3.n256.layers_to_cross_formula"] == 255

@@ -23,6 +23,7 @@ RESULTS = REPO / "results"
 SHOTS = REPO / "build" / "browser"
 
 NARROW = (1024, 768)  # the first screen a person is checked against
+MATRIX_SCREEN = (1280, 900)  # the screen whose first view holds the matrix's top (a comparison's first table)
 FIGURE_SHOWN_PX = 200  # of a figure's height at least this much (or all of it) on the first screen
 WIDE = (1400, 900)  # the full-page screenshot; one screen of this size is the unit of the page height
 
@@ -96,18 +97,19 @@ def image_problems(page) -> list[str]:
 
 
 def verdict_table_problems(page, width: int = NARROW[0]) -> list[str]:
+    """The matrix (#verdicts table) within the window, or scrolling in its own box; the page never sideways."""
     box = page.evaluate(
         """() => {
             const t = document.querySelector('#verdicts table');
             if (!t) return null;
             const r = t.getBoundingClientRect();
-            return {right: r.right + window.scrollX, width: r.width};
+            return {right: r.right + window.scrollX, width: r.width, boxed: t.closest('.wide') !== null};
         }"""
     )
     if box is None:
         return ["no verdict table (#verdicts table)"]
     problems = []
-    if box["right"] > width:
+    if box["right"] > width and not box["boxed"]:
         problems.append(
             f"the verdict table (#verdicts table) ends at {box['right']:.0f} px, past the {width} px window "
             f"(it is {box['width']:.0f} px wide)"
@@ -116,6 +118,17 @@ def verdict_table_problems(page, width: int = NARROW[0]) -> list[str]:
     if page_width > width:
         problems.append(f"the page scrolls sideways at {width} px: it is {page_width} px wide (scrollWidth)")
     return problems
+
+
+def matrix_problems(page, height: int = MATRIX_SCREEN[1]) -> list[str]:
+    """The matrix's top (#verdicts table) on the first `height` px of the page."""
+    top = page.evaluate(
+        "() => { const t = document.querySelector('#verdicts table');"
+        " return t ? t.getBoundingClientRect().top + window.scrollY : null; }"
+    )
+    if top is None:
+        return ["no matrix (#verdicts table)"]
+    return [] if top < height else [f"the matrix's top is at {top:.0f} px, below the first {height} px screen"]
 
 
 def toc_problems(page) -> list[str]:
@@ -179,6 +192,8 @@ def first_figure_problems(page, height: int = NARROW[1]) -> list[str]:
     `height` px."""
     if not page.query_selector("#first-screen"):
         return []  # headline_problems names it
+    if page.query_selector("#first-screen #first-figure") and not page.query_selector("#lead #first-figure"):
+        return []  # a comparison: its question and matrix first (matrix_problems), the figure under them
     figures = page.evaluate(
         """() => [...document.querySelectorAll('#first-screen img')].map(img => {
             const r = img.getBoundingClientRect();
@@ -282,7 +297,10 @@ def test_report_in_a_browser(browser, real_report, record_property):
     page = open_page(browser, real_report.as_uri(), NARROW)
     problems = page_problems(page)
     page.close()
-    assert not problems, f"{real_report} at 1024x768:\n" + "\n".join(problems)
+    page = open_page(browser, real_report.as_uri(), MATRIX_SCREEN)
+    problems += matrix_problems(page) + verdict_table_problems(page, MATRIX_SCREEN[0])
+    page.close()
+    assert not problems, f"{real_report} at 1024x768 and 1280x900:\n" + "\n".join(problems)
 
 
 # -------------------------------------------------------------------------- the checks, on made-up pages
@@ -411,6 +429,13 @@ def test_two_machines_side_by_side_still_fit_1024_px(browser, tmp_path):
     problems = image_problems(page) + verdict_table_problems(page) + toc_problems(page)
     page.close()
     assert not problems, "\n".join(problems)
+
+
+def test_a_matrix_below_the_first_screen_is_named(browser, tmp_path):
+    page = open_page(browser, _page(tmp_path, above='<div style="height: 1000px"></div>'), MATRIX_SCREEN)
+    problems = matrix_problems(page)
+    page.close()
+    assert problems and "below the first 900 px screen" in problems[0], problems
 
 
 def test_a_headline_names_its_machine_before_its_source():

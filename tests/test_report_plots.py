@@ -178,9 +178,9 @@ def test_legend_outside_sits_right_of_the_panel_or_below_it():
 class CapturingContext(ReportContext):
     """A ReportContext that keeps each figure open for the test instead of saving it."""
 
-    def figure(self, fig, name, caption):
+    def figure(self, fig, name, alt, caption=""):
         self.captured[name] = (fig, caption)
-        return f"![{caption}](figures/{name}.png)\n"
+        return f"![{alt}](figures/{name}.png)\n"
 
 
 def _context(tmp_path, points: pd.DataFrame) -> CapturingContext:

@@ -1,5 +1,4 @@
-"""One sweep's wall time on a local Ray cluster of one single-CPU node against two, alternated (1, 2, 1, 2, ...)
-so that a slow phase of the machine lands on both: `python -m bench.benchmarks.ray_nodes [--repeats 2] [--out DIR]`."""
+"""A sweep's wall time on a local Ray cluster of one single-CPU node against two, alternated: `python -m` it."""
 
 from __future__ import annotations
 

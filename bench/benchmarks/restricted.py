@@ -1,5 +1,4 @@
-"""Restricted attention's time, GFLOP/s and share of the compute peak, beside the implementations before issue 19
-(REFERENCES, unregistered): `python -m bench.benchmarks.restricted`; docs/usage.md."""
+"""Restricted attention's time and share of peak beside the implementations before issue 19: `python -m` it."""
 
 from __future__ import annotations
 

@@ -85,8 +85,7 @@ _OWN_ID = object()
 
 
 def claim(text: str, source: str, notes: tuple[str, ...] | None | object = _OWN_ID, claim_id: str | None = None):
-    """Declare `measure(seed) -> Outcome` a claim, returning its ClaimResult; its id is the function's name (or
-    `claim_id`, for one declared in a loop), and `notes` defaults to the catalogue statement of that id."""
+    """Declare `measure(seed) -> Outcome` a claim, id the function's name (or `claim_id`), notes its catalogue's."""
 
     def declare(measure: Callable[[int], Outcome]) -> Callable[[int], ClaimResult]:
         own_id = claim_id or measure.__name__

@@ -1,5 +1,4 @@
-"""The verdict builder: a claim's bounds, each stated once in a `Check`, and the rule (`all_met`, `some_met`, `Rule`)
-that makes them a verdict; an `Outcome` states the very bounds the verdict used. Method: docs/method.md."""
+"""The verdict builder: a claim's bounds, each once in a `Check`, and the rule that makes them a verdict."""
 
 from __future__ import annotations
 
@@ -204,8 +203,7 @@ def some_met(*checks: Check) -> Graded:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a claim's measurement returns. `expected` is written from the rule's checks, the first saying what
-    `measured` is (or `measured_is`, where no check is on it); `note` adds what the checks do not say."""
+    """What a claim's measurement returns; `expected` is written from the rule's checks, `note` adds the rest."""
 
     measured: float | int | str
     rule: Rule | Graded

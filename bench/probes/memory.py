@@ -1,5 +1,4 @@
-"""Memory of one call: the allocator's peak above what was live before it, the process's resident set, and the
-bytes a training forward leaves for its backward or a decode step reads (method: docs/method.md)."""
+"""Memory of one call: the allocator's peak above what was live, the resident set, bytes kept for the backward."""
 
 from __future__ import annotations
 

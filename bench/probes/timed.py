@@ -1,5 +1,4 @@
-"""A point's time: the columns of each clock's statistics over the rounds of all its passes (bench.timing measures
-them, by bench.policy), the clock its fits use, and why a time is not to be trusted."""
+"""A point's time: each clock's statistics over its passes' rounds, the clock its fits use, and why not trusted."""
 
 from __future__ import annotations
 

@@ -296,5 +296,5 @@ def _paragraph(ctx: ReportContext, row, run_id: str) -> list[str]:
         except (KeyError, TypeError, ValueError) as exc:  # a details blob from another version: said, not hidden
             out += [f"_Figure omitted: the stored details lack what it draws ({type(exc).__name__}: {exc})._", ""]
         else:
-            out += [ctx.figure(fig, f"claims_{claim_id}", f"{caption} (run {run_id})"), ""]
+            out += [ctx.figure(fig, f"claims_{claim_id}", f"Claim {claim_id}", f"{caption} (run {run_id})"), ""]
     return out

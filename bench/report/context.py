@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,7 @@ class Number:
     note: str = ""
     text: str = ""  # as the report shows it
     clock: str = ""
+    device: str = ""
 
     def as_dict(self) -> dict:
         out = {"value": self.value, "unit": self.unit, "run_id": self.run_id, "machine": self.machine}
@@ -37,9 +40,18 @@ class Number:
             out["interval"] = list(self.interval)
         if self.clock:
             out["clock"] = self.clock
+        if self.device:
+            out["device"] = self.device
         if self.note:
             out["note"] = self.note
         return out
+
+
+LATEX_SPECIAL = {c: "\\" + c for c in "_%&#${}"} | {"\\": r"\textbackslash{}", "~": r"\textasciitilde{}", "^": r"\^{}"}
+
+
+def latex_escape(text: str) -> str:
+    return re.sub(r"[\\_%&#${}~^]", lambda found: LATEX_SPECIAL[found.group()], text)
 
 
 def format_value(value, unit: str = "", digits: int = 3) -> str:
@@ -65,7 +77,7 @@ class ReportContext:
     paths: pd.DataFrame | None = None
     claims: pd.DataFrame | None = None
     numbers: dict[str, Number] = field(default_factory=dict)
-    figures: list[Path] = field(default_factory=list)
+    files: dict[str, bytes | str | pd.DataFrame] = field(default_factory=dict)  # written by build, in one place
     labels: dict[str, str] = field(default_factory=dict)  # source -> in words
     primary: str = ""  # the machine the report is about first (this machine, where it has runs)
     machines: dict[str, str] = field(default_factory=dict)  # source -> its machine
@@ -73,10 +85,12 @@ class ReportContext:
     on_figure: Callable[[], object] | None = None  # told of each figure drawn (progress)
     decode: pd.DataFrame | None = None
     fit_rows: pd.DataFrame | None = None
+    decode_fit_rows: pd.DataFrame | None = None
     fit_texts: dict = field(default_factory=dict)
     decode_texts: dict = field(default_factory=dict)
     generate: pd.DataFrame | None = None
     decode_peers: pd.DataFrame | None = None  # bench.benchmarks.decode_peers' tables, with run_id
+    default_policy: pd.DataFrame | None = None  # bench.default_policy's tables, with run_id
 
     def sources(self) -> list[str]:
         present = set(self.points["source"]) if "source" in self.points else set()
@@ -104,8 +118,8 @@ class ReportContext:
         return self.labels.get(source, source)
 
     @property
-    def fig_dir(self) -> Path:
-        return self.out_dir / "figures"
+    def figures(self) -> list[Path]:
+        return [Path(name) for name in self.files if name.startswith("figures/")]
 
     def machine_of(self, run_id: str) -> str:
         meta = self.runs.get(run_id, {})
@@ -120,6 +134,11 @@ class ReportContext:
             return self.machine_of(run_id)
         words = self.labels[source].split(" · ")[0].removeprefix(f"{REFERENCE}: ")
         return f"{words}, reference run" if meta.get("reference") else words
+
+    def number_device(self, key: str) -> str:
+        """The device and mode of the longest source `key` begins with ("cuda-train (NVIDIA H200)"), or ""."""
+        source = max((s for s in self.labels if key.startswith(f"{s}.")), key=len, default=None)
+        return self.labels[source].partition(" · ")[2] if source else ""
 
     def cite(
         self,
@@ -153,6 +172,7 @@ class ReportContext:
             note,
             text,
             clock,
+            self.number_device(key),
         )
         old = self.numbers.get(key)
         if old is not None and old.value != number.value:
@@ -160,12 +180,12 @@ class ReportContext:
         self.numbers.setdefault(key, number)
         return text
 
-    def figure(self, fig: plt.Figure, name: str, caption: str) -> str:
-        self.fig_dir.mkdir(parents=True, exist_ok=True)
-        path = self.fig_dir / f"{name}.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
+    def figure(self, fig: plt.Figure, name: str, alt: str, caption: str = "") -> str:
+        """The figure drawn to PNG, kept with the report's files; its markdown: short alt text, the caption once."""
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=110, bbox_inches="tight")
         plt.close(fig)
-        self.figures.append(path)
+        self.files[f"figures/{name}.png"] = png.getvalue()
         if self.on_figure is not None:
             self.on_figure()
-        return f"![{caption}](figures/{name}.png)\n\n*{caption}*\n"
+        return f"![{alt}](figures/{name}.png)\n" + (f"\n*{caption}*\n" if caption else "")

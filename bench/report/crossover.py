@@ -175,6 +175,7 @@ def crossover_section(ctx: ReportContext) -> str:
         text += "\n" + ctx.figure(
             fig,
             "crossover",
+            "Crossover n* against d",
             "Crossover n* against d, one panel per machine and device: measured (time), counted (FLOPs) and "
             "solved from the formulas; colour: the layer attention is compared with, line style: the batch.",
         )

@@ -202,6 +202,7 @@ def _figure(ctx: ReportContext, source: str, rows) -> str:
     return ctx.figure(
         fig,
         name,
+        f"Decode step time and state against t, {_label(ctx, source)}",
         f"Generating a sequence on {_label(ctx, source)}: the time of one step (left) and the state kept "
         "(right) against the position t of the token, log-log; dashed: attention without a key/value cache (each "
         "token by the causal forward over its prefix); hollow: a time not to be trusted on its clock, left out of the "

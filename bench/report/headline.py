@@ -311,37 +311,3 @@ def path_cell(ctx: ReportContext, source: str, layer: str) -> str:
     mark = "" if follows is None else fits.VERDICT_MARK["consistent" if follows else "inconsistent"] + " "
     ends = f"{cite_hops(ctx, source, lo, False)} → {cite_hops(ctx, source, hi, False)}"
     return f"{cell} · {mark}{ends} {hops_unit(rows)}"
-
-
-def verdict_table(ctx: ReportContext, texts: dict) -> str:
-    """Layers down, n-exponents and layers to cross across; with several sources a row per layer and source."""
-    sources = ctx.sources()
-    several = len(sources) > 1
-    rows = []
-    for layer in [name for name in models.LAYERS if any(name in _layers(ctx, s) for s in sources)]:
-        for source in sources:
-            if layer not in _layers(ctx, source):
-                continue
-            row = {"layer": layer}
-            if several:
-                row["measured on"] = ctx.source_tag(source)
-            row |= {
-                "Table 1": fits.table1_cell(layer),
-                "FLOPs ∝ n^ (predicted)": verdict_cell(texts, source, layer, "flops"),
-                "time ∝ n^ (predicted)": verdict_cell(texts, source, layer, "time"),
-                "memory ∝ n^ (activation estimate)": verdict_cell(texts, source, layer, "memory"),
-                "max path: Table 1 · measured": path_cell(ctx, source, layer),
-            }
-            rows.append(row)
-    if not rows:
-        return "_No points stored._\n"
-    marks = ", ".join(f"{fits.VERDICT_MARK[v]} {v}" for v in fits.VERDICTS)
-    return (
-        pd.DataFrame(rows).to_markdown(index=False)
-        + f"\n\n{marks}; exponent [{100 * fits.CONFIDENCE:g} % interval] of the primary n-sweep, and in brackets "
-        "the exponent it was judged against: Table 1's compute term over the fitted range for FLOPs and time, the "
-        "activation estimate (bytes the layer keeps: models/, `activation_bytes`) for memory (the sections below "
-        "have every sweep and the reason of each verdict). Max path: Table 1's cell, then the hops from position "
-        "0 to n−1 at the smallest and the largest n of the paths study: layers crossed, or for a recurrence the "
-        "steps inside its one layer; ✓ where they grow with n as the cell says.\n"
-    )

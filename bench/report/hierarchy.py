@@ -43,6 +43,7 @@ def _figure(ctx: ReportContext, measured: dict[str, tuple[str, dict]]) -> str:
     return ctx.figure(
         fig,
         "memory_hierarchy",
+        "Bandwidth against working set",
         "The triad's bandwidth against its working set (points), its levels (blue: each plateau's median), the "
         "effective last-level cache measured (green) and the one the OS reports (red, dashed).",
     )

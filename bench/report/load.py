@@ -14,6 +14,7 @@ from .. import machine, outside, schema, storage
 from ..errors import BadInput, RunFailed
 from ..fits import RUN_STARTED
 from ..folder import POINTS, REPORT_TABLES, is_run_dir, read_meta, read_points, tables_in
+from ..spec import SIZES
 
 REFERENCE_DIR = storage.RESULTS_ROOT / "reference"
 REFERENCE = "reference"  # the folder name that marks committed reference runs, and their sources' prefix
@@ -106,8 +107,7 @@ def _size(tables: dict[str, pd.DataFrame]) -> int:
 
 
 def load_runs(paths: list[Path], skip_bad: bool = False, exclude: tuple[Path, ...] = ()):
-    """(points, runs meta by run_id, {side table: frame or None}), tables with a run_id column; a damaged run is a RunFailed
-    naming it, or with skip_bad named on stderr and left out; a copy of a run is read once."""
+    """(points, runs meta by run_id, {side table: frame}); a damaged run is a RunFailed (skip_bad: said, left out)."""
     runs: dict[str, dict] = {}
     read: dict[str, dict[str, pd.DataFrame]] = {}
     copies: dict[tuple, str] = {}
@@ -209,8 +209,7 @@ def run_tag(run_id: str) -> str:
 
 
 def keep_apart(points: pd.DataFrame, runs: dict[str, dict], labels: dict[str, str]):
-    """(sources, labels, notes): runs whose `run_setting` differs from their source's newest run's become a source
-    `<source>@<their newest run>` beside it, with the reason; the newest run's keep the source and its keys."""
+    """(sources, labels, notes): runs set apart from their source's newest by `run_setting` become `<source>@<run>`."""
     sources, labels, notes = points["source"].copy(), dict(labels), []
     for source, rows in points.groupby("source", sort=False):
         device = str(rows["device"].iloc[0])
@@ -241,13 +240,13 @@ def keep_apart(points: pd.DataFrame, runs: dict[str, dict], labels: dict[str, st
 NAMED_AT_MOST = 6
 
 
-def _named(rows: pd.DataFrame) -> str:
-    """ "conv n=512 d=128, lstm n=1024 d=128 train, and 3 more": the points of `rows`, each by what sets it apart."""
+def _named(rows: pd.DataFrame, identity) -> str:
+    """ "conv n=512 d=128, lstm n=1024 d=128, and 3 more": each row by its identity (a claim by its id), never empty."""
     names = []
     for _, row in rows.head(NAMED_AT_MOST).iterrows():
-        sizes = [f"{s}={int(row[s])}" for s in ("n", "d", "k") if s in row and pd.notna(row[s])]
-        extra = [str(row[c]) for c in ("mode", "dtype") if c in row and row[c] not in ("inference", "float32", None)]
-        names.append(" ".join([str(row.get("layer", "")), *sizes, *(e for e in extra if e != "nan")]).strip())
+        words = [str(row[c]) for c in identity if c not in SIZES and c in row and pd.notna(row[c])]
+        sizes = [f"{s}={int(row[s])}" for s in identity if s in SIZES and s in row and pd.notna(row[s])]
+        names.append(" ".join([*words, *sizes]) or f"row {int(row['_row']) + 1} of its run's table")
     more = len(rows) - len(names)
     return ", ".join(names) + (f", and {more} more" if more > 0 else "")
 
@@ -274,7 +273,7 @@ def combine(table: pd.DataFrame | None, runs: dict[str, dict], by: str, identity
         again = gone[gone["_measured"]].groupby("run_id", sort=False).size()
         unmeasured = gone[~gone["_measured"]].groupby("run_id", sort=False).size()
         said = [
-            f"{n} of {r}'s {what} measured again later, the newer kept ({_named(gone[gone['run_id'] == r])})"
+            f"{n} of {r}'s {what} measured again later, the newer kept ({_named(gone[gone['run_id'] == r], identity)})"
             for r, n in again.items()
         ]
         said += [

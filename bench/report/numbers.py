@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .. import storage
 from ..errors import BadInput, RunFailed
-from .context import Number, format_value
+from .context import Number, format_value, latex_escape
 
 
 def numbers_document(numbers: dict[str, Number], runs: dict[str, dict]) -> dict:
@@ -108,7 +108,7 @@ def matches(key: str, pattern: str | None) -> bool:
     return pattern in key
 
 
-def list_numbers(pattern: str | None, dirs: list[Path]) -> tuple[list[str], list[str]]:
+def list_numbers(pattern: str | None, dirs: list[Path], fmt: str = "text") -> tuple[list[str], list[str]]:
     """`cite --list [PATTERN]`: (a line per matching key, with its value and report; warnings of damaged entries)."""
     found: dict[str, tuple[dict, Path]] = {}
     warnings = []
@@ -129,6 +129,8 @@ def list_numbers(pattern: str | None, dirs: list[Path]) -> tuple[list[str], list
             f"cite --list {pattern}: no key of {_where(dirs)} matches this {kind} "
             f"({len(found)} keys there, e.g. {', '.join(sorted(found)[:3])})"
         )
+    if fmt != "text":
+        return cited_list([(key, *found[key]) for key in keys], fmt), warnings
     width = max((len(key) for key in keys), default=0)
     values = {key: format_value(found[key][0]["value"], found[key][0].get("unit", "")) for key in keys}
     if len(dirs) == 1:
@@ -171,7 +173,7 @@ def unfitted_reason(key: str, dirs: list[Path]) -> str | None:
     return None
 
 
-def cite_sentence(key: str, dirs: Path | list[Path]) -> str:
+def cite_sentence(key: str, dirs: Path | list[Path], fmt: str = "text") -> str:
     dirs = [dirs] if isinstance(dirs, Path) else dirs
     reports = load_reports(dirs)
     folder, doc = next(((folder, doc) for folder, doc in reports if key in doc["numbers"]), (None, None))
@@ -190,16 +192,63 @@ def cite_sentence(key: str, dirs: Path | list[Path]) -> str:
         raise RunFailed(
             f"{folder / 'numbers.json'}: damaged entry {key!r}: expected an object with `value` and `run_id`"
         )
-    run = doc.get("runs", {}).get(number["run_id"])
+    return cited(key, number, doc.get("runs", {}).get(number["run_id"]), fmt)
+
+
+FORMATS = ("text", "markdown", "latex")
+
+
+def _source(number: dict, run) -> str:
     run = run if isinstance(run, dict) else {}
-    text = format_value(number["value"], number.get("unit", ""))
-    if "interval" in number:
-        low, high = number["interval"]
-        text += f" (95 % interval {format_value(low)} to {format_value(high)})"
     commit = (run.get("git_commit") or "unknown")[:12] + (" with local changes" if run.get("git_dirty") else "")
+    where = number.get("machine", "an unknown machine") + (f", {number['device']}" if number.get("device") else "")
     when = (run.get("finished_utc") or run.get("started_utc") or "an unknown date")[:10]
-    note = f" {number['note']}." if number.get("note") else ""
+    return f"measured on {where} in run {number['run_id']} ({when}, torch {run.get('torch', '?')}, commit {commit})"
+
+
+def _value(number: dict, fmt: str) -> str:
+    unit = number.get("unit", "")
+    low, high = number.get("interval") or (None, None)
+    if fmt == "latex":
+        value = latex_escape(format_value(number["value"], "" if unit == "x" else unit)) + (
+            r"$\times$" if unit == "x" else ""
+        )
+        return value + (f"~[{format_value(low)}, {format_value(high)}]" if low is not None else "")
+    value = format_value(number["value"], unit)
+    if fmt == "markdown":
+        return value + (f" [{format_value(low)}, {format_value(high)}]" if low is not None else "")
+    return value + (f" (95 % interval {format_value(low)} to {format_value(high)})" if low is not None else "")
+
+
+def _latex_source(key: str, number: dict, run) -> str:
     return (
-        f"{key} = {text}, measured on {number.get('machine', 'an unknown machine')} in run "
-        f"{number['run_id']} ({when}, torch {run.get('torch', '?')}, commit {commit}).{note}"
+        r"\footnote{"
+        + latex_escape(_source(number, run)[0].upper() + _source(number, run)[1:])
+        + rf"; \texttt{{{latex_escape(key)}}}.}}"
     )
+
+
+def cited(key: str, number: dict, run, fmt: str = "text") -> str:
+    """One number in `fmt` (FORMATS): its value, interval and unit, and where it came from."""
+    if fmt == "latex":
+        return _value(number, fmt) + _latex_source(key, number, run)
+    if fmt == "markdown":
+        label = re.sub(r"[^A-Za-z0-9]+", "-", key).strip("-")
+        return f"{_value(number, fmt)}[^{label}]\n\n[^{label}]: `{key}`: {_source(number, run)}."
+    note = f" {number['note']}." if number.get("note") else ""
+    return f"{key} = {_value(number, fmt)}, {_source(number, run)}.{note}"
+
+
+def cited_list(entries: list[tuple[str, dict, Path]], fmt: str) -> list[str]:
+    """`cite --list --format markdown|latex`: a list to paste; in markdown one footnote per run's provenance."""
+    docs = {folder: json.loads((folder / "numbers.json").read_text()) for _, _, folder in entries}
+    runs = [docs[folder].get("runs", {}).get(number["run_id"]) for _, number, folder in entries]
+    if fmt == "latex":
+        items = [rf"\item \texttt{{{latex_escape(k)}}}: {cited(k, n, r, fmt)}" for (k, n, _), r in zip(entries, runs)]
+        return [r"\begin{itemize}", *items, r"\end{itemize}"]
+    notes: dict[str, int] = {}
+    lines = [
+        f"- `{key}`: {_value(number, fmt)}[^{notes.setdefault(_source(number, run), len(notes) + 1)}]"
+        for (key, number, _), run in zip(entries, runs)
+    ]
+    return [*lines, "", *(f"[^{label}]: {source[0].upper()}{source[1:]}." for source, label in notes.items())]

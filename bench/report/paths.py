@@ -270,6 +270,7 @@ def _figure(ctx: ReportContext, rows: pd.DataFrame) -> str:
     return ctx.figure(
         fig,
         "paths_layers_to_cross",
+        "Layers to cross against n",
         "Layers stacked until output n−1 depends on input 0, measured on the real layers (solid) "
         "against the closed form (dashed, crosses), log-log.",
     )

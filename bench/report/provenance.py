@@ -6,6 +6,7 @@ from .. import allocator, clock, machine
 from ..formats import stored_peaks
 from ..policy import CPU, NOISY_IQR_RATIO, method_text
 from .context import SIZES_SHOWN, ReportContext, format_value
+from .facts import planner_rule
 
 
 def provenance_section(ctx: ReportContext) -> str:
@@ -14,6 +15,8 @@ def provenance_section(ctx: ReportContext) -> str:
         "Every number above comes from these stored runs (`results/<run-id>/`); "
         "`numbers.json` ties each one to its run.\n",
     ]
+    if ctx.notes:
+        lines += ["Runs read together:\n", *(f"- {note}" for note in ctx.notes), "\nThe runs:\n"]
     for run_id, meta in sorted(ctx.runs.items(), key=lambda kv: kv[1].get("started_utc") or ""):
         devices = "; ".join(
             f"{d.get('device')}: {d.get('name')} ({format_value(float(d.get('memory_bytes', 0)) / 2**30)} GiB)"
@@ -26,7 +29,10 @@ def provenance_section(ctx: ReportContext) -> str:
             f"{meta.get('started_utc')}, finished {meta.get('finished_utc')}; command `{meta.get('command')}`; "
             f"machine {meta.get('machine') or meta.get('cpu_model')}, {meta.get('cpu_cores')} cores, "
             f"{meta.get('threads')} threads; devices {devices}; Python {meta.get('python')}, torch {meta.get('torch')}; "
-            f"commit {commit}" + (f"; points {counts}" if counts else "") + "." + _nodes_text(meta)
+            f"commit {commit}"
+            + (f"; points {counts}, beyond the plan: {planner_rule(meta)}" if counts else "")
+            + "."
+            + _nodes_text(meta)
         )
     return "\n".join(lines) + "\n"
 

@@ -118,24 +118,30 @@ def _strip(sections: list[Section]) -> str:
 
 
 def to_html(
-    title: str, headline: str, verdicts: str, intro: str, sections: list[Section], figure: str = "", notes: str = ""
+    title: str,
+    headline: str,
+    verdicts: str,
+    intro: str,
+    sections: list[Section],
+    figure: str = "",
+    facts: str = "",
+    figure_beside: bool = True,
 ) -> str:
-    """The page; `figure` (the first figure's markdown) beside the headline, `notes` (runs read) under them."""
+    """The page: headline and figure, then the matrix; a comparison: question, matrix, figure, `facts`."""
     toc = markdown_to_html(_toc(sections))
     details = "\n".join(
         f'<details id="{s.anchor}"><summary><h2>{html.escape(s.title)}</h2></summary>\n{_html(s.body)}\n</details>'
         for s in sections
     )
+    shown = f"<div id='first-figure'>\n{_html(figure)}\n</div>\n" if figure.strip() else ""
+    matrix = f"<div id='verdicts'>\n{_html(verdicts)}\n</div>\n"
+    lead = f"<div id='lead'>\n<div id='headline'>\n{_html(headline)}\n</div>\n{shown if figure_beside else ''}</div>\n"
+    after = "" if figure_beside else shown + (f"<div id='facts'>\n{_html(facts)}\n</div>\n" if facts.strip() else "")
     return (
         f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{html.escape(title)}</title>"
         f"<style>{HTML_STYLE}</style><script>{HTML_SCRIPT}</script></head><body>\n"
-        f"<section id='first-screen'>\n<h1>{html.escape(title)}</h1>\n<div id='lead'>\n"
-        f"<div id='headline'>\n{_html(headline)}\n</div>\n"
-        + (f"<div id='first-figure'>\n{_html(figure)}\n</div>\n" if figure.strip() else "")
-        + "</div>\n"
-        + (f"<div id='notes'>\n{_html(notes)}\n</div>\n" if notes.strip() else "")
-        + f"<div id='verdicts'>\n{markdown_to_html(verdicts)}\n</div>\n"
+        f"<section id='first-screen'>\n<h1>{html.escape(title)}</h1>\n{lead}{matrix}{after}"
         f"<nav id='toc'><strong>Contents</strong> (each section opens on a click)\n{toc}</nav>\n{_strip(sections)}"
         f"{_html(intro)}\n"
         f"</section>\n{details}\n</body></html>\n"

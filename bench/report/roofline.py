@@ -11,7 +11,7 @@ from matplotlib.ticker import EngFormatter
 
 import models
 
-from .. import clock, fits, storage
+from .. import clock, fits
 from ..formats import stored_peaks
 from ..machine import machine_identity, node_facts
 from ..peak import bandwidth_on, math_mode, mode_peak, peak_on
@@ -371,7 +371,7 @@ def peak_section(ctx: ReportContext) -> str:
     roof = against_roofline(ok, ctx.runs, ok["peak"])
     columns = ["source", "run_id", *IDENTITY, "clock", "time_s", "useful", "achieved", "min_bytes", "intensity"]
     columns += ["peak", "bandwidth", "ops", "bound", "ceiling", "fraction", "fraction_of_peak"]
-    storage.write_table(ctx.out_dir / "roofline.csv", roof[[c for c in columns if c in roof]])
+    ctx.files["roofline.csv"] = roof[[c for c in columns if c in roof]]
     bounded = roof[roof["bound"].notna()]
     lines = _peak_lines(ctx, ok, peaks)
     rows = [
@@ -388,6 +388,7 @@ def peak_section(ctx: ReportContext) -> str:
     return text + ctx.figure(
         fig,
         "roofline",
+        "Roofline: achieved FLOP/s against intensity",
         "Achieved useful FLOP/s against FLOPs per minimal byte, every point of every mode, under its run's measured "
         "compute peak (dotted) and bandwidths (solid: memory; dashed: last-level cache).",
     )

@@ -82,7 +82,7 @@ def _loglog_plot(
         else predicted_from_fits(fit_rows, metric, variable)
     )
     fig = sweep_figure(data, variable, column, metric, titles, exponent=exponent)
-    return ctx.figure(fig, name, caption)
+    return ctx.figure(fig, name, f"{metric} against {variable}, log-log", caption)
 
 
 def _fit_key(source: str, layer: str, metric: str, variable: str) -> str:
@@ -316,6 +316,7 @@ def memory_pair_plot(ctx: ReportContext) -> str:
     return ctx.figure(
         fig,
         "memory_attention_pair",
+        "Peak memory against n, fused and explicit attention",
         f"Peak memory of {fused} (fused kernel) and {explicit} (explicit n×n scores) against n; "
         f"{GUIDE_NOTE['memory']}.",
     )
@@ -401,6 +402,7 @@ def sequential_time_section(ctx: ReportContext) -> str:
         + ctx.figure(
             fig,
             "time_sequential",
+            "Time against n, sequential and parallel layers",
             "Time against n at the smallest batch and width swept: the "
             "recurrent layers' sequential steps against a parallel scan's levels and attention's and "
             "convolution's parallel pass; "

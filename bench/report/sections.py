@@ -1,5 +1,4 @@
-"""The report's parts in order, each drawn by its own function. A measurement adds its part from its own module:
-`register(Section("name", render, needs=("points",)), after="roofline")`; `unregister("name")` removes it."""
+"""The report's parts in order; a measurement adds its own with `register(Section(...), after="roofline")`."""
 
 from __future__ import annotations
 
@@ -13,7 +12,20 @@ from .context import ReportContext
 from .crossover import crossover_section
 from .decode import decode_headline, decode_section
 from .decode_peers import peers_section
-from .headline import headline, verdict_table
+from .facts import facts
+from .headline import headline
+from .malloc import default_policy_section
+from .matrix import (
+    PATH_LEGEND,
+    QUESTION,
+    WHAT,
+    forest_figure,
+    legend,
+    matrix,
+    matrix_latex,
+    matrix_markdown,
+    path_matrix,
+)
 from .paths import paths_section
 from .provenance import problems_section, provenance_section
 from .roofline import peak_section
@@ -25,12 +37,12 @@ from .scaling import (
     sequential_time_section,
     two_term_section,
 )
-from .summary import beyond_table1, summary_latex, summary_markdown, summary_rows
+from .summary import beyond_table1, summary_markdown, summary_rows
 from .table1_figure import table1_section
 from .training import training_section
 
 FRAMES = ("points", "decode", "paths", "claims", "generate", "decode_peers")
-PLACES = ("headline", "figure", "verdicts", "body")  # the first screen's three, then the sections below it
+PLACES = ("headline", "figure", "verdicts", "facts", "body")  # the first screen's four, then the sections below it
 
 
 @dataclass(frozen=True)
@@ -38,21 +50,32 @@ class Section:
     name: str
     render: Callable[[ReportContext], str]  # markdown; the body's parts are joined, then split at `## `
     needs: tuple[str, ...] = ()  # FRAMES of the context it is drawn from: left out where none holds rows
-    writes: tuple[str, ...] = ()  # files beyond the pages, in the report folder
+    writes: tuple[str, ...] = ()  # files beyond the pages and figures it adds to ctx.files (build writes them)
     place: str = "body"
+    when: Callable[[ReportContext], bool] | None = None  # shown only where this holds (e.g. several machines)
 
     def __post_init__(self):
         if not set(self.needs) <= set(FRAMES) or self.place not in PLACES:
             raise ValueError(f"section {self.name!r}: needs among {FRAMES}, place one of {PLACES}")
 
     def shown(self, ctx: ReportContext) -> bool:
+        if self.when is not None and not self.when(ctx):
+            return False
         return not self.needs or any(len(getattr(ctx, f)) for f in self.needs if getattr(ctx, f) is not None)
+
+
+def several_machines(ctx: ReportContext) -> bool:
+    """A comparison: the first screen is the question, the matrix, one figure and the machines' facts."""
+    return len(set(ctx.machines.values())) > 1
+
+
+def one_machine(ctx: ReportContext) -> bool:
+    return not several_machines(ctx)
 
 
 def _summary(ctx: ReportContext) -> str:
     table = summary_rows(ctx, ctx.fit_rows, ctx.fit_texts)
-    table.to_csv(ctx.out_dir / "table.csv", index=False)
-    (ctx.out_dir / "table.tex").write_text(summary_latex(table), errors="backslashreplace")
+    ctx.files["table.csv"] = table
     marks = ", ".join(f"{fits.VERDICT_MARK[v]} {v}" for v in fits.VERDICTS)
     return "\n".join(
         [
@@ -101,15 +124,54 @@ MEMORY_INTRO = (
     "and weights excluded): CUDA allocator statistics on a GPU, the profiler's "
     "allocation events replayed on the CPU.\n\n"
 )
+
+
+def _matrix(ctx: ReportContext) -> str:
+    table = matrix(ctx, "time")
+    ctx.files["table.tex"] = matrix_latex(table, QUESTION.format(what="time") + " " + legend("time"))
+    return matrix_markdown(table) + "\n" + legend("time")
+
+
+def _other_matrices(ctx: ReportContext) -> str:
+    parts = ["## FLOPs, memory and paths, column by column\n"]
+    for metric in ("flops", "memory"):
+        parts += [f"### {WHAT[metric].capitalize()}\n", matrix_markdown(matrix(ctx, metric)), legend(metric)]
+    parts += ["### Maximum path\n", matrix_markdown(path_matrix(ctx)), PATH_LEGEND]
+    return "\n".join(parts)
+
+
+def _facts(ctx: ReportContext) -> str:
+    return "**The columns' runs**\n\n" + facts(ctx).to_markdown(index=False) + "\n"
+
+
 POINTS = ("points",)
+MEASURED = ("points", "decode")
 SECTIONS: list[Section] = [
-    Section("headline", lambda ctx: headline(ctx, ctx.fit_texts, ctx.fit_rows), POINTS, place="headline"),
-    Section("verdicts", lambda ctx: verdict_table(ctx, ctx.fit_texts), POINTS, place="verdicts"),
-    Section("table1 figure", lambda ctx: table1_section(ctx, ctx.fit_rows), POINTS, place="figure"),
-    Section("summary", _summary, POINTS, writes=("table.csv", "table.tex")),
+    Section(
+        "question", lambda ctx: QUESTION.format(what="time") + "\n", MEASURED, place="headline", when=several_machines
+    ),
+    Section(
+        "headline", lambda ctx: headline(ctx, ctx.fit_texts, ctx.fit_rows), POINTS, place="headline", when=one_machine
+    ),
+    Section("matrix", _matrix, MEASURED, ("table.tex",), place="verdicts"),
+    Section("table1 figure", lambda ctx: table1_section(ctx, ctx.fit_rows), POINTS, place="figure", when=one_machine),
+    Section("forest", forest_figure, MEASURED, place="figure", when=several_machines),
+    Section("facts", _facts, MEASURED, place="facts", when=several_machines),
+    Section("other matrices", _other_matrices, MEASURED),
+    Section(
+        "table1 figures",
+        lambda ctx: "## Table 1 measured, source by source\n\n" + table1_section(ctx, ctx.fit_rows),
+        POINTS,
+        when=several_machines,
+    ),
+    Section("summary", _summary, POINTS, writes=("table.csv",)),
     Section("problems", _problems, POINTS),
     Section("flops", _scaling("flops", "Compute: FLOPs", FLOPS_INTRO, flops_check), POINTS),
-    Section("time", _scaling("time", "Time", TIME_INTRO, two_term_section), POINTS),
+    Section(
+        "time",
+        _scaling("time", "Time", TIME_INTRO, lambda ctx: default_policy_section(ctx) + "\n" + two_term_section(ctx)),
+        POINTS,
+    ),
     Section(
         "crossover",
         lambda ctx: "### Crossover: where attention becomes the costlier layer\n\n" + crossover_section(ctx),
@@ -122,7 +184,7 @@ SECTIONS: list[Section] = [
         POINTS,
     ),
     Section("training", lambda ctx: training_section(ctx, ctx.fit_texts), POINTS),
-    Section("decode headline", decode_headline, ("points", "decode"), place="headline"),
+    Section("decode headline", decode_headline, MEASURED, place="headline", when=one_machine),
     Section("decode", decode_section),
     Section("decode peers", peers_section, ("decode_peers",)),
     Section("paths", paths_section),

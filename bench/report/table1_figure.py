@@ -134,5 +134,7 @@ def table1_section(ctx: ReportContext, fit_rows: pd.DataFrame, mode: str | None 
             "fits. The other layers and sweeps: under Compute and Time."
         )
         fig = table1_figure(mine, exponents, ctx.source_label(source))
-        parts.append(ctx.figure(fig, f"table1_{source}", caption))
+        parts.append(
+            ctx.figure(fig, f"table1_{source}", f"Time and FLOPs against n, {ctx.source_tag(source)}", caption)
+        )
     return "\n".join(parts)

@@ -143,6 +143,7 @@ def _saved_figure(ctx: ReportContext, source: str) -> str:
     figure = ctx.figure(
         fig,
         f"training_saved_{source}",
+        "Bytes saved for the backward against n",
         "Bytes a training forward pass leaves allocated for its backward (the tensors autograd saved and the "
         f"output), against n; {GUIDE_NOTE['memory']}.",
     )
