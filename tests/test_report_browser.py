@@ -1,6 +1,7 @@
 """report.html as a person sees it: rendered by headless Chromium (Debian's `chromium`, driven by Playwright)
-at 1024×768, every figure loaded, the verdict table inside 1024 px, every table-of-contents link landing on
-a section, the headline and a figure on the first screen. The real test builds the report from the committed runs and
+at 1024×768, every figure loaded, the page never scrolling sideways (the matrix may, in its own box), every
+table-of-contents link landing on a section, the headline and a figure (a comparison: its matrix) on the first
+screen, and at 1280×900 the matrix's top on the first screen. The real test builds the report from the committed runs and
 saves screenshots under build/browser/; the fast tests check the checks on small hand-made pages.
 
 Skips, saying how to install what is missing, without Chromium (`apt-get install chromium`, or `make
