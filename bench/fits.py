@@ -44,6 +44,7 @@ CONFIDENCE = 0.95  # of every exponent's interval
 MAX_VERDICT_WIDTH = 1.0  # an interval wider than this is never consistent nor inconsistent
 SOURCE = "Vaswani et al. 2017, Table 1"
 VERDICTS = ("consistent", "inconsistent", "inconclusive")
+DECIDED = VERDICTS[:2]
 VERDICT_MARK = {"consistent": "✓", "inconsistent": "✗", "inconclusive": "?"}
 CI_COLUMNS = ("time_s_ci_low", "time_s_ci_high")  # a point's interval on the fit's clock (bench.clock.on_clock)
 

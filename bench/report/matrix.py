@@ -18,7 +18,7 @@ QUESTION = (
     "and mode measured?"
 )
 WHAT = {"time": "time", "flops": "count of FLOPs", "memory": "peak memory"}
-EMPTY = "·"  # a layer not measured in that column
+EMPTY = "·"
 
 
 def _where(ctx: ReportContext) -> dict[str, tuple]:
@@ -46,15 +46,22 @@ def columns(ctx: ReportContext) -> list[str]:
     return sorted(where, key=order)
 
 
-def column_label(ctx: ReportContext, source: str) -> str:
-    words = ctx.source_label(source).split(" · ")[0].removeprefix("reference: ")
+def _short(words: str) -> str:
+    """ "H100 on Intel Xeon, 16 cores (vm)" -> "H100"; "Intel Xeon, 2 cores (vm)" -> "Intel Xeon 2c"."""
     if " on " in words:
-        words = words.split(" on ")[0]
-    else:
-        model, _, rest = words.partition(", ")
-        cores = rest.split(" cores")[0] if " cores" in rest else ""
-        words = f"{model.split(' (')[0]} {cores}c" if cores.isdigit() else model.split(" (")[0]
-    return f"{words} · {source.rsplit('.', 1)[-1]}"
+        return words.split(" on ")[0]
+    model, _, rest = words.partition(", ")
+    cores = rest.split(" cores")[0] if " cores" in rest else ""
+    return f"{model.split(' (')[0]} {cores}c" if cores.isdigit() else model.split(" (")[0]
+
+
+def column_label(ctx: ReportContext, source: str) -> str:
+    words = {
+        ctx.machine_of_source(s): ctx.source_label(s).split(" · ")[0].removeprefix("reference: ") for s in ctx.labels
+    }
+    mine = words.get(ctx.machine_of_source(source), ctx.source_label(source).split(" · ")[0])
+    alike = sum(_short(w) == _short(mine) for w in words.values()) > 1
+    return f"{mine if alike else _short(mine)} · {source.rsplit('.', 1)[-1]}"
 
 
 def cell(texts: dict, source: str, layer: str, metric: str, decodes: bool) -> str:
@@ -112,7 +119,8 @@ PATH_LEGEND = (
 def legend(metric: str) -> str:
     marks = ", ".join(f"{fits.VERDICT_MARK[v]} {v}" for v in fits.VERDICTS)
     return (
-        f"{marks} with Table 1's cost (the row's head); the fitted exponent of {WHAT[metric]} in n "
+        f"{marks} with Table 1's cost (the row's head), on the widest n-sweep that decides (else the widest fitted); "
+        f"the fitted exponent of {WHAT[metric]} in n "
         f"[{100 * fits.CONFIDENCE:g} % interval]; a decode step's cells add the exponent it is judged against "
         f"(Table 1's term over n); – a sweep without a fit, {EMPTY} not measured.\n"
     )
@@ -161,12 +169,13 @@ def matrix_latex(table: pd.DataFrame, caption: str) -> str:
 
 
 def primary_fits(fit_rows: pd.DataFrame | None, metric: str) -> pd.DataFrame:
-    """Per source and layer, the fit a cell shows: the widest n-sweep with an exponent (as bench.report.scaling cites)."""
+    """Per source and layer, the fit a cell shows: the widest n-sweep that decides, else with an exponent (as cited)."""
     if fit_rows is None or fit_rows.empty:
         return pd.DataFrame(columns=["source", "layer", "exponent", "ci_low", "ci_high", "predicted", "mode"])
     rows = fit_rows[(fit_rows["metric"] == metric) & (fit_rows["variable"] == "n") & fit_rows["exponent"].notna()]
-    rows = rows.assign(span=rows["sweep_x_max"] / rows["sweep_x_min"])
-    return rows.sort_values(["span", "sweep_points"], ascending=False).drop_duplicates(["source", "layer"])
+    rows = rows.assign(span=rows["sweep_x_max"] / rows["sweep_x_min"], decided=rows["verdict"].isin(fits.DECIDED))
+    ranked = rows.sort_values(["decided", "span", "sweep_points"], ascending=False)
+    return ranked.drop_duplicates(["source", "layer"])
 
 
 def _kind(ctx: ReportContext, where: dict, source: str) -> str:

@@ -94,13 +94,15 @@ def _texts_key(row, metric: str) -> tuple:
 
 
 def cite_fits(ctx: ReportContext, fit_rows: pd.DataFrame) -> dict[tuple, tuple]:
-    """Cite every fitted exponent, the primary one (the widest sweep with a fit) also without a suffix: {(source, layer,
-    metric, variable): (text, verdict, predicted, reason, best complexity class)}, and {(..., fixed, batch): (text, verdict, is_primary)}."""
+    """Cite every fitted exponent, the primary one (the widest sweep that decides, else with a fit) also unsuffixed:
+    {(source, layer, metric, variable): (text, verdict, predicted, reason, class)}, {(.., fixed, batch): (.., primary)}."""
     texts = {}
     for (source, layer, metric, variable), group in fit_rows.groupby(["source", "layer", "metric", "variable"]):
         group = group.assign(
-            span=group["sweep_x_max"] / group["sweep_x_min"], has_fit=group["exponent"].notna()
-        ).sort_values(["has_fit", "span", "sweep_points"], ascending=False)
+            span=group["sweep_x_max"] / group["sweep_x_min"],
+            has_fit=group["exponent"].notna(),
+            decided=group["verdict"].isin(fits.DECIDED),
+        ).sort_values(["decided", "has_fit", "span", "sweep_points"], ascending=False)
         for i, row in enumerate(group.itertuples()):
             text = "–"
             if row.has_fit:
