@@ -56,7 +56,7 @@ def test_their_rows_are_in_the_tables_with_what_they_change(report):
         row = models.LAYERS[layer].table1
         assert f"**{layer}** ({row.source})" in beyond and row.note[1:40] in beyond
     assert "FLOPs ∝ n^1 ✓" in beyond  # both count exactly n·(...) FLOPs
-    assert r"$O(\log n)$" in (out / "table.tex").read_text()
+    assert r"scan $O(n \cdot d^2 + n \cdot d)$" in (out / "table.tex").read_text()  # the matrix's row head
 
 
 def test_the_crossover_with_linear_attention_is_solved_from_the_formulas(report):

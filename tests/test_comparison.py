@@ -72,7 +72,7 @@ def test_a_comparison_opens_with_its_question_then_the_matrix(comparison):
     assert [h.split(" · ")[-1] for h in header[1:]] == ["cpu", "cpu-decode", "cpu"]
     rows = _matrix_rows(md)
     assert set(rows) == {"attention", "lstm", "gru"} and rows["gru"].count("·") >= 2  # not measured in decode
-    assert rows["attention"].count("✓ 2") == 2 and "(1)" in rows["attention"]  # the decode step judged against 1
+    assert rows["attention"].count("✓\u00a02") == 2 and "(1)" in rows["attention"]  # the decode step judged against 1
     assert "The columns' runs" in md and "abc1234" in md  # the facts table, the second machine's commit
     assert "combined" not in md.split("**Contents**")[0]  # notes on combined runs: under Provenance
     html = (comparison / "report.html").read_text()
@@ -87,7 +87,7 @@ def test_table_tex_is_the_matrix_in_plain_latex(comparison):
     assert f"\\begin{{tabular}}{{{'l' * len(md_header)}}}" in tex and "\\caption{" in tex
     rows = [line for line in tex.splitlines() if line.endswith("\\\\")]
     assert len(rows) == 1 + 3 and all(re.sub(r"\\&", "", r).count("&") == len(md_header) - 1 for r in rows)
-    assert tex.count("{") == tex.count("}") and "$\\surd$ 2" in tex
+    assert tex.count("{") == tex.count("}") and "$\\surd$~2" in tex
 
 
 def _cite(out: Path, capsys, *argv) -> str:

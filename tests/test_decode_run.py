@@ -179,8 +179,11 @@ def test_a_decode_fit_without_an_exponent_gives_its_own_reason_in_the_headline_a
     why = short_reason(fit["reason"])
     assert f"no verdict ({why}) for attention" in _first_screen(tmp_path / "report")
     text = (tmp_path / "report" / "report.md").read_text()
-    cells = next(line for line in text.splitlines() if line.startswith("| attention |")).split(" | ")
+    section = text.split("## Generating a sequence")[1]
+    cells = next(line for line in section.splitlines() if line.startswith("| attention |")).split(" | ")
     assert cells[3] == f"?\u00a0– ({why})"  # time ∝ t^e
+    matrix = next(line for line in text.splitlines() if line.startswith("| attention · "))
+    assert f"| – ({why}) |" in matrix  # the first screen's matrix says why, too
 
 
 def test_a_recompute_only_reports_first_screen_gives_each_layers_verdict(tmp_path):
@@ -195,7 +198,8 @@ def test_a_recompute_only_reports_first_screen_gives_each_layers_verdict(tmp_pat
     assert main(["report", "--results", str(tmp_path / "recompute"), "--out", str(tmp_path / "report")]) == 0
     first = _first_screen(tmp_path / "report")
     text = (tmp_path / "report" / "report.md").read_text()
+    section = text.split("## Generating a sequence")[1]
     for layer in recompute:
-        cells = next(line for line in text.splitlines() if line.startswith(f"| {layer}, no cache |")).split(" | ")
+        cells = next(line for line in section.splitlines() if line.startswith(f"| {layer}, no cache |")).split(" | ")
         assert f"{cells[3]} for {layer}, no cache (predicted {cells[1]})" in first  # time ∝ t^e, as in its row
     assert "no Table 1 verdicts" in first

@@ -67,7 +67,8 @@ def test_the_points_memory_follows_the_measured_peaks(reference):
     """The estimate (weights, input, activations) against what the point held: the allocator's peak above
     what was live, plus the weights and input that were live, within a factor 2 for every point."""
     meta, specs, policy, points = reference
-    for spec in specs:
+    # A decode point's stored peak is its step's; the estimate also holds its prefill (the planner's guard).
+    for spec in (s for s in specs if not s.decodes):
         row = points.loc[spec.point_id]
         elem = 4  # the reference is float32
         peak = _peak_now(spec) if spec.layer in MEASURED_AGAIN else row["mem_peak_bytes"]

@@ -21,6 +21,7 @@ def default_policy_section(ctx: ReportContext) -> str:
     every = pd.concat([f for f in (ctx.points, ctx.decode) if f is not None and len(f)], ignore_index=True)
     pinned = every[["run_id", "point_id", "source", "time_median_s"]]
     both = table.merge(pinned, on=["run_id", "point_id"], suffixes=("_default", ""))
+    both = both.sort_values("n").drop_duplicates(["source", "layer"], keep="last")
     rows = []
     for r in both.sort_values(["source", "layer"]).itertuples():
         key = f"{r.source}.{r.layer}.time_s"

@@ -11,7 +11,7 @@ import models
 from .. import fits
 from ..spec import DECODE_MODES, MODES, device_key
 from .context import ReportContext
-from .headline import path_cell
+from .headline import path_cell, why_no_exponent
 
 QUESTION = (
     "Does each layer's {what} grow with n as Vaswani et al. (2017), Table 1, predicts, on every machine, device "
@@ -19,6 +19,7 @@ QUESTION = (
 )
 WHAT = {"time": "time", "flops": "count of FLOPs", "memory": "peak memory"}
 EMPTY = "·"
+NO_BREAK = "\u00a0"
 
 
 def _where(ctx: ReportContext) -> dict[str, tuple]:
@@ -71,13 +72,15 @@ def cell(texts: dict, source: str, layer: str, metric: str, decodes: bool) -> st
         return EMPTY
     text, verdict = entry[:2]
     if text == "–":
-        return "–"
+        why = why_no_exponent(texts, source, layer, metric)
+        return f"– ({why})" if why else "–"
     predicted = entry[2] if len(entry) > 2 else math.nan
     judged = predicted is not None and math.isfinite(predicted)
-    mark = f"{fits.VERDICT_MARK[verdict]} " if judged else ""
+    mark = f"{fits.VERDICT_MARK[verdict]}{NO_BREAK}" if judged else ""
     against = f" ({round(predicted, 2) + 0:g})" if decodes and judged else ""
     best = f" O({entry[4]})" if not judged and len(entry) > 4 and entry[4] else ""
-    return f"{mark}{text}{against}{best}"
+    together = text.replace(", ", f",{NO_BREAK}")
+    return f"{mark}{together}{against}{best}"
 
 
 def row_head(layer: str) -> str:
@@ -149,6 +152,7 @@ def _latex_text(text: str) -> str:
         ("·", r"$\cdot$"),
         ("–", "--"),
         ("²", r"$^2$"),
+        (NO_BREAK, "~"),
     ):
         text = text.replace(plain, tex)
     return text

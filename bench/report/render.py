@@ -14,7 +14,7 @@ body { font-family: system-ui, sans-serif; max-width: 78rem; margin: 1.5rem auto
 table { border-collapse: collapse; font-size: 0.85rem; margin: 1rem 0; }
 th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: left; }
 th { background: #f3f3f3; }
-#verdicts table { font-size: 0.8rem; }
+#verdicts table { font-size: 0.74rem; }
 #verdicts td, #verdicts th { padding: 0.15rem 0.35rem; }
 #lead { display: flex; gap: 1.2rem; align-items: flex-start; }
 #headline { flex: 1 1 0; min-width: 0; font-size: 0.92rem; }
