@@ -4,7 +4,11 @@ ceilings; the ceilings themselves are tested in tests/test_peak.py and measured 
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 FAKE_PEAK = {"flops_per_s": 1e11, "size": 512, "time_median_s": 2.7e-3, "time_iqr_s": 0.0, "time_ci_s": [2.7e-3] * 2}
 FAKE_BANDWIDTH = {"bytes_per_s": 1e10, "median_bytes_per_s": 1e10, "array_bytes": 2**26}
@@ -40,3 +44,18 @@ def bench_argv(*args: str, pass_delay_s: float = 0) -> list[str]:
         f"import runpy, sys\nsys.argv = ['bench', *{list(args)!r}]\nrunpy.run_module('bench', run_name='__main__')\n"
     )
     return [sys.executable, "-c", code]
+
+
+def wait_until_handling(child: subprocess.Popen) -> None:
+    """Until `child` runs the code that handles SIGTERM (its first lines): a signal before that lands in the
+    interpreter's own start-up (site-packages' .pth files: 0.05 s was too early on a machine with many), where no
+    program's handler can be."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and child.poll() is None:
+        try:
+            caught = int(Path(f"/proc/{child.pid}/status").read_text().split("SigCgt:")[1].split()[0], 16)
+        except (OSError, IndexError):
+            return  # no /proc: as before, a start-up signal at any moment
+        if caught & (1 << (signal.SIGTERM - 1)):
+            return
+        time.sleep(0.005)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from forked import ForkedBench
-from stand_ins import bench_argv, setup
+from stand_ins import bench_argv, setup, wait_until_handling
 
 from bench.spec import PointSpec
 
@@ -54,6 +54,7 @@ def test_a_signal_while_starting_is_one_line_and_its_exit_code(tmp_path, name, a
     """While torch, numpy and pytest import: nothing is stored yet, the program ends at once."""
     out = tmp_path / "run"
     child = _bench(*RUN, *FAST, "--out", str(out))
+    wait_until_handling(child)  # before, the signal lands in the interpreter's own start-up (a loaded machine's 0.1 s)
     time.sleep(after_s)
     err = _ended_by(child, name)
     assert len(err.splitlines()) == 1, err

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from forked import ForkedBench
-from stand_ins import CEILINGS_STUB, FAKE_BANDWIDTH, FAKE_LATENCY, FAKE_PEAK
+from stand_ins import CEILINGS_STUB, FAKE_BANDWIDTH, FAKE_LATENCY, FAKE_PEAK, wait_until_handling
 
 from bench import deaths, folder, schema, storage
 from bench.cli import main
@@ -312,7 +312,7 @@ def test_twenty_random_kills_and_resumes_leave_every_point_once_and_ok(tmp_path)
         child = _bench(*args, delay_s=0.15, real=starting)
         if kill < 20:
             if starting:
-                _wait_until_handling(child)
+                wait_until_handling(child)
                 time.sleep(rng.uniform(0.0, 1.2))
             else:
                 measuring += _wait_until_measuring(child, out)
@@ -328,21 +328,6 @@ def test_twenty_random_kills_and_resumes_leave_every_point_once_and_ok(tmp_path)
     assert len(points) == 9 and sorted(points["point_id"]) == sorted(_plan_ids(out))
     assert (points["status"] == "ok").all(), points[["layer", "n", "status", "error"]]
     assert json.loads((out / "meta.json").read_text())["status"] == "finished"
-
-
-def _wait_until_handling(child: subprocess.Popen) -> None:
-    """Until `child` runs the code that handles SIGTERM (its first lines): a signal before that lands in the
-    interpreter's own start-up (site-packages' .pth files: 0.05 s was too early on a machine with many), where no
-    program's handler can be."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and child.poll() is None:
-        try:
-            caught = int(Path(f"/proc/{child.pid}/status").read_text().split("SigCgt:")[1].split()[0], 16)
-        except (OSError, IndexError):
-            return  # no /proc: as before, a start-up signal at any moment
-        if caught & (1 << (signal.SIGTERM - 1)):
-            return
-        time.sleep(0.005)
 
 
 def _wait_until_measuring(child: subprocess.Popen, out: Path) -> bool:
