@@ -92,6 +92,10 @@ class ReportContext:
     decode_peers: pd.DataFrame | None = None  # bench.benchmarks.decode_peers' tables, with run_id
     default_policy: pd.DataFrame | None = None  # bench.default_policy's tables, with run_id
 
+    def every_point(self) -> pd.DataFrame:
+        frames = [f for f in (self.points, self.decode) if f is not None and len(f)]
+        return pd.concat(frames, ignore_index=True) if frames else self.points
+
     def sources(self) -> list[str]:
         present = set(self.points["source"]) if "source" in self.points else set()
         return sorted(present, key=lambda s: (self.machine_of_source(s) != self.primary, s))

@@ -40,7 +40,7 @@ def _clocks(ok: pd.DataFrame) -> str:
 
 def facts(ctx: ReportContext) -> pd.DataFrame:
     rows = []
-    frames = pd.concat([f for f in (ctx.points, ctx.decode) if f is not None and len(f)], ignore_index=True)
+    frames = ctx.every_point()
     for source in columns(ctx):
         mine = frames[frames["source"] == source]
         ok = mine[mine["status"] == "ok"]

@@ -18,7 +18,7 @@ def default_policy_section(ctx: ReportContext) -> str:
     table = ctx.default_policy
     if table is None or table.empty:
         return POLICY + " No run here timed a default process (`default_policy.csv`).\n"
-    every = pd.concat([f for f in (ctx.points, ctx.decode) if f is not None and len(f)], ignore_index=True)
+    every = ctx.every_point()
     pinned = every[["run_id", "point_id", "source", "time_median_s"]]
     both = table.merge(pinned, on=["run_id", "point_id"], suffixes=("_default", ""))
     both = both.sort_values("n").drop_duplicates(["source", "layer"], keep="last")

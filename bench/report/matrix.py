@@ -23,10 +23,10 @@ NO_BREAK = "\u00a0"
 
 
 def _where(ctx: ReportContext) -> dict[str, tuple]:
-    frames = [f for f in (ctx.points, ctx.decode) if f is not None and len(f)]
-    if not frames:
+    rows = ctx.every_point()
+    if rows.empty:
         return {}
-    rows = pd.concat(frames, ignore_index=True).drop_duplicates("source", keep="last")
+    rows = rows.drop_duplicates("source", keep="last")
     causal = rows["causal"] if "causal" in rows else pd.Series(False, index=rows.index)
     return {
         s: (ctx.machine_of_source(s), str(dev), str(dt), str(mode), bool(c) if pd.notna(c) else False)
@@ -90,7 +90,7 @@ def row_head(layer: str) -> str:
 def matrix(ctx: ReportContext, metric: str) -> pd.DataFrame:
     where, sources = _where(ctx), columns(ctx)
     texts = {**ctx.fit_texts, **ctx.decode_texts}
-    measured = {layer for f in (ctx.points, ctx.decode) if f is not None and len(f) for layer in f["layer"]}
+    measured = set(ctx.every_point()["layer"])
     rows = []
     for layer in (name for name in models.LAYERS if name in measured):
         row = {"layer · Table 1": row_head(layer)}
@@ -104,7 +104,7 @@ def path_matrix(ctx: ReportContext) -> pd.DataFrame:
     first = {}
     for source in columns(ctx):
         first.setdefault(ctx.machine_of_source(source), source)
-    measured = {layer for f in (ctx.points, ctx.decode) if f is not None and len(f) for layer in f["layer"]}
+    measured = set(ctx.every_point()["layer"])
     rows = []
     for layer in (name for name in models.LAYERS if name in measured):
         row = {"layer": layer}

@@ -362,7 +362,7 @@ def _points_above(ctx: ReportContext, bounded: pd.DataFrame) -> str:
 
 
 def peak_section(ctx: ReportContext) -> str:
-    every = ctx.points if ctx.decode is None or ctx.decode.empty else pd.concat([ctx.points, ctx.decode])
+    every = ctx.every_point()
     ok = every[(every["status"] == "ok") & every["flops_counted"].notna()]
     peaks = _stored_peaks(ctx.runs)
     if ok.empty or not peaks:
