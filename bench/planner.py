@@ -22,6 +22,7 @@ from .spec import PointSpec, validate
 from .sweeps import (
     ASYMPTOTIC_POINTS,
     MIN_FIT_POINTS,
+    PLATEAU_FRACTION,
     TOLERANCE,
     VARIABLES,
     Reason,
@@ -150,13 +151,9 @@ def state_of(key: tuple, variable: str, sweep: pd.DataFrame, end: PointSpec, sig
     if code == Reason.FLOPS_TERM:
         joins_from = flops_regime_start(end, variable, _step(sizes))
         fitted = tuple(x for x in sizes if x >= joins_from)
-    elif code == Reason.NOT_ASYMPTOTIC:
-        joins_from = math.nextafter(sizes[-1], math.inf)
-    elif code == Reason.TOO_FEW_POINTS:
-        fitted = tuple(tr.sweep[variable].astype(float))
-        joins_from = fitted[0] if fitted else sizes[0]
     else:
-        joins_from = fitted[0] if fitted else sizes[0]
+        fitted = tuple(tr.sweep[variable].astype(float)) if code == Reason.TOO_FEW_POINTS else fitted
+        joins_from = _joins_from(code, fitted, sizes, tr.data["flops_counted"] / tr.data["time_s"])
     exponent, decided = float(row["exponent"]), row["verdict"] != "inconclusive"
     if code == Reason.NO_PREDICTION:
         decided = (row["ci_high"] - row["ci_low"]) / 2 <= _needed(exponent, math.nan)
@@ -169,6 +166,17 @@ def state_of(key: tuple, variable: str, sweep: pd.DataFrame, end: PointSpec, sig
     return SweepState(
         key, variable, end, sizes, fitted, joins_from, code, exponent, row["predicted"], sigma, decided, reliable
     )
+
+
+def _joins_from(code: Reason, fitted: tuple[float, ...], sizes, rates) -> float:
+    """Where new sizes join the fitted ones: past the end while the rate still moves (a fit not asymptotic yet, unless
+    its fitted sizes are settled: as many as a fit's least, their rates within PLATEAU_FRACTION of their best; one
+    more size between them makes the fit), else from the fitted range's start."""
+    rates = np.asarray(rates, float)
+    settled = len(fitted) >= MIN_FIT_POINTS and rates.min() >= PLATEAU_FRACTION * rates.max()
+    if code == Reason.NOT_ASYMPTOTIC and not settled:
+        return math.nextafter(sizes[-1], math.inf)
+    return fitted[0] if fitted else sizes[0]
 
 
 def _needed(exponent: float, predicted: float) -> float:
@@ -252,11 +260,10 @@ def best(
                 break
             ladder.append(spec)
             options.append(tuple(ladder))
-    if state.code in (Reason.STRADDLES, Reason.TOO_WIDE, Reason.NO_INTERVAL):
-        for a, b in zip(state.fitted[:-1], state.fitted[1:]):
-            spec = sized(state.end, state.variable, math.sqrt(a * b))
-            if spec is not None and a < getattr(spec, state.variable) < b and spec.point_id not in known:
-                options.append((spec,))
+    for a, b in zip(state.fitted[:-1], state.fitted[1:]):
+        spec = sized(state.end, state.variable, math.sqrt(a * b))
+        if a >= state.joins_from and spec is not None and a < getattr(spec, state.variable) < b:
+            options += [(spec,)] if spec.point_id not in known else []
     scored = [
         Candidate(
             state,
@@ -343,16 +350,15 @@ def modelled_state(variable: str, members: list[PointSpec], call_s: Callable[[Po
     start = max(regime or 0, plateau_start(flops / t))
     fitted, exponent, code, decided = tuple(x[start:]), math.nan, Reason.NOT_ASYMPTOTIC, False
     if regime is None:
-        code = Reason.FLOPS_TERM
-        fitted = tuple(v for v in x if v >= flops_regime_start(end, variable, _step(x)))
-    elif len(fitted) >= ASYMPTOTIC_POINTS:
-        exponent = loglog_slope(x[start:], t[start:])
-        needed = abs(TOLERANCE["time"] - abs(exponent - loglog_slope(x[start:], predicted[start:])))
-        decided = halfwidth(fitted, SIGMA_PRIOR) <= needed
-        code = Reason.DECIDED if decided else Reason.STRADDLES
-    joins_from = (
-        fitted[0] if code in (Reason.STRADDLES, Reason.FLOPS_TERM) and fitted else math.nextafter(x[-1], math.inf)
-    )
+        code, joins_from = Reason.FLOPS_TERM, flops_regime_start(end, variable, _step(x))
+        fitted = tuple(v for v in x if v >= joins_from)
+    else:
+        if len(fitted) >= ASYMPTOTIC_POINTS:
+            exponent = loglog_slope(x[start:], t[start:])
+            needed = abs(TOLERANCE["time"] - abs(exponent - loglog_slope(x[start:], predicted[start:])))
+            decided = halfwidth(fitted, SIGMA_PRIOR) <= needed
+            code = Reason.DECIDED if decided else Reason.STRADDLES
+        joins_from = _joins_from(code, fitted, x, flops[start:] / t[start:])
     return SweepState(
         (variable, replace(end, **{variable: 0})),
         variable,
