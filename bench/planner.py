@@ -1,7 +1,8 @@
 """The sweep planner. Each round every time sweep without a verdict (of a layer, mode and variable no sweep decides yet)
 offers its candidate of most gain per predicted second (rungs past its end, or a size between two of its fitted points;
-the gain: how much nearer a verdict its exponent's interval gets), and the best are measured first within the time and
-memory left; a sweep stops when it decides, when no affordable candidate narrows it, or when the budget is spent."""
+the gain: how much nearer a verdict its exponent's interval gets), and the best are measured within the time left, one
+sweep of a layer and variable a round; a sweep stops when it decides, when no affordable candidate narrows it, or when
+the time or memory budget is spent."""
 
 from __future__ import annotations
 
@@ -304,12 +305,15 @@ def choose(
             offers.append(found)
         else:
             stopped[state.key] = (state, *found)
-    chosen = []
+    chosen, served = [], set()
     for offer in sorted(offers, key=lambda c: (-c.worth, c.cost_s)):
-        if offer.cost_s <= left_s and not set(s.point_id for s in offer.specs) & known:
+        ok = offer.cost_s <= left_s and not set(s.point_id for s in offer.specs) & known
+        if ok and _family(offer.state) in served:
+            continue  # the next round's, if its layer still has no verdict once this round's points are known
+        if ok:
             chosen.append(offer)
             left_s -= offer.cost_s
-            known = known | {s.point_id for s in offer.specs}
+            known, served = known | {s.point_id for s in offer.specs}, served | {_family(offer.state)}
         else:
             what = f"{offer.state.variable} = {', '.join(f'{getattr(s, offer.state.variable):,}' for s in offer.specs)}"
             stopped[offer.state.key] = (

@@ -125,6 +125,21 @@ def test_a_settled_range_one_size_short_of_a_fit_takes_a_size_between_its_points
         assert _time_fit(points).verdict == "consistent"
 
 
+def test_a_round_extends_one_sweep_of_a_layer_and_variable():
+    """Two conv n-sweeps (d = 32 and 48) and a gru one, none decided: a round takes the better conv sweep and the gru
+    one; the other conv sweep waits, since the first may decide conv against n."""
+    frames, specs = [], {}
+    for layer, d in (("conv", 32), ("conv", 48), ("gru", 32)):
+        batch = [PointSpec(layer, n=n, d=d, k=3 if layer == "conv" else None, batch=2) for n in (64, 128, 256, 512)]
+        rows = [_row(s, 1e-7 * s.n * d * (1 + 0.2 * (i % 2)), 0.03) for i, s in enumerate(batch)]
+        frames.append(pd.DataFrame(rows))
+        specs |= {s.point_id: s for s in batch}
+    states = planner.states(pd.concat(frames, ignore_index=True), specs)
+    assert sum(not s.decided for s in states) == 3
+    chosen, stopped = planner.choose(states, set(specs), lambda x: 1e-4 * x.n, {}, math.inf)
+    assert sorted(c.state.end.layer for c in chosen) == ["conv", "gru"] and not stopped
+
+
 @pytest.mark.parametrize("budget_s", [0.5, 3.0, 20.0])
 def test_the_time_budget_is_never_exceeded(budget_s):
     _, spent, _, stopped = simulate(lambda n: 1e-3 + 1e-7 * n, [64, 128, 256, 512], seed=1, budget_s=budget_s)
