@@ -426,7 +426,7 @@ def main(argv: list[str] | None = None, load_since=None) -> int:
         with interrupts.as_exceptions():  # Ctrl-C and SIGTERM: the run stores what it has, then one line here
             args = build_parser().parse_args(argv)
             machine.given_commit()
-            args.started, args.load_since = started, load_since
+            args.started, args.load_since, args.startup_s = started, load_since, time.time() - started
             return COMMANDS[args.command](args, ["python -m bench", *argv])
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -209,6 +209,7 @@ def _run_on(args, argv, cluster) -> int:
             load=load,
             started=getattr(args, "started", None),
             dry_run=getattr(args, "dry_run", False),
+            startup_s=getattr(args, "startup_s", 0.0) if default_policy.wanted() else None,
         )
         if getattr(args, "dry_run", False):
             print_lines(lines)

@@ -126,13 +126,17 @@ class Costs:
             work_s = max(work_s, moved / ceil.memory.bytes_per_s(moved))
         return work_s
 
+    def overhead_s(self, spec: PointSpec) -> float:
+        """A visit's seconds beyond its calls and probes: the layer, its input and a decode step's state built."""
+        own = self.layers[group_of(spec)]
+        overhead_s = own.visit_s + input_elements(spec) * self.draw_s_per_element[spec.device]
+        return overhead_s + own.prefill_s * spec.n * (spec.mode == DECODE_MODE)
+
     def visit_s(self, spec: PointSpec, policy: TimingPolicy, call_s: float | None = None) -> float:
         call_s = self.call_s(spec) if call_s is None else call_s
         own = self.layers[group_of(spec)]
-        overhead_s = own.visit_s + input_elements(spec) * self.draw_s_per_element[spec.device]
-        overhead_s += own.prefill_s * spec.n * (spec.mode == DECODE_MODE)
         probes_s = own.probes_s + sequential_steps(spec) * own.probe_step_s
-        return calls_s(spec, policy, call_s) + passes(spec, policy) * overhead_s + probes_s
+        return calls_s(spec, policy, call_s) + passes(spec, policy) * self.overhead_s(spec) + probes_s
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,14 @@ def chosen(points: pd.DataFrame) -> list[PointSpec]:
     return [spec for _rank, spec in sorted(best.values(), key=lambda item: item[1].layer)]
 
 
+def duration_s(specs: list[PointSpec], call_s: Callable, overhead_s: Callable, startup_s: float) -> float:
+    """What `store` will take for a plan of `specs`: a child's start-up (this process's), then per layer its point
+    built, at least MIN_RUN_S of calls and the fault calls."""
+    if not (top := chosen(pd.DataFrame([dict(s.as_row(), status="ok") for s in specs]))):
+        return 0.0
+    return startup_s + sum(overhead_s(s) + max(MIN_RUN_S, call_s(s)) + FAULT_CALLS * call_s(s) for s in top)
+
+
 def spec_of(row: pd.Series) -> PointSpec:
     def value(name: str):
         v = row[name]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from . import cost, formats, planner
+from . import cost, default_policy, formats, planner
 from .footprint import point_memory_bytes
 from .policy import TimingPolicy
 from .spec import PointSpec, device_key
@@ -30,11 +30,12 @@ class PlanEstimate:
     extend_points: int = 0
     slowdown: float = 1.0
     begun_s: float = 0.0  # what the command took before its plan
+    default_policy_s: float = 0.0  # each layer's largest point timed again (bench.default_policy)
 
     @property
     def time_s(self) -> float:
-        planned_s = sum(p.time_s for p in self.points)
-        return (planned_s + self.extra_s + self.peaks_s + self.extend_foreseen_s) * self.slowdown + self.begun_s
+        planned_s = sum(p.time_s for p in self.points) + self.extra_s + self.peaks_s + self.extend_foreseen_s
+        return (planned_s + self.default_policy_s) * self.slowdown + self.begun_s
 
     def largest(self) -> dict[str, PointEstimate]:
         """Each device's point of the largest memory estimate: the run's peak there."""
@@ -46,8 +47,14 @@ class PlanEstimate:
 
 
 def estimate_plan(
-    specs: Iterable[PointSpec], policy: TimingPolicy, costs: cost.Costs, memory_limits: Mapping[str, float] = {}
+    specs: Iterable[PointSpec],
+    policy: TimingPolicy,
+    costs: cost.Costs,
+    memory_limits: Mapping[str, float] = {},
+    startup_s: float | None = None,
 ) -> PlanEstimate:
+    """The plan's duration; `startup_s` (a `python -m bench` process's start-up) where a local run times each layer's
+    largest point again in a child process after measuring, None where it does not."""
     specs = list(specs)
     points = tuple(
         PointEstimate(s, call, costs.visit_s(s, policy, call), point_memory_bytes(s))
@@ -60,13 +67,15 @@ def estimate_plan(
     planned_s = sum(p.time_s for p in points)
     extra_s = policy.extra_budget_s(planned_s) if policy.extra_passes else 0.0
     extend_s = policy.extend_budget_s(planned_s)
+    cpu = [s for s in specs if cost.device_kind(s.device) == "cpu"]
+    again_s = 0.0 if startup_s is None else default_policy.duration_s(cpu, costs.call_s, costs.overhead_s, startup_s)
     if not extend_s:
-        return PlanEstimate(points, peaks_s, extra_s)
+        return PlanEstimate(points, peaks_s, extra_s, default_policy_s=again_s)
     foreseen_s, added = planner.extension_s(
         specs, costs.call_s, lambda s: costs.visit_s(s, policy), extend_s, memory_limits
     )
     foreseen_s = min(foreseen_s * (1 + extra_s / planned_s), extend_s)  # the added points' extra passes too
-    return PlanEstimate(points, peaks_s, extra_s, extend_s, foreseen_s, added)
+    return PlanEstimate(points, peaks_s, extra_s, extend_s, foreseen_s, added, default_policy_s=again_s)
 
 
 def first_pass_line(records: Mapping[PointSpec, dict], policy: TimingPolicy, memory_limits: Mapping[str, float]) -> str:

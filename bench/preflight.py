@@ -168,6 +168,11 @@ def summary_line(plan: PlanEstimate) -> str:
             f"expected to add, within {format_duration(plan.extend_s)} and {EXTEND_MEMORY_SHARE:.0%} of the memory "
             "available"
         )
+    if plan.default_policy_s:
+        parts.append(
+            f"{format_duration(plan.default_policy_s)} of it timing each layer's largest point again with the C "
+            "library's own malloc policy"
+        )
     if plan.slowdown >= 1.05:
         parts.append(f"all {plan.slowdown:.1f}x what it would take alone: other processes are busy on the cores")
     said = "estimate" + (", " + "; ".join(parts) if parts else "")
@@ -310,6 +315,7 @@ def before_measuring(
     load: Load | None = None,
     started: float | None = None,
     dry_run: bool = False,
+    startup_s: float | None = None,
 ) -> list[str]:
     """The lines to print before a new run measures (warnings, then `plan: ...`); BadInput where it is refused."""
     outside.check_points(specs)
@@ -320,7 +326,8 @@ def before_measuring(
             f"plan: {len(specs)} points (no estimate: this machine has no GPU to time a matmul on)",
         ]
     devices = {s.device for s in specs}
-    plan = estimate.estimate_plan(specs, policy, costs or machine_costs(specs, threads), memory_limits(devices))
+    costs = costs or machine_costs(specs, threads)
+    plan = estimate.estimate_plan(specs, policy, costs, memory_limits(devices), None if on_cluster else startup_s)
     if load is not None and not on_cluster:
         plan = replace(plan, slowdown=slowdown(load, decide_threads(threads, load=load)[0]))
     if started is not None:

@@ -13,6 +13,7 @@ import torch
 import models
 from bench import cost, preflight
 from bench.cost import CALIBRATION_CALLS, PROBE_CALLS, Ceilings, Costs, LayerCosts, Memory, group_of
+from bench.default_policy import FAULT_CALLS, MIN_RUN_S
 from bench.estimate import PlanEstimate, PointEstimate, estimate_plan
 from bench.footprint import flop_count_bytes, point_memory_bytes
 from bench.policy import TimingPolicy
@@ -194,6 +195,19 @@ def test_the_estimate_is_the_same_from_the_same_measurements():
     policy = dataclasses.replace(QUICK_POLICY, extend_budget=0.5)
     plans = [estimate_plan(specs, policy, _costs(specs), {"cpu": math.inf}) for _ in range(2)]
     assert plans[0] == plans[1] and plans[0].extend_points > 0
+
+
+def test_a_local_runs_default_process_timing_is_counted():
+    """Per CPU layer the largest point of its widest n-sweep, built, timed at least MIN_RUN_S and called FAULT_CALLS
+    times more, after a child's start-up; nothing where the run does not time it (no start-up given)."""
+    specs = [PointSpec("conv", n, 8, k=3) for n in (64, 128, 256)] + [PointSpec("gru", n, 8) for n in (64, 128)]
+    costs = _costs(specs)
+    alone, again = (estimate_plan(specs, QUICK_POLICY, costs, startup_s=s) for s in (None, 3.0))
+    top = [PointSpec("conv", 256, 8, k=3), PointSpec("gru", 128, 8)]
+    by_hand = 3.0 + sum(costs.overhead_s(s) + MIN_RUN_S + FAULT_CALLS * costs.call_s(s) for s in top)
+    assert alone.default_policy_s == 0 and again.default_policy_s == pytest.approx(by_hand)
+    assert again.time_s == pytest.approx(alone.time_s + by_hand)
+    assert "timing each layer's largest point again" in preflight.summary_line(again)
 
 
 # ----------------------------------------------------------------------------------- judging
