@@ -127,7 +127,6 @@ class Costs:
         return work_s
 
     def overhead_s(self, spec: PointSpec) -> float:
-        """A visit's seconds beyond its calls and probes: the layer, its input and a decode step's state built."""
         own = self.layers[group_of(spec)]
         overhead_s = own.visit_s + input_elements(spec) * self.draw_s_per_element[spec.device]
         return overhead_s + own.prefill_s * spec.n * (spec.mode == DECODE_MODE)

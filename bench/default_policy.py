@@ -34,8 +34,7 @@ def chosen(points: pd.DataFrame) -> list[PointSpec]:
 
 
 def duration_s(specs: list[PointSpec], call_s: Callable, overhead_s: Callable, startup_s: float) -> float:
-    """What `store` will take for a plan of `specs`: a child's start-up (this process's), then per layer its point
-    built, at least MIN_RUN_S of calls and the fault calls."""
+    """What `store` will take for a plan of `specs` (docs/method.md, the estimate)."""
     if not (top := chosen(pd.DataFrame([dict(s.as_row(), status="ok") for s in specs]))):
         return 0.0
     return startup_s + sum(overhead_s(s) + max(MIN_RUN_S, call_s(s)) + FAULT_CALLS * call_s(s) for s in top)

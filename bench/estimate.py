@@ -25,12 +25,12 @@ class PlanEstimate:
     points: tuple[PointEstimate, ...]
     peaks_s: float  # the ceilings (bench.peak) at the start and the end of the run
     extra_s: float = 0.0  # the passes sampling points until known: their budget
-    extend_s: float = 0.0  # the planner's budget
+    extend_s: float = 0.0
     extend_foreseen_s: float = 0.0
     extend_points: int = 0
     slowdown: float = 1.0
     begun_s: float = 0.0  # what the command took before its plan
-    default_policy_s: float = 0.0  # each layer's largest point timed again (bench.default_policy)
+    default_policy_s: float = 0.0
 
     @property
     def time_s(self) -> float:
@@ -53,8 +53,7 @@ def estimate_plan(
     memory_limits: Mapping[str, float] = {},
     startup_s: float | None = None,
 ) -> PlanEstimate:
-    """The plan's duration; `startup_s` (a `python -m bench` process's start-up) where a local run times each layer's
-    largest point again in a child process after measuring, None where it does not."""
+    """The plan's duration; `startup_s`: a child's start-up where the run times bench.default_policy, else None."""
     specs = list(specs)
     points = tuple(
         PointEstimate(s, call, costs.visit_s(s, policy, call), point_memory_bytes(s))

@@ -1,8 +1,6 @@
-"""The sweep planner. Each round every time sweep without a verdict (of a layer, mode and variable no sweep decides yet)
-offers its candidate of most gain per predicted second (rungs past its end, or a size between two of its fitted points;
-the gain: how much nearer a verdict its exponent's interval gets), and the best are measured within the time left, one
-sweep of a layer and variable a round; a sweep stops when it decides, when no affordable candidate narrows it, or when
-the time or memory budget is spent."""
+"""The sweep planner: each round every time sweep without a verdict offers its candidate of most gain (how much nearer
+a verdict its exponent's interval gets) per predicted second, and the best are measured within the time and memory
+left, one sweep of a layer and variable a round; a sweep stops when it decides, when none narrows it, or at budget."""
 
 from __future__ import annotations
 
@@ -119,7 +117,7 @@ class SweepState:
     end: PointSpec  # its largest point, the template of new ones
     sizes: tuple[float, ...]
     fitted: tuple[float, ...]
-    joins_from: float  # a new size at or above this joins the fitted ones
+    joins_from: float
     code: Reason
     exponent: float
     predicted: float
@@ -170,9 +168,7 @@ def state_of(key: tuple, variable: str, sweep: pd.DataFrame, end: PointSpec, sig
 
 
 def _joins_from(code: Reason, fitted: tuple[float, ...], sizes, rates) -> float:
-    """Where new sizes join the fitted ones: past the end while the rate still moves (a fit not asymptotic yet, unless
-    its fitted sizes are settled: as many as a fit's least, their rates within PLATEAU_FRACTION of their best; one
-    more size between them makes the fit), else from the fitted range's start."""
+    """Where new sizes join the fitted ones: past the end while the rate still moves, else from the range's start."""
     rates = np.asarray(rates, float)
     settled = len(fitted) >= MIN_FIT_POINTS and rates.min() >= PLATEAU_FRACTION * rates.max()
     if code == Reason.NOT_ASYMPTOTIC and not settled:
@@ -309,7 +305,7 @@ def choose(
     for offer in sorted(offers, key=lambda c: (-c.worth, c.cost_s)):
         ok = offer.cost_s <= left_s and not set(s.point_id for s in offer.specs) & known
         if ok and _family(offer.state) in served:
-            continue  # the next round's, if its layer still has no verdict once this round's points are known
+            continue
         if ok:
             chosen.append(offer)
             left_s -= offer.cost_s
