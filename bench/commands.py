@@ -68,7 +68,7 @@ def _grid_specs(args, cluster=None) -> list[PointSpec]:
 
 GRID_OPTIONS = ("layers", *SIZES)  # those `run` has options for; a preset sets them all
 # What `run --resume DIR` reads (where to measure the rest, too); DIR/plan.json fixes the rest of the options.
-RESUME_READS = ("command", "debug", "resume", "no_progress", "ray", "exclusive_node", "started", "load_since")
+RESUME_READS = tuple("command debug resume no_progress ray exclusive_node started load_since startup_s".split())
 
 
 def _policy(args, policy: TimingPolicy) -> TimingPolicy:
