@@ -4,6 +4,7 @@ with torch's Timer."""
 
 import itertools
 import math
+from statistics import median
 
 import pytest
 import torch
@@ -256,12 +257,13 @@ def test_harness_median_agrees_with_torch_utils_benchmark():
     ours, theirs = [], []
     policy = TimingPolicy(min_rounds=10, max_rounds=20, target_s=0.05, passes=2)
     with torch.inference_mode(), pinned_threads(1):
-        # Alternating, best of eight short measurements each: a shared machine drifts between fast and slow
-        # phases of tens of ms, and eight short measurements give both sides some of each.
+        # Alternating, eight short measurements each: a shared machine drifts between fast and slow phases, and
+        # the median of each side's eight is robust to a phase that one side alone met (a best of eight was not: on
+        # the Intel VM torch's best fell in a fast phase once, 0.143 ms, where ours stayed at 0.20-0.24 ms).
         for _ in range(8):
             ours.append(interleaved({"f": lambda: layer(x)}, policy)["f"].wall.median_s)
             theirs.append(timer.blocked_autorange(min_run_time=0.05).median)
-    assert abs(min(ours) - min(theirs)) / min(theirs) < 0.25, (ours, theirs)
+    assert abs(median(ours) - median(theirs)) / median(theirs) < 0.25, (ours, theirs)
 
 
 def test_pinned_threads_restores_the_count_even_on_error():
