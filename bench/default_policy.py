@@ -35,7 +35,7 @@ def chosen(points: pd.DataFrame) -> list[PointSpec]:
 
 def duration_s(specs: list[PointSpec], call_s: Callable, overhead_s: Callable, startup_s: float) -> float:
     """What `store` will take for a plan of `specs` (docs/method.md, the estimate)."""
-    if not (top := chosen(pd.DataFrame([dict(s.as_row(), status="ok") for s in specs]))):
+    if not specs or not (top := chosen(pd.DataFrame([s.as_row() for s in specs]).assign(status="ok"))):
         return 0.0
     return startup_s + sum(overhead_s(s) + max(MIN_RUN_S, call_s(s)) + FAULT_CALLS * call_s(s) for s in top)
 

@@ -66,8 +66,7 @@ def estimate_plan(
     planned_s = sum(p.time_s for p in points)
     extra_s = policy.extra_budget_s(planned_s) if policy.extra_passes else 0.0
     extend_s = policy.extend_budget_s(planned_s)
-    cpu = [s for s in specs if cost.device_kind(s.device) == "cpu"]
-    again_s = 0.0 if startup_s is None else default_policy.duration_s(cpu, costs.call_s, costs.overhead_s, startup_s)
+    again_s = 0.0 if startup_s is None else default_policy.duration_s(specs, costs.call_s, costs.overhead_s, startup_s)
     if not extend_s:
         return PlanEstimate(points, peaks_s, extra_s, default_policy_s=again_s)
     foreseen_s, added = planner.extension_s(

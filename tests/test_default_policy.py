@@ -32,6 +32,13 @@ def test_each_layer_gives_the_largest_n_of_its_widest_sweep():
     assert chosen[0].k == 3 and chosen[0].heads is None
 
 
+def test_a_plan_without_cpu_points_foresees_no_default_process_timing():
+    """A GPU-only plan (the estimate of `run --device cuda`) and an empty one: nothing timed again, no error."""
+    gpu = [PointSpec("conv", n=n, d=8, k=3, device="cuda") for n in (64, 128, 256)]
+    for specs in (gpu, []):
+        assert default_policy.duration_s(specs, lambda s: 1.0, lambda s: 1.0, 3.0) == 0.0
+
+
 def test_a_child_that_fails_is_a_clear_error():
     with pytest.raises(RunFailed, match="default-policy timing failed"):
         default_policy.measure([PointSpec("no_such_layer", 8, 8)], threads=1, outside_layers=None)
