@@ -259,8 +259,9 @@ def best(
             options.append(tuple(ladder))
     for a, b in zip(state.fitted[:-1], state.fitted[1:]):
         spec = sized(state.end, state.variable, math.sqrt(a * b))
-        if a >= state.joins_from and spec is not None and a < getattr(spec, state.variable) < b:
-            options += [(spec,)] if spec.point_id not in known else []
+        joins = a >= state.joins_from and spec is not None and a < getattr(spec, state.variable) < b
+        if joins and spec.point_id not in known:
+            options.append((spec,))
     scored = [
         Candidate(
             state,
@@ -301,15 +302,15 @@ def choose(
             offers.append(found)
         else:
             stopped[state.key] = (state, *found)
-    chosen, served = [], set()
+    chosen = []
     for offer in sorted(offers, key=lambda c: (-c.worth, c.cost_s)):
         ok = offer.cost_s <= left_s and not set(s.point_id for s in offer.specs) & known
-        if ok and _family(offer.state) in served:
+        if ok and _family(offer.state) in {_family(c.state) for c in chosen}:
             continue
         if ok:
             chosen.append(offer)
             left_s -= offer.cost_s
-            known, served = known | {s.point_id for s in offer.specs}, served | {_family(offer.state)}
+            known = known | {s.point_id for s in offer.specs}
         else:
             what = f"{offer.state.variable} = {', '.join(f'{getattr(s, offer.state.variable):,}' for s in offer.specs)}"
             stopped[offer.state.key] = (
