@@ -65,7 +65,7 @@ def estimate_plan(
     peaks_s += 2 * sum(costs.memory_s.get(device, 0.0) for device in {d for d, _ in pairs})
     planned_s = sum(p.time_s for p in points)
     extra_s = policy.extra_budget_s(planned_s) if policy.extra_passes else 0.0
-    extend_s = policy.extend_budget_s(planned_s)
+    extend_s = policy.extend_budget_s(planned_s + extra_s)
     again_s = 0.0 if startup_s is None else default_policy.duration_s(specs, costs.call_s, costs.overhead_s, startup_s)
     if not extend_s:
         return PlanEstimate(points, peaks_s, extra_s, default_policy_s=again_s)
@@ -82,7 +82,7 @@ def first_pass_line(records: Mapping[PointSpec, dict], policy: TimingPolicy, mem
     probes_s = sum(r.get("probes_s", 0.0) for r in records.values())
     rest_s = (policy.passes - 1) * (first_s - probes_s)
     extra_s = policy.extra_budget_s(first_s + rest_s) if policy.extra_passes else 0.0
-    extend_s = policy.extend_budget_s(first_s + rest_s)
+    extend_s = policy.extend_budget_s(first_s + rest_s + extra_s)
     extending = ""
     if extend_s:
         calls = {s: float(r["stats"]["median"]) for s, r in records.items()}

@@ -12,6 +12,8 @@ from .spec import PointSpec
 from .timing import Rounds, Timing, summarize
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from .folder import RunFolder
 
 
@@ -68,3 +70,21 @@ def skip_if_blocked(folder: RunFolder, spec: PointSpec) -> bool:
     why = f"larger than n={blocker.n} d={blocker.d} batch={blocker.batch}, which ran out of memory or was killed"
     folder.store_row(spec, PointResult(spec, int(folder.meta["threads"]), "skipped", why).as_row())
     return True
+
+
+def point_counts(points: pd.DataFrame, planned_passes: int) -> dict[str, object]:
+    """A finished run's meta.json counts of its stored points: statuses, and how its ok points were timed."""
+    ok = points[points["status"] == "ok"]
+
+    def count(mask) -> int:
+        return int(mask.sum()) if len(ok) else 0
+
+    return dict(
+        points_stored=int(len(points)),
+        status_counts={k: int(v) for k, v in points["status"].value_counts().items()},
+        points_noisy=count(ok["time_noisy"].astype(bool)),
+        points_unreliable=count(~ok["time_reliable"].astype(bool)),
+        points_sampled_further=count(ok["passes"] > planned_passes),
+        points_cpu_clock=count(ok["time_clock"] == "cpu"),
+        points_device_clock=count(ok["time_clock"] == "device"),
+    )

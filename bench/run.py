@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from .point import PassFailure, measure_pass
 from .policy import TimingPolicy, method_constants
 from .preflight import memory_limits
 from .progress import progress_bar
-from .result import PointResult, skip_if_blocked
+from .result import PointResult, point_counts, skip_if_blocked
 from .spec import PointSpec
 from .threads import pinned_threads
 from .timing import pass_order, rounds_of
@@ -56,7 +57,7 @@ class Run:
     log: Callable[[str], None] = _stderr
     cluster: Elsewhere | None = None  # measures the points on a Ray cluster; None: this process
     measure_peaks: bool = True  # False in a Ray worker's chunk: its node measures the peak
-    time_default_policy: bool = False  # the `run` command's local runs: bench.default_policy
+    time_default_policy: bool = False
     extended: list[PointSpec] = field(default_factory=list)
     _results: dict[str, tuple[int, PointResult]] = field(default_factory=dict, init=False, repr=False)
 
@@ -302,7 +303,7 @@ class Run:
                 return
             if any(self.folder.record(s.point_id, EXTRA, extra) is None for s in unknown):
                 self.log(f"pass {self.policy.passes + extra + 1}: {len(unknown)} point(s) whose time is not known yet")
-            self._passes(unknown, EXTRA, [extra], progress)
+            self._passes(unknown, EXTRA, [extra], progress, within_s=budget_s - spent_s)
 
     def _visits_s(self, specs: list[PointSpec], attempt: int | None = None) -> float:
         records = self.folder.records_of(*(s.point_id for s in specs))
@@ -322,7 +323,7 @@ class Run:
     def _done(self, spec: PointSpec, attempt: int, p: int) -> bool:
         return self.folder.stored(spec.point_id) or self.folder.record(spec.point_id, attempt, p) is not None
 
-    def _passes(self, specs: list[PointSpec], attempt: int, passes, progress: bool) -> None:
+    def _passes(self, specs: list[PointSpec], attempt: int, passes, progress: bool, within_s: float = math.inf) -> None:
         todo = sum(1 for p in passes for s in specs if self.folder.record(s.point_id, attempt, p) is None)
         desc = "points" if attempt == FIRST else "more"
         bar = progress_bar(todo, desc, "visits", show=progress)
@@ -339,8 +340,10 @@ class Run:
                 for spec in order:
                     if self._done(spec, attempt, p):
                         continue
+                    if within_s <= 0:
+                        break
                     bar.set_postfix_str(f"pass {number}/{shown} {spec.layer} n={spec.n} d={spec.d}", refresh=False)
-                    self._visit(spec, attempt, p)
+                    within_s -= self._visit(spec, attempt, p)
                     visited += 1
                     bar.update(1)
                 if visited:
@@ -350,18 +353,18 @@ class Run:
         finally:
             bar.close()
 
-    def _visit(self, spec: PointSpec, attempt: int, p: int) -> None:
+    def _visit(self, spec: PointSpec, attempt: int, p: int) -> float:
         first = attempt == FIRST and p == 0
         started_s = time.monotonic()
         if first and skip_if_blocked(self.folder, spec):
-            return
+            return 0.0
         plan = None if first else self._plan(spec)
         self.folder.note_start(spec.point_id, attempt, p)
         result = measure_pass(spec, self.policy, plan, seed=self.seed, with_probes=first)
         if isinstance(result, PassFailure):
             self.folder.store_error(spec, result.traceback)
             self._store(spec, PointResult(spec, self.threads, result.status, result.error).as_row())
-            return
+            return time.monotonic() - started_s
         record = dict(
             result.record,
             point_id=spec.point_id,
@@ -376,6 +379,7 @@ class Run:
         )
         record["pass"] = p
         self.folder.store_record(record)
+        return record["visit_s"]
 
     def _say_the_rest(self, specs: list[PointSpec]) -> None:
         records = {s: r for s in specs if (r := self.folder.record(s.point_id, FIRST, 0)) is not None}
@@ -435,16 +439,9 @@ class Run:
                 "version": version("pytest-benchmark"),
             },
         )
-        self.folder.update_meta(  # last: `finished` only once everything else is written
-            status="finished",
-            finished_utc=storage.utc_now(),
-            points_stored=int(len(df)),
-            status_counts={k: int(v) for k, v in df["status"].value_counts().items()},
-            points_noisy=int(ok["time_noisy"].astype(bool).sum()) if len(ok) else 0,
-            points_unreliable=int((~ok["time_reliable"].astype(bool)).sum()) if len(ok) else 0,
-            points_sampled_further=int((ok["passes"] > self.policy.passes).sum()) if len(ok) else 0,
-            points_cpu_clock=int((ok["time_clock"] == "cpu").sum()) if len(ok) else 0,
-            points_device_clock=int((ok["time_clock"] == "device").sum()) if len(ok) else 0,
-            measure_s=round(elapsed_s, 1),
+        counts = point_counts(df, self.policy.passes)
+        # last: `finished` only once everything else is written
+        self.folder.update_meta(
+            status="finished", finished_utc=storage.utc_now(), **counts, measure_s=round(elapsed_s, 1)
         )
         return dict(self.meta)

@@ -124,13 +124,23 @@ def test_the_plan_states_the_extension_budget_before_the_run():
     on = policy.TimingPolicy(extend_budget=0.5)
     costs = _costs(specs)
     plan = estimate_plan(specs, on, costs)
-    assert plan.extend_s == max(0.5 * sum(p.time_s for p in plan.points), policy.EXTEND_MIN_S)
+    assert plan.extend_s == max(0.5 * (sum(p.time_s for p in plan.points) + plan.extra_s), policy.EXTEND_MIN_S)
     assert f"for the {plan.extend_points} point(s) the planner is expected to add, within 1.5 min" in summary_line(plan)
     assert plan.extend_points > 0  # a per-call cost throughout: the rule adds points
     planned_s = sum(p.time_s for p in plan.points)
     assert plan.time_s == pytest.approx(planned_s + plan.extra_s + plan.peaks_s + plan.extend_foreseen_s)
     assert estimate_plan(specs, policy.TimingPolicy(), costs).extend_s == 0.0  # off: nothing said
     assert on.extend_budget_s(1000.0) == 500.0 and on.extend_budget_s(1.0) == policy.EXTEND_MIN_S
+
+
+def test_the_extension_budget_is_sized_from_every_visit_of_the_plan_as_the_run_sizes_it():
+    """bench.run gives the extension `extend_budget` of the planned points' visits, their extra passes too."""
+    specs = [PointSpec("conv", n=n, d=8, batch=1, k=3) for n in (64, 128, 256)]
+    on = policy.TimingPolicy(extend_budget=0.5, min_rounds=3, max_rounds=3)
+    plan = estimate_plan(specs, on, _costs(specs, call_s=30.0))  # calls of 30 s: far above the budget's floor
+    planned_s = sum(p.time_s for p in plan.points)
+    assert plan.extra_s == pytest.approx(on.extra_budget * planned_s) and plan.extra_s > 0
+    assert plan.extend_s == pytest.approx(0.5 * (planned_s + plan.extra_s)) and plan.extend_s > policy.EXTEND_MIN_S
 
 
 def _costs(specs, call_s=1e-3, share=0.1):
