@@ -13,10 +13,7 @@ from models.attention import cpu_flash_causal_pairs
 
 aten = torch.ops.aten
 
-Shape = tuple[int, ...]  # what a formula gets for each tensor argument (FlopCounterMode's shape_wrapper)
-
-
-# FLOP formulas, on argument shapes: 2 FLOPs per multiply-accumulate.
+Shape = tuple[int, ...]  # a formula's argument (FlopCounterMode's shape_wrapper); 2 FLOPs a multiply-accumulate
 
 
 def attention_flop(query: Shape, key: Shape, value: Shape) -> int:

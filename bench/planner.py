@@ -194,8 +194,11 @@ def _step(sizes) -> float:
     return min(max(sizes[-1] / sizes[-2], RUNGS[0]), RUNGS[-1]) if len(sizes) >= 2 else RUNGS[-1]
 
 
-def states(points: pd.DataFrame, specs: Mapping[str, PointSpec], sigma: float | None = None) -> list[SweepState]:
-    out = []
+def states(
+    points: pd.DataFrame, specs: Mapping[str, PointSpec], sigma: float | None = None, memo: dict | None = None
+) -> list[SweepState]:
+    """Every time sweep's state; `memo` keeps them by their points (a stored row is final) from one round to the next."""
+    out, memo = [], {} if memo is None else memo
     for variable in VARIABLES:
         for fixed, sweep in sweeps(points, variable):
             sweep = sweep.sort_values(variable)
@@ -203,14 +206,16 @@ def states(points: pd.DataFrame, specs: Mapping[str, PointSpec], sigma: float | 
             if end is None or (len(sweep) < MIN_FIT_POINTS and variable != VARIABLES[0]):
                 continue
             key = sweep_key(fixed, variable)
-            if len(sweep) < MIN_FIT_POINTS:
+            seen = (key, tuple(sweep["point_id"]), sigma)
+            if seen not in memo and len(sweep) < MIN_FIT_POINTS:
                 x = tuple(sweep[variable].astype(float))
                 short = Reason.TOO_FEW_POINTS
-                out.append(
-                    SweepState(key, variable, end, x, (), math.inf, short, math.nan, math.nan, SIGMA_PRIOR, False)
+                memo[seen] = SweepState(
+                    key, variable, end, x, (), math.inf, short, math.nan, math.nan, SIGMA_PRIOR, False
                 )
-            else:
-                out.append(state_of(key, variable, sweep, end, sigma))
+            elif seen not in memo:
+                memo[seen] = state_of(key, variable, sweep, end, sigma)
+            out.append(memo[seen])
     return out
 
 

@@ -22,6 +22,7 @@ from .spec import DECODE_MODE, RECOMPUTE_MODE, PointSpec
 from .timing import Clocks, calibrate, record_of, synced, time_rounds
 
 OOM_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory")
+DRAWN_POSITIONS = 4096  # a decode prefix: this many drawn positions, repeated (docs/method.md)
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -90,7 +91,8 @@ def decode_call(spec: PointSpec, layer: torch.nn.Module, seed: int) -> tuple[Cal
         return (lambda: layer(x)[:, -1:]), x[:, :-1].nbytes
     assert spec.mode == DECODE_MODE, spec.mode
     with torch.inference_mode():
-        state = layer.prefill(tokens(spec.n))
+        block = tokens(min(spec.n, DRAWN_POSITIONS))
+        state = layer.prefill(block.repeat(1, -(-spec.n // block.shape[1]), 1)[:, : spec.n])
         state_bytes = models.state_bytes(state)
         cache = layer.cache(state, spec.n, spec.n + 1)  # allocated once; every timed step writes slot n in place
     del state

@@ -60,6 +60,7 @@ class Run:
     time_default_policy: bool = False
     extended: list[PointSpec] = field(default_factory=list)
     _results: dict[str, tuple[int, PointResult]] = field(default_factory=dict, init=False, repr=False)
+    _sweep_states: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
     def dir(self) -> Path:
@@ -246,7 +247,6 @@ class Run:
         self.folder.store_row(spec, dict(row, extended=spec in self.extended))
 
     def _extend(self, progress: bool) -> None:
-        """Rounds of the points bench.planner adds, within budget."""
         if not self.policy.extend_budget:
             return
         planned = [s for s in self.specs if s not in self.extended]
@@ -258,7 +258,9 @@ class Run:
             points = self.folder.points()
             left_s = budget_s - self._visits_s(self.extended)
             own = Measured.of_points(points, ids, self.folder.records_of, self.policy)
-            chosen, stopped = planner.choose(planner.states(points, ids), set(ids), own.visit_s, limits, left_s)
+            chosen, stopped = planner.choose(
+                planner.states(points, ids, memo=self._sweep_states), set(ids), own.visit_s, limits, left_s
+            )
             for line in planner.lines(chosen, stopped, told):
                 self.log(line)
             if not chosen:

@@ -366,3 +366,22 @@ def test_a_stored_causal_flag_reads_back_as_a_bool():
     for missing in (None, float("nan")):
         assert LayerConfig.of(8, causal=missing).causal is False
     assert LayerConfig.of(8, k=5.0) == LayerConfig(d=8, k=5) and LayerConfig(d=8).causal is False
+
+
+def test_a_decode_points_prefix_is_a_drawn_block_repeated(monkeypatch):
+    """bench.point.decode_call prefills n positions from DRAWN_POSITIONS drawn tokens, repeated: drawing all of 2^21
+    positions took a second of each visit, and a step's time does not depend on the values."""
+    from bench import point
+    from bench.spec import PointSpec
+
+    monkeypatch.setattr(point, "DRAWN_POSITIONS", 16)
+    spec = PointSpec("lstm", n=40, d=D, batch=BATCH, mode="decode")
+    layer = models.build("lstm", spec.config())
+    seen = []
+    monkeypatch.setattr(layer, "prefill", lambda x: seen.append(x) or type(layer).prefill(layer, x))
+    call, _ = point.decode_call(spec, layer, seed=0)
+    (x,) = seen
+    assert x.shape == (BATCH, 40, D) and torch.equal(x[:, 16:32], x[:, :16]) and torch.equal(x[:, 32:], x[:, :8])
+    assert not torch.equal(x[:, :8], x[:, 8:16])  # drawn, not constant
+    with torch.inference_mode():
+        assert call().shape == (BATCH, 1, D)

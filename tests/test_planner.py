@@ -140,6 +140,24 @@ def test_a_round_extends_one_sweep_of_a_layer_and_variable():
     assert sorted(c.state.end.layer for c in chosen) == ["conv", "gru"] and not stopped
 
 
+def test_a_round_fits_again_only_the_sweeps_whose_points_changed():
+    """bench.run keeps the states of a round (`memo`): a sweep with the same points is not fitted again, an extended
+    one is, and either way the states are those made afresh."""
+    points, specs, _ = _sweep(lambda n: 1e-7 * n, [64, 128, 256, 512], seed=3)
+    wider = [PointSpec("conv", n=n, d=48, k=3, batch=2) for n in (96, 192, 384, 768)]
+    other, others = pd.DataFrame([_row(s, 1e-7 * s.n, 0.03) for s in wider]), {s.point_id: s for s in wider}
+    memo: dict = {}
+    first = planner.states(pd.concat([points, other], ignore_index=True), specs | others, memo=memo)
+    added = PointSpec("conv", n=1024, d=32, k=3, batch=2)
+    points = pd.concat([points, pd.DataFrame([_row(added, 1e-7 * 1024, 0.03)])], ignore_index=True)
+    specs |= {added.point_id: added}
+    frame = pd.concat([points, other], ignore_index=True)
+    again = planner.states(frame, specs | others, memo=memo)
+    kept = [s for s in again if any(s is f for f in first)]
+    assert [s.sizes[-1] for s in kept] == [768.0] and len(again) == len(first) == 2
+    assert again == planner.states(frame, specs | others)
+
+
 @pytest.mark.parametrize("budget_s", [0.5, 3.0, 20.0])
 def test_the_time_budget_is_never_exceeded(budget_s):
     _, spent, _, stopped = simulate(lambda n: 1e-3 + 1e-7 * n, [64, 128, 256, 512], seed=1, budget_s=budget_s)
