@@ -18,6 +18,7 @@ from .kept import kept
 from .point import PassFailure, draws, measure_pass
 from .policy import WARMUP_ROUNDS, TimingPolicy
 from .spec import DECODE_MODE, PointSpec, device_key, validate
+from .sweeps import VARIABLES
 
 ANCHOR_WORK_OVER_FIXED, ANCHOR_MAX_S = 4.0, 0.01  # where a layer's share of the ceilings is measured
 TINY_N, TINY_D = (8, 40, 1280), 8  # a layer's fixed costs at n = 8, per step from 40, per prefilled position 1280
@@ -161,9 +162,20 @@ class Measured:
         calls = {specs[pid]: float(t) for pid, t in zip(ok["point_id"], ok["time_median_s"])}
         return cls.of(calls, {s: [formats.visit_s(r) for r in records_of(s.point_id)] for s in calls}, policy)
 
+    @functools.cached_property
+    def _by_sweep(self) -> dict[tuple, list[PointSpec]]:
+        out: dict[tuple, list[PointSpec]] = {}
+        for s in self.calls_s.keys() | self.overheads_s.keys():
+            for variable in VARIABLES:
+                if getattr(s, variable) is not None:
+                    out.setdefault((variable, replace(s, **{variable: 0})), []).append(s)
+        return out
+
     def _last_two(self, spec: PointSpec, known: Mapping) -> tuple[str, PointSpec, PointSpec] | None:
-        for variable in ("n", "d", "k"):
-            same = [s for s in known if s == replace(spec, **{variable: getattr(s, variable)})]
+        for variable in VARIABLES:
+            if getattr(spec, variable) is None:
+                continue
+            same = [s for s in self._by_sweep.get((variable, replace(spec, **{variable: 0})), []) if s in known]
             if len(same) >= 2:
                 a, b = sorted(same, key=lambda s: getattr(s, variable))[-2:]
                 return variable, a, b

@@ -401,7 +401,8 @@ class RunFolder:
         return self._records.get((point_id, attempt, p))
 
     def records_of(self, *point_ids: str) -> list[dict]:
-        return [r for key, r in sorted(self._records.items()) if key[0] in point_ids]
+        wanted = set(point_ids)
+        return [r for _key, r in sorted(item for item in self._records.items() if item[0][0] in wanted)]
 
     def deaths(self, point_id: str) -> int:
         return len(self._deaths.get(point_id, []))
