@@ -77,14 +77,14 @@ def point_counts(points: pd.DataFrame, planned_passes: int) -> dict[str, object]
     ok = points[points["status"] == "ok"]
 
     def count(mask) -> int:
-        return int(mask.sum()) if len(ok) else 0
+        return int(mask(ok).sum()) if len(ok) else 0
 
     return dict(
         points_stored=int(len(points)),
         status_counts={k: int(v) for k, v in points["status"].value_counts().items()},
-        points_noisy=count(ok["time_noisy"].astype(bool)),
-        points_unreliable=count(~ok["time_reliable"].astype(bool)),
-        points_sampled_further=count(ok["passes"] > planned_passes),
-        points_cpu_clock=count(ok["time_clock"] == "cpu"),
-        points_device_clock=count(ok["time_clock"] == "device"),
+        points_noisy=count(lambda p: p["time_noisy"].astype(bool)),
+        points_unreliable=count(lambda p: ~p["time_reliable"].astype(bool)),
+        points_sampled_further=count(lambda p: p["passes"] > planned_passes),
+        points_cpu_clock=count(lambda p: p["time_clock"] == "cpu"),
+        points_device_clock=count(lambda p: p["time_clock"] == "device"),
     )

@@ -177,3 +177,12 @@ def test_the_rest_of_the_run_is_said_again_from_what_the_first_pass_took(tmp_pat
     assert later and all(r["probes_s"] < 0.01 for r in later)  # no probes: the timer's own read only
     said = [line for line in err.splitlines() if line.startswith("the first pass took")]
     assert len(said) == 1 and "more for 2 more passes" in said[0] and "sampling points further" in said[0]
+
+
+def test_a_finished_runs_counts_hold_when_no_point_was_ok():
+    """Every point failed: meta.json's counts are 0, read from no timing column (a frame may lack them)."""
+    from bench.result import point_counts
+
+    counts = point_counts(pd.DataFrame({"status": ["error", "oom", "error"]}), planned_passes=4)
+    assert counts["points_stored"] == 3 and counts["status_counts"] == {"error": 2, "oom": 1}
+    assert counts["points_unreliable"] == counts["points_cpu_clock"] == counts["points_sampled_further"] == 0
