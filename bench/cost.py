@@ -18,7 +18,7 @@ from .kept import kept
 from .point import PassFailure, draws, measure_pass
 from .policy import WARMUP_ROUNDS, TimingPolicy
 from .spec import DECODE_MODE, PointSpec, device_key, validate
-from .sweeps import VARIABLES
+from .sweeps import VARIABLES, by_sweep, sweep_of
 
 ANCHOR_WORK_OVER_FIXED, ANCHOR_MAX_S = 4.0, 0.01  # where a layer's share of the ceilings is measured
 TINY_N, TINY_D = (8, 40, 1280), 8  # a layer's fixed costs at n = 8, per step from 40, per prefilled position 1280
@@ -67,7 +67,7 @@ class LayerCosts:
     """A layer's costs in one mode on one device that do not grow with its sizes, and its share of the ceilings."""
 
     call_s: float
-    step_s: float  # each sequential step's
+    step_s: float
     visit_s: float  # building the layer and its input
     probes_s: float
     probe_step_s: float
@@ -164,18 +164,13 @@ class Measured:
 
     @functools.cached_property
     def _by_sweep(self) -> dict[tuple, list[PointSpec]]:
-        out: dict[tuple, list[PointSpec]] = {}
-        for s in self.calls_s.keys() | self.overheads_s.keys():
-            for variable in VARIABLES:
-                if getattr(s, variable) is not None:
-                    out.setdefault((variable, replace(s, **{variable: 0})), []).append(s)
-        return out
+        return by_sweep(self.calls_s.keys() | self.overheads_s.keys())
 
     def _last_two(self, spec: PointSpec, known: Mapping) -> tuple[str, PointSpec, PointSpec] | None:
         for variable in VARIABLES:
             if getattr(spec, variable) is None:
                 continue
-            same = [s for s in self._by_sweep.get((variable, replace(spec, **{variable: 0})), []) if s in known]
+            same = [s for s in self._by_sweep.get(sweep_of(spec, variable), []) if s in known]
             if len(same) >= 2:
                 a, b = sorted(same, key=lambda s: getattr(s, variable))[-2:]
                 return variable, a, b

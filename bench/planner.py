@@ -25,10 +25,12 @@ from .sweeps import (
     TOLERANCE,
     VARIABLES,
     Reason,
+    by_sweep,
     loglog_slope,
     plateau_start,
     predicted_row,
     predicted_values,
+    sweep_of,
     sweeps,
     table1_regime_start,
 )
@@ -207,16 +209,18 @@ def states(
                 continue
             key = sweep_key(fixed, variable)
             seen = (key, tuple(sweep["point_id"]), sigma)
-            if seen not in memo and len(sweep) < MIN_FIT_POINTS:
-                x = tuple(sweep[variable].astype(float))
-                short = Reason.TOO_FEW_POINTS
-                memo[seen] = SweepState(
-                    key, variable, end, x, (), math.inf, short, math.nan, math.nan, SIGMA_PRIOR, False
+            if seen not in memo:
+                enough = len(sweep) >= MIN_FIT_POINTS
+                memo[seen] = (
+                    state_of(key, variable, sweep, end, sigma) if enough else _too_short(key, variable, sweep, end)
                 )
-            elif seen not in memo:
-                memo[seen] = state_of(key, variable, sweep, end, sigma)
             out.append(memo[seen])
     return out
+
+
+def _too_short(key: tuple, variable: str, sweep: pd.DataFrame, end: PointSpec) -> SweepState:
+    x, short = tuple(sweep[variable].astype(float)), Reason.TOO_FEW_POINTS
+    return SweepState(key, variable, end, x, (), math.inf, short, math.nan, math.nan, SIGMA_PRIOR, False)
 
 
 def sweep_key(fixed: Mapping, variable: str) -> tuple:
@@ -366,7 +370,7 @@ def modelled_state(variable: str, members: list[PointSpec], call_s: Callable[[Po
             code = Reason.DECIDED if decided else Reason.STRADDLES
         joins_from = _joins_from(code, fitted, x, flops[start:] / t[start:])
     return SweepState(
-        (variable, replace(end, **{variable: 0})),
+        sweep_of(end, variable),
         variable,
         end,
         tuple(x),
@@ -388,11 +392,7 @@ def extension_s(
     memory_limits: Mapping[str, float],
 ) -> tuple[float, int]:
     """(seconds, points) the rule adds to a plan whose calls take `call_s`: deterministic, no point measured."""
-    groups: dict[tuple, list[PointSpec]] = {}
-    for spec in specs:
-        for variable in VARIABLES:
-            if getattr(spec, variable) is not None:
-                groups.setdefault((variable, replace(spec, **{variable: 0})), []).append(spec)
+    groups = by_sweep(specs)
     known, spent_s, added, states_now = {s.point_id for s in specs}, 0.0, 0, {}
     changed = {key for key, members in groups.items() if len(set(members)) >= MIN_FIT_POINTS}
     while True:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from statistics import NormalDist
 
@@ -23,6 +24,7 @@ from .spec import (
     SIZES,
     SWEPT_STACK_LAYER,
     WHERE,
+    PointSpec,
     mode_of,
 )
 
@@ -36,6 +38,20 @@ ELEMENTWISE_SHARE_THRESHOLD = 0.05  # element-wise work above this share of all 
 PEAK_COLUMNS = {policy.WALL: "peak_flops_per_s", policy.CPU: "peak_cpu_flops_per_s"}
 SWEEP_KEYS = ["layer", *WHERE, "batch", *(s for s in SIZES if s != "batch")]
 FIXED_SIZES = tuple(s for s in SIZES if s != "batch")  # what fits.csv's `fixed` names; batch has its own column
+
+
+def sweep_of(spec: PointSpec, variable: str) -> tuple:
+    return variable, replace(spec, **{variable: 0})
+
+
+def by_sweep(specs: Iterable[PointSpec]) -> dict[tuple, list[PointSpec]]:
+    """Points, in their order, by each sweep they belong to: sweep_of(point, variable), a variable they have."""
+    out: dict[tuple, list[PointSpec]] = {}
+    for spec in specs:
+        for variable in VARIABLES:
+            if getattr(spec, variable) is not None:
+                out.setdefault(sweep_of(spec, variable), []).append(spec)
+    return out
 
 
 class Reason(StrEnum):
