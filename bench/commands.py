@@ -199,7 +199,7 @@ def _run_on(args, argv, cluster) -> int:
     else:
         specs, costs, policy = _what_to_measure(args, cluster)
         load = sample_load(since=getattr(args, "load_since", None))
-        lines = before_measuring(
+        lines, policy = before_measuring(
             specs,
             policy,
             threads=args.threads,

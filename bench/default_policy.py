@@ -69,8 +69,10 @@ def wanted() -> bool:
 
 
 def store(folder, threads: int, outside_layers: dict | None, log: Callable[[str], None]) -> None:
-    """default_policy.csv in the run's folder, once: a resumed run that has it times nothing again."""
-    if (folder.path / f"{TABLE}.csv").exists() or not (specs := chosen(folder.points())):
+    """default_policy.csv in the run's folder, once, of the planned points (the estimate's); a resume has it."""
+    points = folder.points()
+    planned = points[~points["extended"].fillna(False).astype(bool)] if "extended" in points else points
+    if (folder.path / f"{TABLE}.csv").exists() or not (specs := chosen(planned)):
         return
     log(f"{len(specs)} layer(s): the largest point timed again in a process with the C library's own malloc policy")
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import cost, default_policy, formats, planner
 from .footprint import point_memory_bytes
@@ -33,9 +33,20 @@ class PlanEstimate:
     default_policy_s: float = 0.0
 
     @property
+    def rest_s(self) -> float:
+        return sum(p.time_s for p in self.points) + self.extra_s + self.peaks_s + self.default_policy_s
+
+    @property
     def time_s(self) -> float:
-        planned_s = sum(p.time_s for p in self.points) + self.extra_s + self.peaks_s + self.extend_foreseen_s
-        return (planned_s + self.default_policy_s) * self.slowdown + self.begun_s
+        return (self.rest_s + self.extend_foreseen_s) * self.slowdown + self.begun_s
+
+    @property
+    def extend_cap_s(self) -> float:
+        """The extension's budget: what it is foreseen to take and half the rest more, so a run ends within 1.5x."""
+        return min(self.extend_s, self.extend_foreseen_s + self.rest_s / 2)
+
+    def kept_by(self, policy: TimingPolicy) -> TimingPolicy:
+        return replace(policy, extend_cap_s=round(self.extend_cap_s * self.slowdown, 3)) if self.extend_s else policy
 
     def largest(self) -> dict[str, PointEstimate]:
         """Each device's point of the largest memory estimate: the run's peak there."""

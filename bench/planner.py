@@ -112,8 +112,6 @@ def _t(degrees: int) -> float:
 
 @dataclass(frozen=True)
 class SweepState:
-    """A time sweep as the rule sees it."""
-
     key: tuple
     variable: str
     end: PointSpec  # its largest point, the template of new ones

@@ -41,7 +41,8 @@ class TimingPolicy:
     extra_passes: int = 10  # at most this many more passes over the points whose time is not known yet
     extra_budget: float = 0.5  # those passes take at most this share of the first passes' time
     clock: str = "auto"  # the clock a point's time fits use: chosen from the data, or always wall or cpu
-    extend_budget: float = 0.0  # bench.planner's share of the planned visits' time; 0: off
+    extend_budget: float = 0.0  # bench.planner's share of the planned visits' time (0: off), at most extend_cap_s
+    extend_cap_s: float | None = None
 
     def __post_init__(self):
         if self.passes < 1 or self.min_rounds < 1 or self.max_rounds < self.min_rounds:
@@ -79,7 +80,10 @@ class TimingPolicy:
         return self.extra_budget * first_passes_s
 
     def extend_budget_s(self, planned_s: float) -> float:
-        return max(self.extend_budget * planned_s, EXTEND_MIN_S) if self.extend_budget else 0.0
+        if not self.extend_budget:
+            return 0.0
+        budget_s = max(self.extend_budget * planned_s, EXTEND_MIN_S)
+        return budget_s if self.extend_cap_s is None else min(budget_s, self.extend_cap_s)
 
     def as_dict(self) -> dict:
         return asdict(self)

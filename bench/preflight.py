@@ -165,7 +165,7 @@ def summary_line(plan: PlanEstimate) -> str:
     if plan.extend_s:
         parts.append(
             f"{format_duration(plan.extend_foreseen_s)} of it for the {plan.extend_points} point(s) the planner is "
-            f"expected to add, within {format_duration(plan.extend_s)} and {EXTEND_MEMORY_SHARE:.0%} of the memory "
+            f"expected to add, within {format_duration(plan.extend_cap_s)} and {EXTEND_MEMORY_SHARE:.0%} of the memory "
             "available"
         )
     if plan.default_policy_s:
@@ -316,15 +316,15 @@ def before_measuring(
     started: float | None = None,
     dry_run: bool = False,
     startup_s: float | None = None,
-) -> list[str]:
-    """The lines to print before a new run measures (warnings, then `plan: ...`); BadInput where it is refused."""
+) -> tuple[list[str], TimingPolicy]:
+    """The lines to print before a run measures (warnings, `plan: ...`) and the policy keeping to it; or BadInput."""
     outside.check_points(specs)
     warnings = plan_warnings(specs) + wide_kernel_warnings((s.layer, s.n, s.k) for s in specs)
     if on_cluster and any(s.device != "cpu" for s in specs) and not machine.cuda_available():
         return [
             *(f"warning: {line}" for line in warnings),
             f"plan: {len(specs)} points (no estimate: this machine has no GPU to time a matmul on)",
-        ]
+        ], policy
     devices = {s.device for s in specs}
     costs = costs or machine_costs(specs, threads)
     plan = estimate.estimate_plan(specs, policy, costs, memory_limits(devices), None if on_cluster else startup_s)
@@ -336,7 +336,7 @@ def before_measuring(
     lines = [f"warning: {line}" for line in [*warnings, *expected_ooms(plan, total)]]
     lines.append(summary_line(plan))
     if dry_run:
-        return lines
+        return lines, plan.kept_by(policy)
 
     def ask(question: str) -> bool:
         print_lines(lines)
@@ -344,4 +344,4 @@ def before_measuring(
         return _ask_stdin(question)
 
     confirm_plan(plan, available, total, yes=yes, interactive=stdin_is_terminal(), ask=ask)
-    return lines
+    return lines, plan.kept_by(policy)

@@ -39,6 +39,25 @@ def test_a_plan_without_cpu_points_foresees_no_default_process_timing():
         assert default_policy.duration_s(specs, lambda s: 1.0, lambda s: 1.0, 3.0) == 0.0
 
 
+def test_the_points_a_planner_added_are_not_timed_again(tmp_path, monkeypatch):
+    """The estimate counts this step from the plan's points (duration_s), so the run times the planned largest n."""
+    rows = [{"layer": "conv", "mode": "inference", "n": n, "k": 3, "extended": n > 32} for n in (8, 16, 32, 4096)]
+
+    class Folder:
+        path = tmp_path
+
+        def points(self):
+            return _points(rows)
+
+        def add_table(self, name, frame):
+            self.table = frame
+
+    timed = []
+    monkeypatch.setattr(default_policy, "measure", lambda specs, *a: timed.extend(specs) or [s.as_row() for s in specs])
+    default_policy.store(Folder(), 1, None, lambda line: None)
+    assert [s.n for s in timed] == [32]
+
+
 def test_a_child_that_fails_is_a_clear_error():
     with pytest.raises(RunFailed, match="default-policy timing failed"):
         default_policy.measure([PointSpec("no_such_layer", 8, 8)], threads=1, outside_layers=None)

@@ -185,9 +185,9 @@ def test_a_busy_machine_lengthens_the_estimate_by_the_cores_wanted_over_those_th
     plan = estimate_plan(specs, QUICK_POLICY, _costs(specs))
     assert dataclasses.replace(plan, slowdown=1.5).time_s == pytest.approx(1.5 * plan.time_s)
     args = dict(threads=1, yes=True, on_cluster=False, costs=_costs(specs))
-    said = preflight.before_measuring(specs, QUICK_POLICY, load=busy, **args)[-1]
+    said = preflight.before_measuring(specs, QUICK_POLICY, load=busy, **args)[0][-1]
     assert "all 1.5x what it would take alone" in said  # shown from 1.05x on
-    assert "alone" not in preflight.before_measuring(specs, QUICK_POLICY, load=quiet, **args)[-1]
+    assert "alone" not in preflight.before_measuring(specs, QUICK_POLICY, load=quiet, **args)[0][-1]
 
 
 def test_the_estimate_is_the_same_from_the_same_measurements():

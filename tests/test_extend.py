@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,7 @@ from bench.preflight import summary_line
 from bench.spec import PointSpec
 from bench.storage import read_json
 from bench.sweeps import ASYMPTOTIC_POINTS, Reason
+from bench.units import format_duration
 
 CONV = PointSpec("conv", n=64, d=8, batch=1, k=3)
 
@@ -125,10 +127,19 @@ def test_the_plan_states_the_extension_budget_before_the_run():
     costs = _costs(specs)
     plan = estimate_plan(specs, on, costs)
     assert plan.extend_s == max(0.5 * (sum(p.time_s for p in plan.points) + plan.extra_s), policy.EXTEND_MIN_S)
-    assert f"for the {plan.extend_points} point(s) the planner is expected to add, within 1.5 min" in summary_line(plan)
     assert plan.extend_points > 0  # a per-call cost throughout: the rule adds points
     planned_s = sum(p.time_s for p in plan.points)
     assert plan.time_s == pytest.approx(planned_s + plan.extra_s + plan.peaks_s + plan.extend_foreseen_s)
+    # The run's budget: the foreseen extension and half the rest more, so that spending all of it ends within 1.5x.
+    rest_s = planned_s + plan.extra_s + plan.peaks_s
+    assert plan.extend_cap_s == pytest.approx(min(90.0, plan.extend_foreseen_s + rest_s / 2)) and plan.extend_cap_s < 90
+    assert plan.time_s / (rest_s + plan.extend_cap_s) >= 2 / 3
+    cap = format_duration(plan.extend_cap_s)
+    assert f"for the {plan.extend_points} point(s) the planner is expected to add, within {cap}" in summary_line(plan)
+    kept = plan.kept_by(on)
+    assert kept.extend_budget_s(1.0) == pytest.approx(plan.extend_cap_s, abs=1e-3)
+    busy = replace(plan, slowdown=2.0).kept_by(on)  # a loaded machine's visits take longer: so may the budget
+    assert busy.extend_cap_s == pytest.approx(2 * plan.extend_cap_s, abs=1e-3)
     assert estimate_plan(specs, policy.TimingPolicy(), costs).extend_s == 0.0  # off: nothing said
     assert on.extend_budget_s(1000.0) == 500.0 and on.extend_budget_s(1.0) == policy.EXTEND_MIN_S
 
