@@ -251,12 +251,12 @@ class Run:
             return
         planned = [s for s in self.specs if s not in self.extended]
         budget_s = self.policy.extend_budget_s(self._visits_s(planned))
-        limits = memory_limits({s.device for s in planned})
-        told: set = set()
+        limits, told = memory_limits({s.device for s in planned}), set()
+        started_s, before_s = time.monotonic(), self._visits_s(self.extended)
         while True:
             ids = {s.point_id: s for s in self.specs}
             points = self.folder.points()
-            left_s = budget_s - self._visits_s(self.extended)
+            left_s = budget_s - (before_s + time.monotonic() - started_s)
             own = Measured.of_points(points, ids, self.folder.records_of, self.policy)
             chosen, stopped = planner.choose(
                 planner.states(points, ids, memo=self._sweep_states), set(ids), own.visit_s, limits, left_s
@@ -284,7 +284,7 @@ class Run:
             self._measure(added, progress)
         if self.extended:
             self.log(
-                f"extended: {len(self.extended)} point(s) beyond the plan, {format_duration(self._visits_s(self.extended))}"
+                f"extended: {len(self.extended)} point(s) beyond the plan, {format_duration(budget_s - left_s)}"
                 f" of the {format_duration(budget_s)} the extension may take"
             )
 

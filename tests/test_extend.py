@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -272,3 +273,22 @@ def test_a_new_points_visits_extend_their_overhead_along_the_line_of_its_sweeps_
     assert rising.visit_s(new) == pytest.approx(calls_s(new, on, call) + passes(new, on) * (0.1 + 1e-4 * 16384))
     falling = Measured.of({s: call for s in specs}, {s: visits(1.0 - 1e-4 * s.n) for s in specs}, on)
     assert falling.overhead_s(new) == pytest.approx(1.0 - 1e-4 * 4096)  # its last point's, not less
+
+
+@pytest.mark.slow
+def test_the_extension_budget_counts_the_planning_between_rounds(tmp_path, monkeypatch):
+    """The estimate promised the extension's wall time: a second of planning a round spends the 3 s budget as much
+    as the visits do, so at most three rounds are planned (on visits alone, tiny conv points make many more)."""
+    monkeypatch.setenv("SEQBENCH_EXTEND_BUDGET", "0.5")
+    monkeypatch.setattr(policy, "EXTEND_MIN_S", 3.0)
+    states = planner.states
+
+    def slow_states(*args, **kwargs):
+        time.sleep(1.0)
+        return states(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "states", slow_states)
+    out = tmp_path / "run"
+    argv = ["run", "--layers", "conv", "--n", "16,32,64", "--d", "8", "--batch", "1", "--target-time", "0.005"]
+    assert main([*argv, "--passes", "2", "--no-progress", "--yes", "--out", str(out)]) == 0
+    assert 1 <= read_json(out / "meta.json").get("extension_rounds", 0) <= 3
