@@ -14,8 +14,7 @@ from .errors import RunFailed
 from .spec import causal_of, flag_of, mode_of
 
 SCHEMA = 2  # meta.json `schema` of the folders this version writes
-# Schema 1 folders, by age, lack points.csv's newer columns and `point_id`, timings.jsonl's `visit_s`, `point_id`,
-# `attempt`, `pass`, started.jsonl's `process`, meta.json's `plan_sha1`, `points_planned` (the plan taken as it is).
+# Schema 1 folders lack newer columns: `point_id`, `visit_s`, `attempt`, `pass`, `process`, `plan_sha1`, `points_planned`.
 
 
 def schema_of(meta: dict, path: Path) -> int:

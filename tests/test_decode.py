@@ -152,6 +152,22 @@ def test_a_restricted_cache_is_a_ring_of_its_window():
         models.build("attention", _cfg()).cache(layer.prefill(_tokens(8)), 8, 8)
 
 
+@pytest.mark.parametrize("name", ["attention", "attention_local"])
+@pytest.mark.parametrize("t", [0, 3, WINDOW - 1, WINDOW, WINDOW + 2, 3 * WINDOW + 1])
+def test_a_cache_holds_position_p_in_slot_p_mod_slots_and_zeros_elsewhere(name, t):
+    """Against the rule written as one index per position: the slices (a ring's two runs) and the zeroed rest."""
+    layer = models.build(name, _cfg())
+    with torch.inference_mode():
+        state = layer.prefill(_tokens(t))
+        cache = layer.cache(state, t, t + 4)
+    slots = cache[0].shape[2]
+    for part, buffer in zip(state, cache):
+        expected = torch.zeros_like(buffer)
+        for i, p in enumerate(range(t - part.shape[2], t)):
+            expected[:, :, p % slots] = part[:, :, i]
+        assert torch.equal(buffer, expected)
+
+
 @pytest.mark.parametrize("t", [1, 37, 300, 1001])
 @pytest.mark.parametrize("splits", [1, 2, 3, 7, 16])
 def test_split_kv_attention_equals_the_fused_step(t, splits):
