@@ -29,6 +29,8 @@ class Load:
     loadavg_1m: float
     logical_cores: int
     wall_s: float
+    own_cores: float | None = None
+    idle_cores: float | None = None
 
     @property
     def busy(self) -> bool:
@@ -54,14 +56,16 @@ class LoadMeter:
     def elapsed_s(self) -> float:
         return time.monotonic() - self._t0
 
-    def read(self) -> Load:
-        wall = max(self.elapsed_s, 1e-6)
-        others = (_busy_cpu_s() - self._busy0) - (_own_cpu_s(self._process) - self._own0)
+    def read(self, wanting: bool = False) -> Load:
+        wall, cores = max(self.elapsed_s, 1e-6), psutil.cpu_count() or 1
+        busy, own = _busy_cpu_s() - self._busy0, _own_cpu_s(self._process) - self._own0
         return Load(
-            others_busy_cores=max(others, 0.0) / wall,
+            others_busy_cores=max(busy - own, 0.0) / wall,
             loadavg_1m=psutil.getloadavg()[0],
-            logical_cores=psutil.cpu_count() or 1,
+            logical_cores=cores,
             wall_s=wall,
+            own_cores=min(own / wall, 1.0) if wanting else None,
+            idle_cores=max(cores - busy / wall, 0.0) if wanting else None,
         )
 
 
@@ -69,7 +73,7 @@ def sample_load(window_s: float = SAMPLE_WINDOW_S, since: LoadMeter | None = Non
     """The load over at least `window_s` seconds: since `since` was started (the command's imports), else from now."""
     meter = since or LoadMeter()
     time.sleep(max(0.0, window_s - meter.elapsed_s))
-    return meter.read()
+    return meter.read(wanting=since is not None)
 
 
 def physical_cores() -> int:
@@ -90,8 +94,12 @@ def choose_threads(load: Load, cores: int) -> tuple[int, str]:
 
 
 def slowdown(load: Load, threads: int) -> float:
-    """How much longer a run of `threads` takes than alone: the cores it and the others want over those there are."""
-    return max(1.0, (load.others_busy_cores + threads) / load.logical_cores)
+    """How much longer a run of `threads` takes than alone: cores wanted over those there, or its start's core lost."""
+    wanted = (load.others_busy_cores + threads) / load.logical_cores
+    if not load.own_cores or load.idle_cores is None:
+        return max(1.0, wanted)
+    taken = max(0.0, 1.0 - load.own_cores - load.idle_cores)
+    return max(1.0, wanted, (load.own_cores + taken) / load.own_cores)
 
 
 def busy_warning(load: Load) -> str | None:

@@ -190,6 +190,21 @@ def test_a_busy_machine_lengthens_the_estimate_by_the_cores_wanted_over_those_th
     assert "alone" not in preflight.before_measuring(specs, QUICK_POLICY, load=quiet, **args)[0][-1]
 
 
+def test_what_the_commands_start_lost_of_its_core_to_others_counts_but_not_what_it_waited_on_io():
+    from bench.load import Load, LoadMeter, sample_load, slowdown
+
+    # two spinners on 2 cores: they got 1.43 cores and the command's start 0.57 of its one, none idle (as measured)
+    spun = Load(1.43, 1.6, 2, 3.0, own_cores=0.57, idle_cores=0.0)
+    assert slowdown(spun, 1) == pytest.approx(1 / 0.57) and slowdown(dataclasses.replace(spun, own_cores=None), 1) == (
+        pytest.approx(1.215)
+    )
+    assert slowdown(Load(0.0, 0.1, 2, 3.0, own_cores=0.6, idle_cores=1.4), 1) == 1.0  # it waited on the disk
+    assert slowdown(Load(1.0, 1.0, 2, 3.0, own_cores=1.0, idle_cores=0.0), 1) == 1.0  # one spinner, a core each
+    assert slowdown(Load(1.0, 1.0, 2, 3.0, own_cores=0.8, idle_cores=0.1), 1) == pytest.approx(0.9 / 0.8)
+    assert sample_load(0.01).own_cores is None  # a wait wants no core
+    assert sample_load(0.0, since=LoadMeter()).own_cores is not None
+
+
 def test_the_estimate_is_the_same_from_the_same_measurements():
     specs = [PointSpec("conv", n, 8, k=3) for n in (64, 128, 256, 512)]
     policy = dataclasses.replace(QUICK_POLICY, extend_budget=0.5)
