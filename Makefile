@@ -14,11 +14,11 @@ install: $(VENV)/.installed
 # otherwise TORCH_SPEC is installed first, so pip never pulls a CUDA build from the registry. make bench installs
 # what it runs; the test and ray extras (run --ray's tests, tests/test_cluster.py) come with make test: 39 s of
 # pip on the 2-core VM that bench need not wait for.
-# A line every 10 s while pip works quietly, so that a log of make bench shows progress through the install too.
 # pip compiles nothing (--no-compile: 18 s + 32 s of pip on the 2-core VM, not 71 s + 80 s): Python writes the bytecode
 # of what bench imports as it first imports it, here even where PYTHONDONTWRITEBYTECODE is set (else each start of a
 # command would compile torch again: 5 s).
 export PYTHONDONTWRITEBYTECODE :=
+# A line every 10 s while pip works quietly, so that a log of make bench shows progress through the install too.
 PIP_TICKING = start=$$(date +%s); (while sleep 10; do echo "install: $$(($$(date +%s) - start)) s, still installing"; done) & \
 	ticker=$$!; trap 'kill $$ticker 2>/dev/null' EXIT; set -e
 $(VENV)/.installed: pyproject.toml
