@@ -16,7 +16,7 @@ from . import formats, outside, peak
 from .errors import BadInput
 from .kept import kept
 from .point import PassFailure, draws, measure_pass
-from .policy import WARMUP_ROUNDS, TimingPolicy
+from .policy import TimingPolicy, untimed_calls
 from .spec import DECODE_MODE, PointSpec, device_key, validate
 from .sweeps import VARIABLES, by_sweep, sweep_of
 
@@ -213,7 +213,7 @@ def calls_s(spec: PointSpec, policy: TimingPolicy, call_s: float) -> float:
 
 def calls_per_pass(call_s: float, policy: TimingPolicy) -> int:
     rounds, iterations = policy.plan(call_s)
-    return 1 + (WARMUP_ROUNDS + policy.rounds_per_pass(rounds)) * iterations
+    return untimed_calls(iterations) + policy.rounds_per_pass(rounds) * iterations
 
 
 def tiny(spec: PointSpec, n: int) -> PointSpec:
@@ -236,7 +236,7 @@ def _visit(spec: PointSpec, with_probes: bool = True) -> tuple[float, float, flo
     visit_s = time.perf_counter() - started
     if isinstance(result, PassFailure):
         raise BadInput(f"{spec.layer} ({spec.mode} on {spec.device}): its tiny point failed: {result.error}")
-    calls = 1 + (WARMUP_ROUNDS + TINY_POLICY.rounds_per_pass(result.rounds_planned)) * result.iterations
+    calls = untimed_calls(result.iterations) + TINY_POLICY.rounds_per_pass(result.rounds_planned) * result.iterations
     call = float(result.record["stats"]["median"])
     return call, visit_s - (calls + CALIBRATION_CALLS + PROBE_CALLS) * call - result.probes_s, result.probes_s
 

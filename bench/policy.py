@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from .timing import ClockStats, Timing
 
 NOISY_IQR_RATIO = 0.10  # IQR / median above this flags a point as noisy
-WARMUP_ROUNDS = 1  # untimed rounds of every pass, after its untimed first call
+WARMUP_ROUNDS = 1  # untimed rounds of every pass, its first call the warm one (a second call runs at the steady time)
 MIN_ROUNDS_PER_PASS = 2
 CONFIDENCE = 0.95  # of the median's interval
 STALL_RATIO = 1.5  # median / fastest round above this: the rounds lost the CPU, or are bimodal
@@ -94,6 +94,7 @@ def method_constants() -> dict:
     return {
         "noisy_iqr_ratio": NOISY_IQR_RATIO,
         "warmup_rounds": WARMUP_ROUNDS,
+        "warm_call_in_round": True,
         "min_rounds_per_pass": MIN_ROUNDS_PER_PASS,
         "confidence": CONFIDENCE,
         "stall_ratio": STALL_RATIO,
@@ -101,6 +102,10 @@ def method_constants() -> dict:
         "ci_relative_width": CI_RELATIVE_WIDTH,
         "busy_cores": BUSY_CORES,
     }
+
+
+def untimed_calls(iterations: int) -> int:
+    return max(1, WARMUP_ROUNDS * iterations)
 
 
 def assess(median_s: float, min_s: float, pass_spread: float, ci: tuple[float, float]) -> str:
@@ -158,6 +163,9 @@ def plain_flag(stats: ClockStats, clock: str, passes: int, on_gpu: bool = False)
 def method_text(policy: dict, constants: dict | None = None) -> str:
     """A run's timing method in one paragraph, from its meta.json `timing_policy` and `timing_method`."""
     c = dict(method_constants(), **(constants or {}))
+    rounds = f"{c['warmup_rounds']} untimed round"
+    in_round = (constants or c).get("warm_call_in_round")
+    warming = f"{rounds} (its first call the warm one)" if in_round else f"one untimed call and {rounds}"
     stored = dict(policy)
     p = TimingPolicy.stored(stored).as_dict() if "remeasure" not in stored else dict(asdict(TimingPolicy()), **stored)
     text = (
@@ -165,7 +173,7 @@ def method_text(policy: dict, constants: dict | None = None) -> str:
         f"{p['min_rounds']} to {p['max_rounds']} rounds, about {p['target_s']:g} s of them) are split over "
         f"{p['passes']} interleaved passes, at least {c['min_rounds_per_pass']} rounds each; every pass visits "
         f"every point in a new shuffled order (the first in plan order, smallest first), and each visit "
-        f"builds the layer, makes one untimed call and {c['warmup_rounds']} untimed round. Median over all "
+        f"builds the layer, makes {warming}. Median over all "
         f"rounds, with its {c['confidence']:.0%} interval from order statistics. A point is flagged noisy "
         f"when its IQR exceeds {c['noisy_iqr_ratio']:.0%} of its median, and unreliable when its median is "
         f"more than {c['stall_ratio']:g}x its fastest round (stalled or bimodal rounds), when the median of "

@@ -12,7 +12,18 @@ from dataclasses import dataclass, field
 import numpy as np
 from pytest_benchmark.stats import Stats
 
-from .policy import CONFIDENCE, CPU, DEVICE, NOISY_IQR_RATIO, PROCESS, THREAD, WARMUP_ROUNDS, TimingPolicy, assess
+from .policy import (
+    CONFIDENCE,
+    CPU,
+    DEVICE,
+    NOISY_IQR_RATIO,
+    PROCESS,
+    THREAD,
+    WARMUP_ROUNDS,
+    TimingPolicy,
+    assess,
+    untimed_calls,
+)
 
 
 def pass_order(keys: Sequence[Hashable], pass_index: int, seed: int = 0) -> list:
@@ -71,9 +82,8 @@ class Rounds:
 
 
 def time_rounds(target: Callable[[], object], rounds: int, iterations: int, clocks: Clocks = WALL_ONLY) -> Rounds:
-    """One pass: a warm call, WARMUP_ROUNDS untimed rounds, then `rounds` rounds of `iterations` calls."""
-    target()
-    for _ in range(WARMUP_ROUNDS * iterations):
+    """One pass: its untimed calls (WARMUP_ROUNDS rounds, the first call the warm one), then `rounds` rounds."""
+    for _ in range(untimed_calls(iterations)):
         target()
     wall, cpu = [], []
     faults0 = clocks.faults() if clocks.faults else None

@@ -80,8 +80,8 @@ def test_interleaved_passes_on_a_fake_clock():
     assert a.iterations == 5 and b.iterations == 2  # calls per round: at least min_round_s = 10 ms
     assert a.passes == 3 and a.rounds == 6 and [len(p) for p in a.pass_times_s] == [2, 2, 2]
     assert a.wall.iqr_s == pytest.approx(0) and a.wall.reliable and a.wall.flag == ""
-    # calls of `a`: 2 to calibrate, then per pass 1 warm call + (1 warm-up + 2 timed) rounds of 5 calls
-    assert visits.count("a") == 2 + 3 * (1 + 3 * 5)
+    # calls of `a`: 2 to calibrate, then per pass (1 warm-up round, its first call the warm one, + 2 timed) of 5 calls
+    assert visits.count("a") == 2 + 3 * (3 * 5)
 
 
 def test_sync_runs_inside_every_call():
@@ -89,8 +89,8 @@ def test_sync_runs_inside_every_call():
     syncs = []
     policy = TimingPolicy(min_rounds=4, max_rounds=4, target_s=0.0, min_round_s=0.0, passes=2)
     interleaved({"f": clock.work}, policy, sync=lambda: syncs.append(clock.now), clocks=Clocks(wall=clock, cpu=None))
-    # calibration 2 calls; each pass: 1 warm call + 1 warm-up round + 2 timed rounds of 1 call
-    assert len(syncs) == 2 + 2 * (1 + 1 + 2)
+    # calibration 2 calls; each pass: 1 warm-up round (the warm call) + 2 timed rounds of 1 call
+    assert len(syncs) == 2 + 2 * (1 + 2)
 
 
 def _rounds(wall, cpu=(), calls=None, faults=None):
@@ -198,6 +198,17 @@ def test_the_method_says_the_clocks_and_the_budget_from_the_constants():
     assert "at most 4 more, together at most 25% of the first passes' time" in text
     old = P.method_text({"passes": 5, "remeasure": True})
     assert "measured again in a second set of passes" in old and "two clocks" not in old
+
+
+def test_a_pass_warms_with_one_round_whose_first_call_is_the_warm_one_and_old_runs_say_theirs():
+    assert [P.untimed_calls(i) for i in (1, 2, 7)] == [1, 2, 7]  # WARMUP_ROUNDS = 1 round of `iterations` calls
+    calls = []
+    T.time_rounds(lambda: calls.append(1), rounds=3, iterations=4)
+    assert len(calls) == 4 + 3 * 4
+    policy = TimingPolicy().as_dict()
+    assert "1 untimed round (its first call the warm one)" in P.method_text(policy)
+    before = {k: v for k, v in P.method_constants().items() if k != "warm_call_in_round"}  # as runs stored it
+    assert "one untimed call and 1 untimed round." in P.method_text(policy, before)
 
 
 def test_median_interval_is_the_order_statistics_by_hand():
