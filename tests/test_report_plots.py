@@ -402,3 +402,68 @@ def test_the_first_screen_has_a_strip_of_the_sections_figures_linking_to_them():
     assert '<a href="#time"><img src="figures/time_vs_n.png" alt="Time &quot;against&quot; n"' in strip
     assert '<a href="#memory"><img src="figures/memory_vs_n.png"' in strip and "b.png" not in strip
     assert page.index("<nav id='strip'>") < page.index('<details id="time">')  # on the first screen, before them
+
+
+def _log_log_figure(formatter):
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.loglog([128, 256, 512, 1024], [1e-4, 2e-4, 4.1e-4, 8e-4], marker="o")
+    ax.yaxis.set_major_formatter(formatter)
+    return fig
+
+
+def test_a_figure_drawn_in_a_worker_is_the_one_drawn_here(monkeypatch):
+    """Byte for byte, with the ticks the worker makes at draw time; one that does not pickle is drawn here."""
+    from bench.report import drawing
+
+    here = drawing.png(_log_log_figure(matplotlib.ticker.EngFormatter(unit="s")))
+    monkeypatch.setattr(drawing, "physical_cores", lambda: 2)
+    monkeypatch.setattr(drawing, "_main_runs_nothing", lambda: True)  # however pytest was started
+    away = drawing.in_workers(_log_log_figure(matplotlib.ticker.EngFormatter(unit="s")))
+    assert isinstance(away, drawing.Drawing) and drawing.drawn({"f.png": away, "t.csv": "x"}) == {
+        "f.png": here,
+        "t.csv": "x",
+    }
+    lambda_formatter = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    unpicklable = drawing.in_workers(_log_log_figure(lambda_formatter))
+    assert isinstance(unpicklable, bytes) and unpicklable[:4] == b"\x89PNG"
+    assert plt.get_fignums() == []  # every figure closed, drawn here or away
+    monkeypatch.setattr(drawing, "physical_cores", lambda: 1)
+    assert isinstance(drawing.in_workers(_log_log_figure(lambda_formatter)), bytes)  # one core: no workers
+
+
+def test_workers_draw_only_where_they_would_not_run_the_main_script_again(monkeypatch):
+    import sys
+    import types
+
+    from bench.report import drawing
+
+    script = types.ModuleType("__main__")
+    script.__file__, script.__spec__ = "/home/me/study.py", None  # python study.py: a worker would run it again
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    assert not drawing._main_runs_nothing()
+    monkeypatch.setattr(drawing, "physical_cores", lambda: 8)
+    assert isinstance(drawing.in_workers(_log_log_figure(matplotlib.ticker.EngFormatter(unit="s"))), bytes)
+    script.__spec__ = types.SimpleNamespace(name="bench.__main__")  # python -m bench
+    assert drawing._main_runs_nothing()
+    del script.__file__  # a notebook, python -c
+    script.__spec__ = None
+    assert drawing._main_runs_nothing()
+
+
+def test_a_forked_child_draws_its_figures_itself(monkeypatch):
+    """A fork (tests/forked.py, a fork-started worker) inherits the pool without its threads: it must not wait on it."""
+    import os
+    import signal
+
+    from bench.report import drawing
+
+    monkeypatch.setattr(drawing, "physical_cores", lambda: 2)
+    monkeypatch.setattr(drawing, "_main_runs_nothing", lambda: True)
+    away = [drawing.in_workers(_log_log_figure(matplotlib.ticker.EngFormatter(unit="s"))) for _ in range(4)]
+    assert all(isinstance(d, drawing.Drawing) for d in away) and drawing.drawn(dict(enumerate(away)))  # 2 workers up
+    pid = os.fork()
+    if pid == 0:  # the child: a PNG drawn here within 30 s, or a failing exit
+        signal.alarm(30)
+        drawn = drawing.in_workers(_log_log_figure(matplotlib.ticker.EngFormatter(unit="s")))
+        os._exit(0 if isinstance(drawn, bytes) and drawn[:4] == b"\x89PNG" else 1)
+    assert os.waitpid(pid, 0)[1] == 0

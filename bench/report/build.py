@@ -12,6 +12,7 @@ from .. import fits, machine, storage
 from ..errors import BadInput
 from ..spec import DECODE_MODES, IDENTITY, WHERE, mode_of, source_keys
 from .context import ReportContext
+from .drawing import abandon, drawn, in_workers
 from .load import REFERENCE, combine, keep_apart, load_runs, select_run_dirs
 from .numbers import numbers_document
 from .publish import staged
@@ -122,7 +123,11 @@ def build_report(
     )
     primary = this_id if this_id in candidates else candidates[0]
     with staged(out_dir) as stage:
-        return _write_report(stage, points, runs, side, labels, primary, machines, notes, on_figure)
+        try:
+            return _write_report(stage, points, runs, side, labels, primary, machines, notes, on_figure)
+        except BaseException:
+            abandon()
+            raise
 
 
 def _fitted(ctx: ReportContext) -> ReportContext:
@@ -191,6 +196,7 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
         machines=machines,
         notes=notes,
         on_figure=on_figure,
+        draw=in_workers,
     )
     ctx = _fitted(ctx)
     placed = {place: "\n".join(part for part in parts if part.strip()) for place, parts in _rendered(ctx).items()}
@@ -203,7 +209,7 @@ def _write_report(out_dir: Path, points, runs, side, labels, primary, machines, 
     else:  # the headline beside the figure, then the matrix
         first_screen = [headline_md, placed["figure"], placed["verdicts"], INTRO]
     every_fit = [f for f in (ctx.fit_rows, ctx.decode_fit_rows) if len(f)]
-    files = dict(ctx.files)
+    files = drawn(ctx.files)
     files["report.md"] = to_markdown(title, "\n".join(first_screen), sections)
     files["report.html"] = to_html(
         title,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import math
 import re
 from collections.abc import Callable
@@ -14,6 +13,7 @@ import pandas as pd
 
 from ..machine import machine_identity
 from ..spec import SIZES
+from .drawing import png
 from .load import REFERENCE
 
 SIZES_SHOWN = tuple(s for s in SIZES if s not in ("batch", "dilation"))  # the sizes a table of points shows
@@ -82,7 +82,8 @@ class ReportContext:
     primary: str = ""  # the machine the report is about first (this machine, where it has runs)
     machines: dict[str, str] = field(default_factory=dict)  # source -> its machine
     notes: list[str] = field(default_factory=list)
-    on_figure: Callable[[], object] | None = None  # told of each figure drawn (progress)
+    on_figure: Callable[[], object] | None = None
+    draw: Callable[[plt.Figure], object] = png
     decode: pd.DataFrame | None = None
     fit_rows: pd.DataFrame | None = None
     decode_fit_rows: pd.DataFrame | None = None
@@ -186,10 +187,7 @@ class ReportContext:
 
     def figure(self, fig: plt.Figure, name: str, alt: str, caption: str = "") -> str:
         """The figure drawn to PNG, kept with the report's files; its markdown: short alt text, the caption once."""
-        png = io.BytesIO()
-        fig.savefig(png, format="png", dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        self.files[f"figures/{name}.png"] = png.getvalue()
+        self.files[f"figures/{name}.png"] = self.draw(fig)
         if self.on_figure is not None:
             self.on_figure()
         return f"![{alt}](figures/{name}.png)\n" + (f"\n*{caption}*\n" if caption else "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 
@@ -76,8 +77,11 @@ def percent(value: float) -> str:
 
 def eng(unit: str) -> Callable[[float], str]:
     """SI-prefixed labels: eng("s")(3e-4) == "300 µs"."""
-    formatter = EngFormatter(unit=unit, sep=" ")
-    return lambda value: formatter(value) if value != 0 else "0"
+    return functools.partial(_eng, EngFormatter(unit=unit, sep=" "))
+
+
+def _eng(formatter: EngFormatter, value: float) -> str:
+    return formatter(value) if value != 0 else "0"
 
 
 def _axis(ax, axis: str):
