@@ -84,10 +84,11 @@ def in_workers(fig: plt.Figure) -> bytes | Drawing:
         pickled = pickle.dumps(fig)
     except (pickle.PicklingError, AttributeError, TypeError):
         return png(fig)
-    rc = dict(plt.rcParams)
+    rc = {key: value for key, value in plt.rcParams.items() if key != "backend"}
     try:
         future = _pool(workers).submit(_png_of, pickled, rc)
     except (OSError, ImportError, NotImplementedError, BrokenProcessPool):
+        _POOLS.pop(workers, None)
         return png(fig)
     plt.close(fig)
     return Drawing(pickled, rc, future)
