@@ -32,8 +32,8 @@ def _png_of(pickled: bytes, rc: dict) -> bytes:
 
 
 class Drawing:
-    def __init__(self, pickled: bytes, rc: dict, future: Future):
-        self.pickled, self.rc, self.future = pickled, rc, future
+    def __init__(self, pickled: bytes, future: Future):
+        self.pickled, self.future = pickled, future
 
     def result(self) -> bytes:
         try:
@@ -76,9 +76,12 @@ def _main_runs_nothing() -> bool:
 
 def in_workers(fig: plt.Figure) -> bytes | Drawing:
     workers = physical_cores()
-    if workers < 2 or _FORKED or "forkserver" not in multiprocessing.get_all_start_methods():
-        return png(fig)
-    if not _main_runs_nothing():
+    if (
+        workers < 2
+        or _FORKED
+        or "forkserver" not in multiprocessing.get_all_start_methods()
+        or not _main_runs_nothing()
+    ):
         return png(fig)
     try:
         pickled = pickle.dumps(fig)
@@ -91,7 +94,7 @@ def in_workers(fig: plt.Figure) -> bytes | Drawing:
         _POOLS.pop(workers, None)
         return png(fig)
     plt.close(fig)
-    return Drawing(pickled, rc, future)
+    return Drawing(pickled, future)
 
 
 def drawn(files: dict) -> dict:
