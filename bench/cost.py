@@ -197,9 +197,8 @@ class Measured:
         return ob + per_size * max(0.0, getattr(spec, variable) - getattr(b, variable))
 
     def visit_s(self, spec: PointSpec) -> float:
-        extra = 1 + self.policy.extra_budget * bool(self.policy.extra_passes)
         own = calls_s(spec, self.policy, self.call_s(spec)) + passes(spec, self.policy) * self.overhead_s(spec)
-        return own * extra
+        return self.policy.with_extra_s(own)
 
 
 def passes(spec: PointSpec, policy: TimingPolicy) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -128,3 +129,5 @@ def _child(job: dict) -> list[dict]:
 
 if __name__ == "__main__":
     json.dump(_child(json.load(sys.stdin)), sys.stdout)
+    sys.stdout.flush()
+    gc.freeze()

@@ -46,7 +46,10 @@ class PlanEstimate:
         return min(self.extend_s, self.extend_foreseen_s + self.rest_s / 2)
 
     def kept_by(self, policy: TimingPolicy) -> TimingPolicy:
-        return replace(policy, extend_cap_s=round(self.extend_cap_s * self.slowdown, 3)) if self.extend_s else policy
+        if not self.extend_s:
+            return policy
+        planned_s = sum(p.time_s for p in self.points) + self.extra_s
+        return replace(policy, extend_cap=round(self.extend_cap_s / planned_s, 6))
 
     def largest(self) -> dict[str, PointEstimate]:
         """Each device's point of the largest memory estimate: the run's peak there."""
@@ -81,9 +84,8 @@ def estimate_plan(
     if not extend_s:
         return PlanEstimate(points, peaks_s, extra_s, default_policy_s=again_s)
     foreseen_s, added = planner.extension_s(
-        specs, costs.call_s, lambda s: costs.visit_s(s, policy), extend_s, memory_limits
+        specs, costs.call_s, lambda s: policy.with_extra_s(costs.visit_s(s, policy)), extend_s, memory_limits
     )
-    foreseen_s = min(foreseen_s * (1 + extra_s / planned_s), extend_s)  # the added points' extra passes too
     return PlanEstimate(points, peaks_s, extra_s, extend_s, foreseen_s, added, default_policy_s=again_s)
 
 

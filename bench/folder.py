@@ -253,8 +253,9 @@ class RunFolder:
     def write_plan(
         self, specs: list[PointSpec], policy: TimingPolicy, seed: int, extended: list[PointSpec] = ()
     ) -> str:
-        """plan.json: what a resume finishes (the added points apart); returns the planned ones' digest (plan_sha1)."""
-        plan = {"specs": [s.as_row() for s in specs], "timing_policy": policy.as_dict(), "seed": seed}
+        """plan.json: what a resume finishes (the added points apart), its policy as stored first; returns plan_sha1."""
+        kept = storage.read_json(self.path / PLAN)["timing_policy"] if (self.path / PLAN).exists() else None
+        plan = {"specs": [s.as_row() for s in specs], "timing_policy": kept or policy.as_dict(), "seed": seed}
         if extended:
             plan["extended"] = [s.as_row() for s in extended]
         self.save_json(PLAN, plan)
@@ -435,10 +436,7 @@ def check_side_table_out(kind: str, out: Path | None) -> None:
 
 def store_side_table(kind: str, table, *, out: Path | None, command: list[str], preset: str | None, **meta) -> Path:
     """paths.csv / claims.csv / generate.csv, added to an existing run folder or in a new one; returns its path."""
-    if out is not None and is_run_dir(out):
-        folder = RunFolder.open(out, ())
-    else:
-        folder = RunFolder.create(out, kind)
+    folder = RunFolder.open(out, ()) if out is not None and is_run_dir(out) else RunFolder.create(out, kind)
     try:
         if not folder.has_meta():
             finished = dict(status="finished", finished_utc=storage.utc_now())

@@ -41,8 +41,8 @@ class TimingPolicy:
     extra_passes: int = 10  # at most this many more passes over the points whose time is not known yet
     extra_budget: float = 0.5  # those passes take at most this share of the first passes' time
     clock: str = "auto"  # the clock a point's time fits use: chosen from the data, or always wall or cpu
-    extend_budget: float = 0.0  # bench.planner's share of the planned visits' time (0: off), at most extend_cap_s
-    extend_cap_s: float | None = None
+    extend_budget: float = 0.0  # bench.planner's share of the planned visits' time (0: off), at most extend_cap of it
+    extend_cap: float | None = None
 
     def __post_init__(self):
         if self.passes < 1 or self.min_rounds < 1 or self.max_rounds < self.min_rounds:
@@ -58,7 +58,7 @@ class TimingPolicy:
     def stored(cls, stored: dict) -> TimingPolicy:
         """The policy a plan.json stored; missing fields take their defaults (old `remeasure` False: no extra)."""
         known = {f.name for f in fields(cls)}
-        unknown = set(stored) - known - {"remeasure"}
+        unknown = set(stored) - known - {"remeasure", "extend_cap_s"}
         if unknown:
             raise TypeError(f"unexpected field(s) {', '.join(sorted(unknown))}")
         policy = {k: v for k, v in stored.items() if k in known}
@@ -79,11 +79,14 @@ class TimingPolicy:
         """Seconds the passes sampling points until their time is known may take, all together."""
         return self.extra_budget * first_passes_s
 
+    def with_extra_s(self, visits_s: float) -> float:
+        return visits_s * (1 + self.extra_budget * bool(self.extra_passes))
+
     def extend_budget_s(self, planned_s: float) -> float:
         if not self.extend_budget:
             return 0.0
         budget_s = max(self.extend_budget * planned_s, EXTEND_MIN_S)
-        return budget_s if self.extend_cap_s is None else min(budget_s, self.extend_cap_s)
+        return budget_s if self.extend_cap is None else min(budget_s, self.extend_cap * planned_s)
 
     def as_dict(self) -> dict:
         return asdict(self)
