@@ -14,6 +14,5 @@ since_start = LoadMeter()
 from .cli import main
 
 code = main(load_since=since_start)
-# The interpreter's last collections would walk every object torch and pandas made: a second of exit (2-core VM).
 gc.freeze()
 sys.exit(code)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import models
-from bench import flops
+from bench import flop_formulas, flops
 from bench.flops import classify_op, count_flops
 from models import LayerConfig
 
@@ -273,7 +273,7 @@ def test_cudnn_rnn_formula_matches_the_cpu_count_of_the_same_layer(kind, proj_si
     extra = {"proj_size": proj_size} if proj_size else {}
     layer = getattr(torch.nn, kind)(8, 6, num_layers=2, bidirectional=True, batch_first=batch_first, **extra).eval()
     x = torch.randn(2, 5, 8)  # 10 tokens either way round
-    with torch.inference_mode():
+    with torch.no_grad():  # with autograd on, ATen takes the layers apart before the counter sees them
         cpu = count_flops(lambda: layer(x))
     weight_shapes = [tuple(w.shape) for w in layer._flat_weights]  # what RNN.cpp passes to _cudnn_rnn
     # Per token and direction: layer 1 (in 8), layer 2 (in 2·out): g·h·in + g·h·out (+ out·h projection).
@@ -356,6 +356,29 @@ def test_the_named_no_matrix_ops_exist_and_none_has_a_formula():
 
 
 # Element-wise work: 1 per output element of pointwise ops and softmax; fused kernels estimated.
+
+
+@pytest.mark.parametrize(
+    "kind, extra", [("GRU", {}), ("RNN", {}), ("RNN", {"nonlinearity": "relu"}), ("GRU", {"bias": False})]
+)
+def test_aten_recurrences_counted_whole_count_what_their_steps_count(kind, extra, monkeypatch):
+    # Without autograd the counter sees aten.gru / rnn_tanh / rnn_relu whole and counts them by formula; without their
+    # overloads in the table it runs torch's decomposition and counts each step's operators, as it used to. One layer,
+    # batch first, as the layers run: elsewhere the decomposition adds some input biases inside a product, uncounted.
+    packet = (
+        torch.ops.aten.gru if kind == "GRU" else getattr(torch.ops.aten, f"rnn_{extra.get('nonlinearity', 'tanh')}")
+    )
+    one = getattr(torch.nn, kind)(8, 6, batch_first=True, **extra).eval()
+    deep = getattr(torch.nn, kind)(8, 6, num_layers=2, bidirectional=True, **extra).eval()
+    x = torch.randn(2, 5, 8)
+    with torch.inference_mode():
+        whole, deep_whole = count_flops(lambda: one(x)), count_flops(lambda: deep(x))
+        monkeypatch.delitem(flop_formulas.FLOP_FORMULAS, packet.input)
+        steps, deep_steps = count_flops(lambda: one(x)), count_flops(lambda: deep(x))
+    assert list(whole.by_op) == [str(packet)] and str(packet) not in steps.by_op
+    assert whole.total == steps.total > 0 and whole.elementwise == steps.elementwise > 0
+    assert deep_whole.total == deep_steps.total == 2 * 10 * 2 * (8 + 6 + 12 + 6) * 6 * {"GRU": 3, "RNN": 1}[kind]
+    assert whole.uncounted_ops == steps.uncounted_ops == deep_whole.uncounted_ops == ()
 
 
 def test_elementwise_counts():
