@@ -49,7 +49,8 @@ class PlanEstimate:
         if not self.extend_s:
             return policy
         planned_s = sum(p.time_s for p in self.points) + self.extra_s
-        return replace(policy, extend_cap=round(self.extend_cap_s / planned_s, 6))
+        cap_s = round(self.extend_cap_s * self.slowdown, 3)
+        return replace(policy, extend_cap_s=cap_s, extend_cap=round(self.extend_cap_s / planned_s, 6))
 
     def largest(self) -> dict[str, PointEstimate]:
         """Each device's point of the largest memory estimate: the run's peak there."""

@@ -41,7 +41,9 @@ class TimingPolicy:
     extra_passes: int = 10  # at most this many more passes over the points whose time is not known yet
     extra_budget: float = 0.5  # those passes take at most this share of the first passes' time
     clock: str = "auto"  # the clock a point's time fits use: chosen from the data, or always wall or cpu
-    extend_budget: float = 0.0  # bench.planner's share of the planned visits' time (0: off), at most extend_cap of it
+    # bench.planner's share of the planned visits' time (0: off), at most the larger of extend_cap_s and extend_cap of it
+    extend_budget: float = 0.0
+    extend_cap_s: float | None = None
     extend_cap: float | None = None
 
     def __post_init__(self):
@@ -58,7 +60,7 @@ class TimingPolicy:
     def stored(cls, stored: dict) -> TimingPolicy:
         """The policy a plan.json stored; missing fields take their defaults (old `remeasure` False: no extra)."""
         known = {f.name for f in fields(cls)}
-        unknown = set(stored) - known - {"remeasure", "extend_cap_s"}
+        unknown = set(stored) - known - {"remeasure"}
         if unknown:
             raise TypeError(f"unexpected field(s) {', '.join(sorted(unknown))}")
         policy = {k: v for k, v in stored.items() if k in known}
@@ -86,7 +88,9 @@ class TimingPolicy:
         if not self.extend_budget:
             return 0.0
         budget_s = max(self.extend_budget * planned_s, EXTEND_MIN_S)
-        return budget_s if self.extend_cap is None else min(budget_s, self.extend_cap * planned_s)
+        if self.extend_cap_s is None and self.extend_cap is None:
+            return budget_s
+        return min(budget_s, max(self.extend_cap_s or 0.0, (self.extend_cap or 0.0) * planned_s))
 
     def as_dict(self) -> dict:
         return asdict(self)
