@@ -21,7 +21,7 @@ from .spec import DECODE_MODE, PointSpec, device_key, validate
 from .sweeps import VARIABLES, by_sweep, sweep_of
 
 ANCHOR_WORK_OVER_FIXED, ANCHOR_MAX_S = 4.0, 0.01  # where a layer's share of the ceilings is measured
-TINY_N, TINY_D = (8, 40, 1280), 8  # a layer's fixed costs at n = 8, per step from 40, per prefilled position 1280
+TINY_N, TINY_D = (8, 40, 1280), 8  # fixed costs at n = 8, per step from 40, per prefilled position from 1280 (`longer`)
 TINY_POLICY = TimingPolicy(min_rounds=3, max_rounds=10, target_s=0.01, min_round_s=0.001, passes=1)
 QUICK_POLICY = TimingPolicy(min_rounds=3, max_rounds=10, target_s=0.05, min_round_s=0.005, passes=1)
 CALIBRATION_CALLS, PROBE_CALLS = 2, 2  # counted from bench.timing.calibrate and the two probes
@@ -244,8 +244,16 @@ def _fastest_visit(spec: PointSpec) -> tuple[float, float, float]:
     return tuple(map(min, zip(*(_visit(spec) for _ in range(TINY_VISITS)))))
 
 
+def longer(short: PointSpec, n: int) -> PointSpec:
+    try:
+        return validate(replace(short, n=n if n > short.n else short.n * TINY_N[1] // TINY_N[0]))
+    except BadInput:
+        return short
+
+
 def measure_layer(spec: PointSpec) -> LayerCosts:
-    short, long = (tiny(spec, n) for n in (TINY_N[0], TINY_N[2 if spec.mode == DECODE_MODE else 1]))
+    short = tiny(spec, TINY_N[0])
+    long = longer(short, TINY_N[2 if spec.mode == DECODE_MODE else 1])
     return LayerCosts(
         **kept(
             f"layer costs, least of {TINY_VISITS} visits, {short.key} {long.key}",

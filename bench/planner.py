@@ -97,10 +97,11 @@ def flops_regime_start(end: PointSpec, variable: str, step: float) -> float:
 
 def halfwidth(sizes, sigma: float) -> float:
     """The half-width of a time exponent's interval over `sizes` at scatter σ: t(m − 2)·σ/√Sxx (inf below a fit)."""
-    u = np.log(np.asarray(sorted(set(sizes)), float))
+    u = [math.log(x) for x in set(sizes)]
     if len(u) < ASYMPTOTIC_POINTS:
         return math.inf
-    return _t(len(u) - 2) * sigma / math.sqrt(float(np.sum((u - u.mean()) ** 2)))
+    mean = math.fsum(u) / len(u)
+    return _t(len(u) - 2) * sigma / math.sqrt(math.fsum((v - mean) ** 2 for v in u))
 
 
 @functools.cache

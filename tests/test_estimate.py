@@ -344,6 +344,27 @@ def test_a_decode_visit_pays_each_position_it_prefills():
     assert visits == pytest.approx(3 * 2000 * (2e-5 + 2 * 16 * 5e-9))
 
 
+@pytest.mark.parametrize(
+    "spec, long_n",
+    [
+        (PointSpec("lstm", n=40, d=96, batch=2, mode="decode"), 1280),  # a plan's decode starting below 1280
+        (PointSpec("gru", n=16, d=64, batch=4), 40),
+        (PointSpec("lstm", n=4, d=32, batch=2), 40),  # shorter than the short tiny length: itself, then 40
+    ],
+)
+def test_a_layers_two_tiny_points_differ_in_length_alone(monkeypatch, spec, long_n):
+    """A plan whose smallest point is shorter than the longer tiny length measured that point itself, at its full
+    width and batch, against the narrow short one: the width's cost read as prefill (a custom decode grid from
+    n = 40 at d = 96 foresaw 5.8 s of prefill in a 0.3 s visit at n = 10240) or as per-step cost."""
+    pairs = []
+    monkeypatch.setattr(cost, "_tiny_costs", lambda short, long: pairs.append((short, long)) or FIXED)
+    monkeypatch.setattr(cost, "kept", lambda key, measure: measure())
+    cost.measure_layer(spec)
+    ((short, long),) = pairs
+    assert (long.n, long.d, long.batch, long.heads) == (long_n, short.d, short.batch, short.heads)
+    assert short.n < long.n
+
+
 def test_a_layers_costs_are_its_least_visits_so_one_stall_does_not_read_as_prefill(monkeypatch):
     short, long = (PointSpec("conv", n=n, d=8, k=3, batch=1, mode="decode") for n in (8, 1280))
     visits = {short.n: iter([(1e-5, 2e-3, 1e-3)] * 3), long.n: iter([(1e-5, 0.9, 1e-3), *[(1e-5, 2.1e-3, 1e-3)] * 2])}
