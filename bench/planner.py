@@ -28,11 +28,11 @@ from .sweeps import (
     by_sweep,
     loglog_slope,
     plateau_start,
+    predicted_cost,
     predicted_row,
-    predicted_values,
+    regime_start,
     sweep_of,
     sweeps,
-    table1_regime_start,
 )
 from .units import format_bytes, format_duration, sizes_text
 
@@ -85,8 +85,7 @@ def flops_regime_start(end: PointSpec, variable: str, step: float) -> float:
         b = sized(end, variable, getattr(a, variable) * step)
         if b is None or getattr(b, variable) <= getattr(a, variable):
             return math.nan
-        pair = pd.DataFrame([a.as_row(), b.as_row()])
-        predicted = np.diff(np.log(predicted_values("flops", end.layer, pair)))[0]
+        predicted = np.diff(np.log(spec_cost([a, b])))[0]
         if abs(math.log(analytic_flops(b) / analytic_flops(a)) - predicted) <= TOLERANCE["flops"] * math.log(
             getattr(b, variable) / getattr(a, variable)
         ):
@@ -347,15 +346,19 @@ def lines(chosen: list[Candidate], stopped: Mapping, told: set) -> list[str]:
     return out
 
 
+def spec_cost(specs: list[PointSpec]) -> np.ndarray:
+    n, d, k, window = (np.asarray([getattr(s, size) for s in specs], float) for size in ("n", "d", "k", "window"))
+    return predicted_cost(specs[-1].layer, specs[-1].mode, n, d, k, window)
+
+
 def modelled_state(variable: str, members: list[PointSpec], call_s: Callable[[PointSpec], float]) -> SweepState:
     """A sweep of modelled calls as the rule sees it, its range by bench.sweeps' rules."""
     end = members[-1]
     x = np.asarray([getattr(s, variable) for s in members], float)
     t = np.asarray([call_s(s) for s in members], float)
     flops = np.asarray([analytic_flops(s) for s in members], float)
-    frame = pd.DataFrame([s.as_row() for s in members]).assign(flops_counted=flops)
-    predicted = predicted_values("time", end.layer, frame)
-    regime = table1_regime_start(frame, variable, end.layer)
+    predicted = spec_cost(members)
+    regime = regime_start(x, flops, predicted)
     start = max(regime or 0, plateau_start(flops / t))
     fitted, exponent, code, decided = tuple(x[start:]), math.nan, Reason.NOT_ASYMPTOTIC, False
     if regime is None:

@@ -134,7 +134,8 @@ def table1_cell(layer: str, cell: str = "compute_text") -> str:
 
 
 def mode_of_sweep(sweep: pd.DataFrame) -> str:
-    return mode_of(sweep.iloc[:1])[0] if len(sweep) else DEFAULT_MODE
+    mode = sweep["mode"].iat[0] if len(sweep) and "mode" in sweep else None
+    return mode if isinstance(mode, str) and mode else DEFAULT_MODE
 
 
 def predicted_row(layer: str, mode: str):
@@ -171,11 +172,16 @@ def predicted_values(metric: str, layer: str, sweep: pd.DataFrame) -> np.ndarray
         _require_sizes(layer, sweep, models.LAYERS[layer].uses)
         return np.asarray([_predicted_bytes(layer, mode, r) for r in sweep.itertuples()], float)
     row = predicted_row(layer, mode)
+    if row is not None:
+        _require_sizes(layer, sweep, row.sizes)
+    return predicted_cost(layer, mode, sweep["n"], sweep["d"], sweep.get("k"), sweep.get("window"))
+
+
+def predicted_cost(layer: str, mode: str, n, d, k=None, window=None) -> np.ndarray:
+    row = predicted_row(layer, mode)
     if row is None:
-        return np.full(len(sweep), np.nan)
-    _require_sizes(layer, sweep, row.sizes)
-    n = sweep["n"] + 1 if mode == RECOMPUTE_MODE else sweep["n"]
-    return np.asarray(row.cost(n, sweep["d"], sweep.get("k"), sweep.get("window")), float)
+        return np.full(len(n), np.nan)
+    return np.asarray(row.cost(n + 1 if mode == RECOMPUTE_MODE else n, d, k, window), float)
 
 
 def _predicted_bytes(layer: str, mode: str, r) -> int:
@@ -209,16 +215,20 @@ def asymptotic_range(sweep: pd.DataFrame, variable: str, layer: str) -> pd.DataF
 
 def table1_regime_start(sweep: pd.DataFrame, variable: str, layer: str) -> int | None:
     """Start of the last ≥ MIN_FIT_POINTS points with local FLOP exponents within TOLERANCE["flops"] of Table 1's."""
-    if predicted_row(layer, mode_of_sweep(sweep)) is None:
-        return 0 if len(sweep) >= MIN_FIT_POINTS else None
-    lx = np.log(sweep[variable].to_numpy(float))
-    local = np.diff(np.log(sweep["flops_counted"].to_numpy(float))) / np.diff(lx)
-    predicted = np.diff(np.log(predicted_values("flops", layer, sweep))) / np.diff(lx)
-    within = np.abs(local - predicted) <= TOLERANCE["flops"]
+    x, flops = sweep[variable].to_numpy(float), sweep["flops_counted"].to_numpy(float)
+    return regime_start(x, flops, predicted_values("flops", layer, sweep))
+
+
+def regime_start(x, flops, predicted) -> int | None:
+    if np.isnan(predicted).all():
+        return 0 if len(x) >= MIN_FIT_POINTS else None
+    lx = np.log(np.asarray(x, float))
+    local = np.diff(np.log(np.asarray(flops, float))) / np.diff(lx)
+    within = np.abs(local - np.diff(np.log(predicted)) / np.diff(lx)) <= TOLERANCE["flops"]
     start = len(within)
     while start > 0 and within[start - 1]:
         start -= 1
-    return start if len(sweep) - start >= MIN_FIT_POINTS else None
+    return start if len(lx) - start >= MIN_FIT_POINTS else None
 
 
 def plateau_start(rates) -> int:
