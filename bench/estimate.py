@@ -38,11 +38,11 @@ class PlanEstimate:
 
     @property
     def time_s(self) -> float:
-        return (self.rest_s + self.extend_foreseen_s) * self.slowdown + self.begun_s
+        return (self.rest_s + self.extend_cap_s) * self.slowdown + self.begun_s
 
     @property
     def extend_cap_s(self) -> float:
-        """The extension's budget: what it is foreseen to take and half the rest more, so a run ends within 1.5x."""
+        """The extension's budget, which runs spend (docs/method.md): what it is foreseen to take and half the rest more."""
         return min(self.extend_s, self.extend_foreseen_s + self.rest_s / 2)
 
     def kept_by(self, policy: TimingPolicy) -> TimingPolicy:
@@ -90,7 +90,7 @@ def estimate_plan(
     return PlanEstimate(points, peaks_s, extra_s, extend_s, foreseen_s, added, default_policy_s=again_s)
 
 
-def first_pass_line(records: Mapping[PointSpec, dict], policy: TimingPolicy, memory_limits: Mapping[str, float]) -> str:
+def first_pass_line(records: Mapping[PointSpec, dict], policy: TimingPolicy) -> str:
     """The estimate said again from the first pass's visits."""
     first_s = sum(formats.visit_s(r) for r in records.values())
     probes_s = sum(r.get("probes_s", 0.0) for r in records.values())
@@ -99,12 +99,9 @@ def first_pass_line(records: Mapping[PointSpec, dict], policy: TimingPolicy, mem
     extend_s = policy.extend_budget_s(first_s + rest_s + extra_s)
     extending = ""
     if extend_s:
-        calls = {s: float(r["stats"]["median"]) for s, r in records.items()}
-        own = cost.Measured.of(calls, {s: [formats.visit_s(r)] for s, r in records.items()}, policy)
-        foreseen_s, _ = planner.extension_s(list(records), own.call_s, own.visit_s, extend_s, memory_limits)
         extending = (
-            f", about {format_duration(foreseen_s)} (at most {format_duration(extend_s)}) extending sweeps that do not"
-            f" decide: about {format_duration(rest_s + extra_s + foreseen_s)} more in all"
+            f", at most {format_duration(extend_s)} extending sweeps that do not decide: about "
+            f"{format_duration(rest_s + extra_s + extend_s)} more in all"
         )
     return (
         f"the first pass took {format_duration(first_s)} ({format_duration(probes_s)} of it counting FLOPs and "

@@ -164,9 +164,9 @@ def summary_line(plan: PlanEstimate) -> str:
         parts.append(f"{format_duration(plan.extra_s)} of it sampling points until their time is known (its budget)")
     if plan.extend_s:
         parts.append(
-            f"{format_duration(plan.extend_foreseen_s)} of it for the {plan.extend_points} point(s) the planner is "
-            f"expected to add, within {format_duration(plan.extend_cap_s)} and {EXTEND_MEMORY_SHARE:.0%} of the memory "
-            "available"
+            f"{format_duration(plan.extend_cap_s)} of it extending sweeps that do not decide (its budget; on the "
+            f"modelled calls {plan.extend_points} point(s) in {format_duration(plan.extend_foreseen_s)}), within "
+            f"{EXTEND_MEMORY_SHARE:.0%} of the memory available"
         )
     if plan.default_policy_s:
         parts.append(

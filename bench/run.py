@@ -385,7 +385,7 @@ class Run:
 
     def _say_the_rest(self, specs: list[PointSpec]) -> None:
         records = {s: r for s in specs if (r := self.folder.record(s.point_id, FIRST, 0)) is not None}
-        self.log(first_pass_line(records, self.policy, memory_limits({s.device for s in specs})))
+        self.log(first_pass_line(records, self.policy))
 
     def _plan(self, spec: PointSpec) -> tuple[int, int]:
         first = self.folder.record(spec.point_id, FIRST, 0)
