@@ -197,7 +197,7 @@ def test_the_expected_extension_is_deterministic_and_within_its_budget():
     assert planner.extension_s(specs, work_only.call_s, lambda s: 1.0, 100.0, {"cpu": math.inf}) == (0.0, 0)
 
 
-def test_after_the_first_pass_the_extension_is_foreseen_from_its_own_calls():
+def test_after_the_first_pass_the_rest_is_said_from_its_visits_and_a_new_point_extends_its_sweeps_calls():
     specs = [PointSpec("conv", n=n, d=8, batch=1, k=3) for n in (64, 128, 256, 512)]
     records = {s: {"visit_s": 0.5, "probes_s": 0.1, "stats": {"median": 1e-3 + 1e-6 * s.n, "data": []}} for s in specs}
     on = policy.TimingPolicy(extend_budget=0.5, passes=3)
