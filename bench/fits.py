@@ -20,22 +20,22 @@ from .sweeps import (
     PER_CALL_SHARE_THRESHOLD,
     PLATEAU_FRACTION,
     TOLERANCE,
-    VARIABLES,
     Reason,
     TimeRange,
+    all_sweeps,
     asymptotic_range,
     fixed_text,
     log_sigma_from_interval,
     metric_column,
     mode_of_sweep,
     predicted_exponent,
-    sweeps,
     time_explanation,
     time_fit_range,
     z_of,
 )
 from .sweeps import METRIC_COLUMN as METRIC_COLUMN
 from .sweeps import PEAK_COLUMNS as PEAK_COLUMNS  # these three and the above: what the report reads from here
+from .sweeps import VARIABLES as VARIABLES
 from .sweeps import predicted_text as predicted_text
 from .sweeps import table1_cell as table1_cell
 from .sweeps import useful_flops as useful_flops
@@ -300,33 +300,32 @@ def _uncounted_ops(points: pd.DataFrame) -> str:
 def fit_table(points: pd.DataFrame) -> pd.DataFrame:
     """One row per sweep and metric; "not asymptotic yet" quotes rates as % of peak where there are PEAK_COLUMNS."""
     rows = []
-    for variable in VARIABLES:
-        for fixed, sweep in sweeps(points, variable):
-            layer = fixed["layer"]
-            sweep = sweep.sort_values(variable)
-            for metric in METRIC_COLUMN:
-                if metric == "time":
-                    row = time_row(layer, sweep, variable)
-                else:
-                    row = _fixed_row(metric, layer, sweep, variable)
-                row.update(
-                    layer=layer,
-                    device=fixed["device"],
-                    metric=metric,
-                    variable=variable,
-                    tolerance=TOLERANCE[metric],
-                    source=fixed.get("source", fixed["device"]),
-                    run_id=newest_run_of(sweep),
-                    dtype=fixed["dtype"],
-                    mode=fixed["mode"],
-                    batch=fixed["batch"],
-                    fixed=fixed_text(fixed),
-                    sweep_x_min=sweep[variable].min(),
-                    sweep_x_max=sweep[variable].max(),
-                    sweep_points=len(sweep),
-                )
-                row["reason"] += runs_text(sweep) + extended_text(sweep, variable)
-                rows.append(row)
+    for variable, fixed, sweep in all_sweeps(points):
+        layer = fixed["layer"]
+        sweep = sweep.sort_values(variable)
+        for metric in METRIC_COLUMN:
+            if metric == "time":
+                row = time_row(layer, sweep, variable)
+            else:
+                row = _fixed_row(metric, layer, sweep, variable)
+            row.update(
+                layer=layer,
+                device=fixed["device"],
+                metric=metric,
+                variable=variable,
+                tolerance=TOLERANCE[metric],
+                source=fixed.get("source", fixed["device"]),
+                run_id=newest_run_of(sweep),
+                dtype=fixed["dtype"],
+                mode=fixed["mode"],
+                batch=fixed["batch"],
+                fixed=fixed_text(fixed),
+                sweep_x_min=sweep[variable].min(),
+                sweep_x_max=sweep[variable].max(),
+                sweep_points=len(sweep),
+            )
+            row["reason"] += runs_text(sweep) + extended_text(sweep, variable)
+            rows.append(row)
     return pd.DataFrame(rows, columns=FIT_COLUMNS)
 
 

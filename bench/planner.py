@@ -25,6 +25,7 @@ from .sweeps import (
     TOLERANCE,
     VARIABLES,
     Reason,
+    all_sweeps,
     by_sweep,
     loglog_slope,
     plateau_start,
@@ -32,7 +33,6 @@ from .sweeps import (
     predicted_row,
     regime_start,
     sweep_of,
-    sweeps,
 )
 from .units import format_bytes, format_duration, sizes_text
 
@@ -199,20 +199,17 @@ def states(
 ) -> list[SweepState]:
     """Every time sweep's state; `memo` keeps them by their points (a stored row is final) from one round to the next."""
     out, memo = [], {} if memo is None else memo
-    for variable in VARIABLES:
-        for fixed, sweep in sweeps(points, variable):
-            sweep = sweep.sort_values(variable)
-            end = specs.get(sweep["point_id"].iloc[-1])
-            if end is None or (len(sweep) < MIN_FIT_POINTS and variable != VARIABLES[0]):
-                continue
-            key = sweep_key(fixed, variable)
-            seen = (key, tuple(sweep["point_id"]), sigma)
-            if seen not in memo:
-                enough = len(sweep) >= MIN_FIT_POINTS
-                memo[seen] = (
-                    state_of(key, variable, sweep, end, sigma) if enough else _too_short(key, variable, sweep, end)
-                )
-            out.append(memo[seen])
+    for variable, fixed, sweep in all_sweeps(points):
+        sweep = sweep.sort_values(variable)
+        end = specs.get(sweep["point_id"].iloc[-1])
+        if end is None or (len(sweep) < MIN_FIT_POINTS and variable != VARIABLES[0]):
+            continue
+        key = sweep_key(fixed, variable)
+        seen = (key, tuple(sweep["point_id"]), sigma)
+        if seen not in memo:
+            enough = len(sweep) >= MIN_FIT_POINTS
+            memo[seen] = state_of(key, variable, sweep, end, sigma) if enough else _too_short(key, variable, sweep, end)
+        out.append(memo[seen])
     return out
 
 

@@ -84,8 +84,9 @@ def _dilation_beside_k(points: pd.DataFrame) -> pd.Series:
             return math.nan
         return cls.path.stack_dilation(SWEPT_STACK_LAYER, int(k))
 
-    by_k = [given_by_k(layer, k) for layer, k in zip(points["layer"], points["k"])]
-    return points["dilation"].where(points["dilation"].ne(by_k))
+    pairs = list(zip(points["layer"], points["k"]))
+    known = {pair: given_by_k(*pair) for pair in set(pairs)}
+    return points["dilation"].where(points["dilation"].ne([known[pair] for pair in pairs]))
 
 
 def sweep_keys(points: pd.DataFrame) -> pd.DataFrame:
@@ -98,14 +99,32 @@ def sweep_keys(points: pd.DataFrame) -> pd.DataFrame:
 
 def sweeps(points: pd.DataFrame, variable: str):
     """(fixed sizes, points) of each group of ok points that differ only in `variable`, over at least 2 values."""
+    for _, fixed, group in all_sweeps(points, (variable,)):
+        yield fixed, group
+
+
+def all_sweeps(points: pd.DataFrame, variables=VARIABLES):
+    """(variable, fixed, points) of `sweeps` of each variable (a point measured again: its last), in groupby's order."""
     if "mode" not in points:
         points = points.assign(mode=mode_of(points))
     ok = points[points["status"] == "ok"]
     keys = sweep_keys(ok)
-    fixed = [c for c in keys if c != variable]
-    for key, group in ok.groupby([keys[c] for c in fixed], dropna=False):
-        if group[variable].nunique() >= 2 and group[variable].notna().all():
-            yield dict(zip(fixed, key)), group.drop_duplicates(variable, keep="last")  # a re-measured point: its last
+    columns = {c: [None if pd.isna(v) else v for v in keys[c].tolist()] for c in keys}
+    for variable in variables:
+        fixed = [c for c in keys if c != variable]
+        groups: dict[tuple, list[int]] = {}
+        for row, key in enumerate(zip(*(columns[c] for c in fixed))):
+            groups.setdefault(key, []).append(row)
+        for key in sorted(groups, key=_nan_last):
+            rows = groups[key]
+            values = {columns[variable][row] for row in rows}
+            if len(values) >= 2 and None not in values:
+                group = ok.iloc[rows].drop_duplicates(variable, keep="last")
+                yield variable, dict(zip(fixed, keys.iloc[rows[0]][fixed])), group
+
+
+def _nan_last(key: tuple) -> tuple:
+    return tuple((v is None, "" if v is None else v) for v in key)
 
 
 def fixed_text(fixed: dict) -> str:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from .. import clock, fits
+from .. import clock, fits, sweeps
 from ..policy import WALL
 from ..spec import TRAIN_MODE, mode_of
 from . import style
@@ -106,7 +106,7 @@ def trusted_times(points: pd.DataFrame, on: str | None = None) -> tuple[pd.DataF
 def primary_sweeps(points: pd.DataFrame, variable: str) -> pd.DataFrame:
     """Per source and layer, the sweep of `variable` with the most points (ties: the smallest other sizes)."""
     best: dict[tuple, tuple] = {}
-    for fixed, group in fits.sweeps(points, variable):
+    for fixed, group in sweeps.sweeps(points, variable):
         source = group["source"].iloc[0]
         key = (source, fixed["layer"])
         label = ", ".join(f"{k}={int(fixed[k])}" for k in ("batch", "n", "d") if k in fixed and not pd.isna(fixed[k]))
