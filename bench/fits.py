@@ -34,7 +34,7 @@ from .sweeps import (
     z_of,
 )
 from .sweeps import METRIC_COLUMN as METRIC_COLUMN
-from .sweeps import PEAK_COLUMNS as PEAK_COLUMNS  # these three and the above: what the report reads from here
+from .sweeps import PEAK_COLUMNS as PEAK_COLUMNS  # these and the above: what the report reads from here
 from .sweeps import VARIABLES as VARIABLES
 from .sweeps import predicted_text as predicted_text
 from .sweeps import table1_cell as table1_cell

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
 import torch
 
 import models
+from bench.sweeps import loglog_slope as fitted_exponent  # p for y = c·x^p, as the fits compute it
 from models import LayerConfig
 
 from .measure import counted_flops
@@ -16,12 +14,6 @@ from .verdict import Outcome, all_met, below, equals, within
 
 EXPONENT_TOL = 0.05  # |fitted exponent − predicted| for an exact power law (rounding only)
 ASYMPTOTIC_EXPONENT_TOL = 0.2  # the same where a lower-order term still weighs
-
-
-def fitted_exponent(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Slope of the least-squares line through (log x, log y): p for y = c·x^p."""
-    slope, _ = np.polyfit(np.log(np.asarray(xs, float)), np.log(np.asarray(ys, float)), 1)
-    return float(slope)
 
 
 def _layer_flops(name: str, n: int, cfg: LayerConfig, gen: torch.Generator, batch: int = 1) -> int:
