@@ -61,7 +61,7 @@ class Stop(StrEnum):
 
 
 def sized(spec: PointSpec, variable: str, value: float) -> PointSpec | None:
-    """spec at `value`, rounded to a size the layer takes and kernels suit (docs/method.md); None if none."""
+    """spec at `value`, rounded to a size the layer takes and kernels suit, k ≤ n (docs/method.md); None if none."""
     size = max(1, round(value))
     if variable != "k" and size >= 8:
         step = 2 ** (math.floor(math.log2(size)) - 2)
@@ -70,6 +70,8 @@ def sized(spec: PointSpec, variable: str, value: float) -> PointSpec | None:
         size = -(-size // spec.heads) * spec.heads
     if variable == "k":
         size |= 1
+        if size > spec.n:
+            return None
     try:
         return validate(replace(spec, **{variable: size}))
     except BadInput:

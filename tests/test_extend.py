@@ -50,6 +50,7 @@ def test_sizes_are_ones_the_layer_takes():
     assert planner.sized(CONV, "k", 6.0).k == 7  # odd
     assert planner.sized(CONV, "n", 1e4).n == 10_240 and planner.sized(CONV, "n", 1448.2).n == 1536  # 5·2¹¹, 3·2⁹
     assert planner.sized(CONV, "n", 7.0).n == 7 and planner.sized(CONV, "k", 29.0).k == 29  # small n and k as they are
+    assert planner.sized(CONV, "k", 63.0).k == 63 and planner.sized(CONV, "k", 65.0) is None  # no kernel wider than n
     assert planner.sized(PointSpec("attention_local", n=64, d=8, batch=1, heads=2, window=64), "n", 32.0) is None
 
 
