@@ -6,6 +6,7 @@ command starts a real `python -m bench` (tests/test_cli.py)."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import subprocess
@@ -29,6 +30,7 @@ class ForkedBench:
                 os.dup2(self._out.fileno(), 1)
                 os.dup2(self._err.fileno(), 2)
                 sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
+                faulthandler.enable(sys.stderr)  # a crash's Python stack in the child's stderr, which tests print
                 for name in [m for m in sys.modules if fresh and m.split(".")[0] in ("bench", "models")]:
                     del sys.modules[name]  # imported afresh, as in a new process: its own state (folder.PROCESS...)
                 from bench.interrupts import exit_at_once  # noqa: PLC0415
