@@ -17,7 +17,7 @@ from .cost import analytic_flops
 from .errors import BadInput
 from .fits import CONFIDENCE, MAX_VERDICT_WIDTH, time_row_and_range
 from .footprint import point_memory_bytes
-from .spec import PointSpec, validate
+from .spec import PointSpec, kernel_wider_than_sequence, validate
 from .sweeps import (
     ASYMPTOTIC_POINTS,
     MIN_FIT_POINTS,
@@ -70,7 +70,7 @@ def sized(spec: PointSpec, variable: str, value: float) -> PointSpec | None:
         size = -(-size // spec.heads) * spec.heads
     if variable == "k":
         size |= 1
-        if size > spec.n:
+        if kernel_wider_than_sequence(spec.layer, spec.n, size):
             return None
     try:
         return validate(replace(spec, **{variable: size}))

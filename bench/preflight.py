@@ -19,7 +19,7 @@ from .errors import BadInput
 from .estimate import PlanEstimate, PointEstimate
 from .load import Load, choose_threads, decide_threads, physical_cores, slowdown
 from .policy import EXTEND_MEMORY_SHARE, TimingPolicy
-from .spec import DECODE_MODE, SIZES, PointSpec, expand_grid
+from .spec import DECODE_MODE, SIZES, PointSpec, expand_grid, kernel_wider_than_sequence
 from .sweeps import (
     MIN_FIT_POINTS,
     SWEEP_KEYS,
@@ -139,7 +139,7 @@ def wide_kernel_warnings(points: Iterable[tuple[str, int, int | None]]) -> list[
     """A line per kernel size k wider than an n it is paired with (conv_dilated's span may exceed n by design)."""
     wide: dict[int, tuple[set[str], set[int]]] = {}
     for layer, n, k in points:
-        if k is not None and "k" in models.LAYERS[layer].uses and k > n:
+        if kernel_wider_than_sequence(layer, n, k):
             layers, ns = wide.setdefault(k, (set(), set()))
             layers.add(layer)
             ns.add(n)

@@ -117,6 +117,10 @@ def source_keys(points) -> list[str]:
     ]
 
 
+def kernel_wider_than_sequence(layer: str, n: int, k: int | None) -> bool:
+    return k is not None and "k" in models.LAYERS[layer].uses and k > n
+
+
 def _positive(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise BadInput(f"{name}={value!r}: must be a positive integer")
