@@ -11,6 +11,9 @@ from .policy import TimingPolicy
 from .spec import PointSpec, device_key
 from .units import format_duration
 
+OPTIONAL_SHARE = 0.25  # the band's 1.5 over the estimate's error, up to 1.2 (docs/method.md), less one
+BAND_EDGE = 1.5
+
 
 @dataclass(frozen=True)
 class PointEstimate:
@@ -23,34 +26,42 @@ class PointEstimate:
 @dataclass(frozen=True)
 class PlanEstimate:
     points: tuple[PointEstimate, ...]
-    peaks_s: float  # the ceilings (bench.peak) at the start and the end of the run
-    extra_s: float = 0.0  # the passes sampling points until known: their budget
+    peaks_s: float
+    extra_s: float = 0.0
     extend_s: float = 0.0
     extend_foreseen_s: float = 0.0
     extend_points: int = 0
+    extend_structural_s: float = 0.0
     slowdown: float = 1.0
-    begun_s: float = 0.0  # what the command took before its plan
+    begun_s: float = 0.0
     default_policy_s: float = 0.0
 
     @property
-    def rest_s(self) -> float:
-        return sum(p.time_s for p in self.points) + self.extra_s + self.peaks_s + self.default_policy_s
+    def mandatory_s(self) -> float:
+        return sum(p.time_s for p in self.points) + self.peaks_s + self.default_policy_s
+
+    @property
+    def optional_s(self) -> float:
+        """Sampling and extension counted: planner.STRUCTURAL's whole, the rest at most OPTIONAL_SHARE more."""
+        structural_s = self.extend_structural_s
+        return min(
+            self.extra_s + self.extend_foreseen_s, structural_s + OPTIONAL_SHARE * (self.mandatory_s + structural_s)
+        )
 
     @property
     def time_s(self) -> float:
-        return (self.rest_s + self.extend_cap_s) * self.slowdown + self.begun_s
+        return (self.mandatory_s + self.optional_s) * self.slowdown + self.begun_s
 
     @property
-    def extend_cap_s(self) -> float:
-        """The extension's budget, which runs spend (docs/method.md): what it is foreseen to take and half the rest more."""
-        return min(self.extend_s, self.extend_foreseen_s + self.rest_s / 2)
+    def extend_until_s(self) -> float:
+        """Seconds from the run's start past which it adds no point: BAND_EDGE times its estimate, less what follows."""
+        after_s = self.default_policy_s + self.peaks_s / 2
+        return (BAND_EDGE * (self.mandatory_s + self.optional_s) - after_s) * self.slowdown
 
     def kept_by(self, policy: TimingPolicy) -> TimingPolicy:
         if not self.extend_s:
             return policy
-        planned_s = sum(p.time_s for p in self.points) + self.extra_s
-        cap_s = round(self.extend_cap_s * self.slowdown, 3)
-        return replace(policy, extend_cap_s=cap_s, extend_cap=round(self.extend_cap_s / planned_s, 6))
+        return replace(policy, extend_until_s=round(self.extend_until_s, 3))
 
     def largest(self) -> dict[str, PointEstimate]:
         """Each device's point of the largest memory estimate: the run's peak there."""
@@ -77,17 +88,18 @@ def estimate_plan(
     )
     pairs = sorted({(s.device, s.dtype) for s in specs})
     peaks_s = 2 * sum(cost.peak_measurement_s(d, costs.ceilings[device_key(d, t)].matmul_flops_per_s) for d, t in pairs)
-    peaks_s += 2 * sum(costs.memory_s.get(device, 0.0) for device in {d for d, _ in pairs})
+    # The memory hierarchy once: bench.peak keeps it for the run's end (a triad then, a tenth of it).
+    peaks_s += sum(costs.memory_s.get(device, 0.0) for device in {d for d, _ in pairs})
     planned_s = sum(p.time_s for p in points)
     extra_s = policy.extra_budget_s(planned_s) if policy.extra_passes else 0.0
     extend_s = policy.extend_budget_s(planned_s + extra_s)
     again_s = 0.0 if startup_s is None else default_policy.duration_s(specs, costs.call_s, costs.overhead_s, startup_s)
     if not extend_s:
         return PlanEstimate(points, peaks_s, extra_s, default_policy_s=again_s)
-    foreseen_s, added = planner.extension_s(
+    foreseen_s, added, structural_s = planner.extension_s(
         specs, costs.call_s, lambda s: policy.with_extra_s(costs.visit_s(s, policy)), extend_s, memory_limits
     )
-    return PlanEstimate(points, peaks_s, extra_s, extend_s, foreseen_s, added, default_policy_s=again_s)
+    return PlanEstimate(points, peaks_s, extra_s, extend_s, foreseen_s, added, structural_s, default_policy_s=again_s)
 
 
 def first_pass_line(records: Mapping[PointSpec, dict], policy: TimingPolicy) -> str:
@@ -98,7 +110,9 @@ def first_pass_line(records: Mapping[PointSpec, dict], policy: TimingPolicy) -> 
     extra_s = policy.extra_budget_s(first_s + rest_s) if policy.extra_passes else 0.0
     extend_s = policy.extend_budget_s(first_s + rest_s + extra_s)
     extending = ""
-    if extend_s:
+    if policy.extend_until_s is not None:
+        extending = f", extending sweeps that do not decide until {format_duration(policy.extend_until_s)} of the run"
+    elif extend_s:
         extending = (
             f", at most {format_duration(extend_s)} extending sweeps that do not decide: about "
             f"{format_duration(rest_s + extra_s + extend_s)} more in all"

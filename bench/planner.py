@@ -38,6 +38,7 @@ from .units import format_bytes, format_duration, sizes_text
 
 SIGMA_PRIOR = 0.05  # log time's scatter about a sweep's power law before it shows its own (docs/method.md)
 RUNGS = (math.sqrt(2), 2.0)
+STRUCTURAL = frozenset({Reason.TOO_FEW_POINTS, Reason.NOT_ASYMPTOTIC, Reason.FLOPS_TERM})
 WORDS = {
     Reason.TOO_FEW_POINTS: "too few points",
     Reason.NOT_ASYMPTOTIC: "not asymptotic yet",
@@ -391,10 +392,10 @@ def extension_s(
     visit_s: Callable[[PointSpec], float],
     budget_s: float,
     memory_limits: Mapping[str, float],
-) -> tuple[float, int]:
-    """(seconds, points) the rule adds to a plan whose calls take `call_s`: deterministic, no point measured."""
+) -> tuple[float, int, float]:
+    """(seconds, points, seconds of them for STRUCTURAL reasons) the rule adds on calls of `call_s`: deterministic."""
     groups = by_sweep(specs)
-    known, spent_s, added, states_now = {s.point_id for s in specs}, 0.0, 0, {}
+    known, spent_s, added, structural_s, states_now = {s.point_id for s in specs}, 0.0, 0, 0.0, {}
     changed = {key for key, members in groups.items() if len(set(members)) >= MIN_FIT_POINTS}
     while True:
         for key in changed:
@@ -402,7 +403,7 @@ def extension_s(
             states_now[key] = modelled_state(key[0], members, call_s)
         chosen, _ = choose(list(states_now.values()), known, visit_s, memory_limits, budget_s - spent_s)
         if not chosen:
-            return spent_s, added
+            return spent_s, added, structural_s
         changed = set()
         for c in chosen:
             groups[c.state.key] += c.specs
@@ -410,3 +411,4 @@ def extension_s(
             known |= {s.point_id for s in c.specs}
             spent_s += c.cost_s
             added += len(c.specs)
+            structural_s += c.cost_s if c.state.code in STRUCTURAL else 0.0

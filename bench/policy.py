@@ -29,6 +29,7 @@ MAX_PASSES = 100  # each pass visits every point and times at least MIN_ROUNDS_P
 EXTEND_MEMORY_SHARE = 0.5
 EXTEND_BUDGET = 0.5  # `run`'s extend_budget unless a preset's, SEQBENCH_EXTEND_BUDGET or --no-extend (default: 0)
 EXTEND_MIN_S = 90.0
+LEGACY = {"extend_cap_s", "extend_cap"}
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,9 @@ class TimingPolicy:
     extra_passes: int = 10  # at most this many more passes over the points whose time is not known yet
     extra_budget: float = 0.5  # those passes take at most this share of the first passes' time
     clock: str = "auto"  # the clock a point's time fits use: chosen from the data, or always wall or cpu
-    # bench.planner's share of the planned visits' time (0: off), at most the larger of extend_cap_s and extend_cap of it
+    # bench.planner's share of the planned visits' time (0: off); no point past extend_until_s of the run's start
     extend_budget: float = 0.0
-    extend_cap_s: float | None = None
-    extend_cap: float | None = None
+    extend_until_s: float | None = None
 
     def __post_init__(self):
         if self.passes < 1 or self.min_rounds < 1 or self.max_rounds < self.min_rounds:
@@ -60,7 +60,7 @@ class TimingPolicy:
     def stored(cls, stored: dict) -> TimingPolicy:
         """The policy a plan.json stored; missing fields take their defaults (old `remeasure` False: no extra)."""
         known = {f.name for f in fields(cls)}
-        unknown = set(stored) - known - {"remeasure"}
+        unknown = set(stored) - known - {"remeasure"} - LEGACY
         if unknown:
             raise TypeError(f"unexpected field(s) {', '.join(sorted(unknown))}")
         policy = {k: v for k, v in stored.items() if k in known}
@@ -87,10 +87,7 @@ class TimingPolicy:
     def extend_budget_s(self, planned_s: float) -> float:
         if not self.extend_budget:
             return 0.0
-        budget_s = max(self.extend_budget * planned_s, EXTEND_MIN_S)
-        if self.extend_cap_s is None and self.extend_cap is None:
-            return budget_s
-        return min(budget_s, max(self.extend_cap_s or 0.0, (self.extend_cap or 0.0) * planned_s))
+        return max(self.extend_budget * planned_s, EXTEND_MIN_S)
 
     def as_dict(self) -> dict:
         return asdict(self)

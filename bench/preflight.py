@@ -16,7 +16,7 @@ import models
 from . import cgroup, cost, estimate, machine, outside
 from .cost import Costs, device_kind
 from .errors import BadInput
-from .estimate import PlanEstimate, PointEstimate
+from .estimate import BAND_EDGE, PlanEstimate, PointEstimate
 from .load import Load, choose_threads, decide_threads, physical_cores, slowdown
 from .policy import EXTEND_MEMORY_SHARE, TimingPolicy
 from .spec import DECODE_MODE, SIZES, PointSpec, expand_grid, kernel_wider_than_sequence
@@ -160,13 +160,18 @@ def summary_line(plan: PlanEstimate) -> str:
     parts = []
     if plan.begun_s:
         parts.append(f"from the command's start: {format_duration(plan.begun_s)} of it before this line")
-    if plan.extra_s:
-        parts.append(f"{format_duration(plan.extra_s)} of it sampling points until their time is known (its budget)")
+    optional = format_duration(plan.optional_s)
     if plan.extend_s:
         parts.append(
-            f"{format_duration(plan.extend_cap_s)} of it extending sweeps that do not decide (its budget; on the "
-            f"modelled calls {plan.extend_points} point(s) in {format_duration(plan.extend_foreseen_s)}), within "
-            f"{EXTEND_MEMORY_SHARE:.0%} of the memory available"
+            f"{optional} of it sampling points until their time is known and extending sweeps that do not decide "
+            f"(foreseen: at most {format_duration(plan.extra_s)} sampling, {plan.extend_points} point(s) in "
+            f"{format_duration(plan.extend_foreseen_s)} on the modelled calls, "
+            f"{format_duration(plan.extend_structural_s)} of it for sweeps short of points in their regime; none "
+            f"added past {BAND_EDGE:g}x this estimate), within {EXTEND_MEMORY_SHARE:.0%} of the memory available"
+        )
+    elif plan.extra_s:
+        parts.append(
+            f"{optional} of it sampling points until their time is known (at most {format_duration(plan.extra_s)})"
         )
     if plan.default_policy_s:
         parts.append(

@@ -201,7 +201,7 @@ class Run:
             self.folder.update_meta(**meta)
 
     def _execute(self, progress: bool) -> dict:
-        started = time.monotonic()
+        started = self._started = time.monotonic()
         try:
             self._store_killed()
             if self.cluster is not None:
@@ -252,11 +252,12 @@ class Run:
         planned = [s for s in self.specs if s not in self.extended]
         budget_s = self.policy.extend_budget_s(self._visits_s(planned))
         limits, told = memory_limits({s.device for s in planned}), set()
-        started_s, before_s = time.monotonic(), self._visits_s(self.extended)
+        started_s, before_s, until = time.monotonic(), self._visits_s(self.extended), self.policy.extend_until_s
         while True:
             ids = {s.point_id: s for s in self.specs}
             points = self.folder.points()
-            left_s = budget_s - (before_s + time.monotonic() - started_s)
+            spent_s = before_s + time.monotonic() - started_s
+            left_s = budget_s - spent_s if until is None else until - (time.monotonic() - self._started)
             own = Measured.of_points(points, ids, self.folder.records_of, self.policy)
             chosen, stopped = planner.choose(
                 planner.states(points, ids, memo=self._sweep_states), set(ids), own.visit_s, limits, left_s
@@ -283,9 +284,9 @@ class Run:
             self.folder.write_plan(planned, self.policy, self.seed, self.extended)
             self._measure(added, progress)
         if self.extended:
+            within = f"{format_duration(until)} of the run" if until else f"the {format_duration(budget_s)} it may take"
             self.log(
-                f"extended: {len(self.extended)} point(s) beyond the plan, {format_duration(budget_s - left_s)}"
-                f" of the {format_duration(budget_s)} the extension may take"
+                f"extended: {len(self.extended)} point(s) beyond the plan in {format_duration(spent_s)}, within {within}"
             )
 
     def _sample_until_known(self, pending: list[PointSpec], progress: bool) -> None:

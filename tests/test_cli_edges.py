@@ -296,7 +296,7 @@ def test_run_prints_the_plan_before_measuring(capsys, tmp_path, no_measuring, mo
     (err,) = printed
     (line,) = [line for line in err.splitlines() if line.startswith("plan: ")]
     assert line.startswith("plan: 2 points, about ") and "on this machine (estimate, from the command's start: " in line
-    assert "of it before this line; " in line and "of it sampling points until their time is known (its budget)" in line
+    assert "of it before this line; " in line and "of it sampling points until their time is known (at most " in line
     assert "), peak memory about " in line
     assert line.endswith("on cpu (conv n=128 d=8 batch=1 k=3)")
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import models
-from bench import cost, preflight
+from bench import cost, estimate, preflight
 from bench.cost import CALIBRATION_CALLS, PROBE_CALLS, Ceilings, Costs, LayerCosts, Memory, group_of
 from bench.default_policy import FAULT_CALLS, MIN_RUN_S
 from bench.estimate import PlanEstimate, PointEstimate, estimate_plan
@@ -167,13 +167,14 @@ def test_a_points_memory_is_its_weights_input_and_activations():
 
 
 def test_the_ceilings_are_counted_per_dtype_for_compute_and_once_per_device_for_memory():
+    """The compute peak at the run's start and end; the memory hierarchy once (bench.peak keeps it for the end)."""
     specs = [PointSpec("conv", 64, 8, k=3), PointSpec("conv", 64, 8, k=3, dtype="bfloat16")]
     costs = dataclasses.replace(
         _costs(specs), ceilings={key: Ceilings(RATE, RATE, None) for key in ("cpu", "cpu-bfloat16")}
     )
     plan = estimate_plan(specs, QUICK_POLICY, costs)
     compute_s = cost.peak_measurement_s("cpu", RATE)
-    assert plan.peaks_s == pytest.approx(2 * 2 * compute_s + 2 * costs.memory_s["cpu"])
+    assert plan.peaks_s == pytest.approx(2 * 2 * compute_s + costs.memory_s["cpu"])
 
 
 def test_a_busy_machine_lengthens_the_estimate_by_the_cores_wanted_over_those_there():
@@ -264,15 +265,24 @@ def test_the_summary_line():
     assert "about 2.4 min on this machine (estimate, from the command's start: 6 s of it before this line)" in (
         preflight.summary_line(begun)
     )
-    with_budget = dataclasses.replace(plan, extra_s=70, extend_s=80, extend_foreseen_s=20, extend_points=3)
-    # The extra passes' budget and the extension's: at most the foreseen 20 s and half the rest more, the 80 s it may
-    # take, which a run spends (docs/method.md).
-    assert with_budget.time_s == pytest.approx(140 + 70 + 80)
-    assert preflight.summary_line(with_budget).startswith(
-        "plan: 2 points, about 4.8 min on this machine (estimate, 70 s of it sampling points until their time is "
-        "known (its budget); 80 s of it extending sweeps that do not decide (its budget; on the modelled calls 3 "
-        "point(s) in 20 s), within 50% of the memory available), peak memory"
+    with_budget = dataclasses.replace(
+        plan, extra_s=70, extend_s=80, extend_foreseen_s=50, extend_points=3, extend_structural_s=12
     )
+    # Sampling and extension foreseen: 70 + 50 s; counted: the structural 12 s whole, and a quarter of the 140 + 12 s
+    # run they add to, 38 s (docs/method.md).
+    assert with_budget.optional_s == pytest.approx(12 + estimate.OPTIONAL_SHARE * (140 + 12)) == 50
+    assert with_budget.time_s == pytest.approx(140 + 50)
+    assert preflight.summary_line(with_budget).startswith(
+        "plan: 2 points, about 3.2 min on this machine (estimate, 50 s of it sampling points until their time is "
+        "known and extending sweeps that do not decide (foreseen: at most 70 s sampling, 3 point(s) in 50 s on the "
+        "modelled calls, 12 s of it for sweeps short of points in their regime; none added past 1.5x this "
+        "estimate), within 50% of the memory available), peak memory"
+    )
+    little = dataclasses.replace(with_budget, extra_s=5, extend_foreseen_s=20)  # foreseen under the share: whole
+    assert little.optional_s == 25 and little.time_s == pytest.approx(165)
+    sampling = dataclasses.replace(plan, extra_s=70)  # no extension: sampling alone, at most the share of the run
+    assert sampling.optional_s == pytest.approx(estimate.OPTIONAL_SHARE * 140)
+    assert "35 s of it sampling points until their time is known (at most 70 s)" in preflight.summary_line(sampling)
 
 
 def test_the_extra_passes_budget_is_the_policys_share_of_the_points_time_and_counted():
@@ -281,7 +291,9 @@ def test_the_extra_passes_budget_is_the_policys_share_of_the_points_time_and_cou
     budget = dataclasses.replace(QUICK_POLICY, extra_passes=3, extra_budget=0.4)
     with_budget = estimate_plan(specs, budget, _costs(specs))
     assert with_budget.extra_s == pytest.approx(0.4 * sum(p.time_s for p in plan.points))
-    assert with_budget.time_s == pytest.approx(plan.time_s + with_budget.extra_s)
+    counted = min(with_budget.extra_s, estimate.OPTIONAL_SHARE * plan.mandatory_s)  # at most the share of the run
+    assert with_budget.optional_s == pytest.approx(counted) and counted > 0
+    assert with_budget.time_s == pytest.approx(plan.time_s + counted)
     assert estimate_plan(specs, dataclasses.replace(budget, extra_passes=0), _costs(specs)).extra_s == 0
 
 

@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import planner, policy
+from bench import estimate, planner, policy
 from bench.cli import main
 from bench.cost import Ceilings, Costs, LayerCosts, Measured, analytic_flops, calls_s, group_of, passes
-from bench.estimate import estimate_plan, first_pass_line
+from bench.estimate import OPTIONAL_SHARE, estimate_plan, first_pass_line
 from bench.folder import read_points
 from bench.footprint import point_memory_bytes
 from bench.preflight import summary_line
@@ -123,33 +123,32 @@ def test_the_budget_takes_the_most_narrowing_per_second_first():
     assert stop == planner.Stop.BUDGET and "over the" in why and "left of the extension's budget" in why
 
 
-def test_the_plan_states_the_extension_budget_before_the_run():
+def test_the_plan_states_the_extension_it_expects_and_the_run_keeps_to_its_band():
     specs = [PointSpec("conv", n=n, d=8, batch=1, k=3) for n in (64, 128, 256)]
     on = policy.TimingPolicy(extend_budget=0.5)
     costs = _costs(specs)
     plan = estimate_plan(specs, on, costs)
     assert plan.extend_s == max(0.5 * (sum(p.time_s for p in plan.points) + plan.extra_s), policy.EXTEND_MIN_S)
     assert plan.extend_points > 0  # a per-call cost throughout: the rule adds points
-    planned_s = sum(p.time_s for p in plan.points)
-    # The run's budget: the foreseen extension and half the rest more; the estimate counts it whole, as runs spend it
-    # (docs/method.md), so that one which extends as foreseen ends within 1.5x of it.
-    rest_s = planned_s + plan.extra_s + plan.peaks_s
-    assert plan.extend_cap_s == pytest.approx(min(90.0, plan.extend_foreseen_s + rest_s / 2)) and plan.extend_cap_s < 90
-    assert plan.time_s == pytest.approx(rest_s + plan.extend_cap_s)
-    assert plan.time_s / (rest_s + plan.extend_foreseen_s) <= 1.5
-    cap, foreseen = format_duration(plan.extend_cap_s), format_duration(plan.extend_foreseen_s)
-    said = f"{cap} of it extending sweeps that do not decide (its budget; on the modelled calls {plan.extend_points}"
-    assert f"{said} point(s) in {foreseen})" in summary_line(plan)
-    kept, base_s = plan.kept_by(on), planned_s + plan.extra_s  # the budget's base: the planned visits
-    assert kept.extend_budget_s(base_s) == pytest.approx(plan.extend_cap_s, rel=1e-5)
-    # Visits that take twice the estimate's (a load its slowdown did not foresee): twice the cap, so the run extends
-    # what the estimate foresaw; visits quicker than foreseen keep the estimate's seconds.
-    assert kept.extend_budget_s(2 * base_s) == pytest.approx(2 * plan.extend_cap_s, rel=1e-5)
-    assert kept.extend_budget_s(base_s / 2) == pytest.approx(plan.extend_cap_s, rel=1e-5)
-    busy = replace(plan, slowdown=2.0).kept_by(on)  # a load foreseen: the estimate's seconds are twice
-    assert busy.extend_budget_s(base_s) == pytest.approx(2 * plan.extend_cap_s, rel=1e-4)
-    assert busy.extend_budget_s(3 * base_s) == pytest.approx(3 * plan.extend_cap_s, rel=1e-4)
+    assert 0 <= plan.extend_structural_s <= plan.extend_foreseen_s
+    mandatory_s = sum(p.time_s for p in plan.points) + plan.peaks_s
+    assert plan.mandatory_s == pytest.approx(mandatory_s)
+    # Counted: what is foreseen, at most its structural part and a quarter of the run it adds to (docs/method.md).
+    structural_s = plan.extend_structural_s
+    share_s = structural_s + OPTIONAL_SHARE * (mandatory_s + structural_s)
+    assert plan.optional_s == pytest.approx(min(plan.extra_s + plan.extend_foreseen_s, share_s))
+    assert plan.time_s == pytest.approx(mandatory_s + plan.optional_s)
+    # The run adds no point past 1.5x its estimate, less the ceilings measured at its end.
+    assert plan.extend_until_s == pytest.approx(1.5 * plan.time_s - plan.peaks_s / 2)
+    said = f"{format_duration(plan.optional_s)} of it sampling points until their time is known and extending"
+    foreseen = f"{plan.extend_points} point(s) in {format_duration(plan.extend_foreseen_s)} on the modelled calls"
+    assert said in summary_line(plan) and foreseen in summary_line(plan)
+    assert plan.kept_by(on).extend_until_s == pytest.approx(plan.extend_until_s, abs=1e-3)
+    busy = replace(plan, slowdown=2.0)  # a load foreseen: the estimate's seconds are twice, and so is the deadline
+    assert busy.kept_by(on).extend_until_s == pytest.approx(2 * plan.extend_until_s, abs=2e-3)
     assert estimate_plan(specs, policy.TimingPolicy(), costs).extend_s == 0.0  # off: nothing said
+    off = policy.TimingPolicy()
+    assert off.extend_until_s is None and estimate_plan(specs, off, costs).kept_by(off).extend_until_s is None
     assert on.extend_budget_s(1000.0) == 500.0 and on.extend_budget_s(1.0) == policy.EXTEND_MIN_S
 
 
@@ -177,13 +176,12 @@ def test_the_estimate_prices_a_new_point_as_the_run_does_with_its_extra_passes()
     priced = planner.extension_s(specs, costs.call_s, lambda s: on.with_extra_s(costs.visit_s(s, on)), 1e9, {})
     unpriced = planner.extension_s(specs, costs.call_s, lambda s: costs.visit_s(s, on), 1e9, {})
     assert priced[0] == pytest.approx(unpriced[0] * (1 + on.extra_budget)) and priced[1] == unpriced[1] > 0
-    plan = estimate_plan(specs, on, costs)
-    base_s = sum(p.time_s for p in plan.points) + plan.extra_s  # the budget's base: extend_cap is a share of it
-    ladder = estimate_plan(specs, replace(on, extend_cap=2.0 / base_s), costs)  # the first round's ladder alone
-    assert ladder.extend_points > 0
-    within = 0.9 * ladder.extend_foreseen_s  # over its price without the extra passes, under the price with them
-    assert ladder.extend_foreseen_s / (1 + on.extra_budget) < within
-    assert estimate_plan(specs, replace(on, extend_cap=within / base_s), costs).extend_points == 0
+    visit_s = lambda s: on.with_extra_s(costs.visit_s(s, on))  # noqa: E731 - the estimate's price of a point
+    ladder = planner.extension_s(specs, costs.call_s, visit_s, 2.0, {})  # the first round's ladder alone
+    assert ladder[1] > 0
+    within = 0.9 * ladder[0]  # over its price without the extra passes, under the price with them
+    assert ladder[0] / (1 + on.extra_budget) < within
+    assert planner.extension_s(specs, costs.call_s, visit_s, within, {})[1] == 0
 
 
 def test_the_expected_extension_is_deterministic_and_within_its_budget():
@@ -193,9 +191,9 @@ def test_the_expected_extension_is_deterministic_and_within_its_budget():
     once = planner.extension_s(specs, costs.call_s, lambda s: costs.visit_s(s, on), 20.0, {"cpu": math.inf})
     assert once == planner.extension_s(specs, costs.call_s, lambda s: costs.visit_s(s, on), 20.0, {"cpu": math.inf})
     assert 0 < once[0] <= 20.0 and once[1] >= ASYMPTOTIC_POINTS
-    assert planner.extension_s(specs, costs.call_s, lambda s: 1.0, 0.5, {"cpu": math.inf}) == (0.0, 0)  # none fits
+    assert planner.extension_s(specs, costs.call_s, lambda s: 1.0, 0.5, {"cpu": math.inf}) == (0.0, 0, 0.0)  # none fits
     work_only = _costs(specs, call_s=0.0)  # no per-call cost: the model's sweep decides as planned
-    assert planner.extension_s(specs, work_only.call_s, lambda s: 1.0, 100.0, {"cpu": math.inf}) == (0.0, 0)
+    assert planner.extension_s(specs, work_only.call_s, lambda s: 1.0, 100.0, {"cpu": math.inf}) == (0.0, 0, 0.0)
 
 
 def test_after_the_first_pass_the_rest_is_said_from_its_visits_and_a_new_point_extends_its_sweeps_calls():
@@ -228,6 +226,18 @@ def extended_run(tmp_path_factory):
     finally:
         patch.undo()
     return out
+
+
+def test_a_run_adds_no_point_past_its_estimates_deadline(tmp_path, capsys, monkeypatch):
+    """The extension's rounds end by plan.json's extend_until_s, here already past: the grid as given, and why."""
+    monkeypatch.setenv("SEQBENCH_EXTEND_BUDGET", "0.5")
+    monkeypatch.setattr(estimate, "BAND_EDGE", 0.0)  # a deadline before the run's start
+    out = tmp_path / "run"
+    argv = ["run", "--layers", "conv", "--n", "16,32,64", "--d", "8", "--batch", "1", "--target-time", "0.005"]
+    assert main([*argv, "--passes", "2", "--no-progress", "--yes", "--out", str(out)]) == 0
+    assert read_json(out / "plan.json")["timing_policy"]["extend_until_s"] <= 0
+    assert sorted(read_points(out)["n"]) == [16, 32, 64]
+    assert "left of the extension's budget" in capsys.readouterr().err
 
 
 def test_a_run_extends_an_undecided_sweep_and_marks_the_points(extended_run):
@@ -320,10 +330,12 @@ def test_a_new_points_visits_extend_their_overhead_along_the_line_of_its_sweeps_
 
 @pytest.mark.slow
 def test_the_extension_budget_counts_the_planning_between_rounds(tmp_path, monkeypatch):
-    """The estimate promised the extension's wall time: a second of planning a round spends the 3 s budget as much
-    as the visits do, so at most three rounds are planned (on visits alone, tiny conv points make many more)."""
+    """A second of planning a round spends the 3 s budget as much as the visits do, so at most three rounds are
+    planned (on visits alone, tiny conv points make many more). The budget alone, as a run has it without an
+    estimate's deadline (a resume of an older run); the deadline is the run's wall clock, its planning too."""
     monkeypatch.setenv("SEQBENCH_EXTEND_BUDGET", "0.5")
     monkeypatch.setattr(policy, "EXTEND_MIN_S", 3.0)
+    monkeypatch.setattr(estimate.PlanEstimate, "kept_by", lambda plan, policy: policy)
     states = planner.states
 
     def slow_states(*args, **kwargs):
