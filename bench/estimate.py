@@ -96,10 +96,13 @@ def estimate_plan(
     again_s = 0.0 if startup_s is None else default_policy.duration_s(specs, costs.call_s, costs.overhead_s, startup_s)
     if not extend_s:
         return PlanEstimate(points, peaks_s, extra_s, default_policy_s=again_s)
-    foreseen_s, added, structural_s = planner.extension_s(
+    foreseen_s, added, structural = planner.extension_s(
         specs, costs.call_s, lambda s: policy.with_extra_s(costs.visit_s(s, policy)), extend_s, memory_limits
     )
-    return PlanEstimate(points, peaks_s, extra_s, extend_s, foreseen_s, added, structural_s, default_policy_s=again_s)
+    structural_s = sum(costs.visit_s(s, policy) for s in structural)
+    return PlanEstimate(
+        points, peaks_s, extra_s, extend_s, foreseen_s, len(added), structural_s, default_policy_s=again_s
+    )
 
 
 def first_pass_line(records: Mapping[PointSpec, dict], policy: TimingPolicy) -> str:

@@ -392,10 +392,10 @@ def extension_s(
     visit_s: Callable[[PointSpec], float],
     budget_s: float,
     memory_limits: Mapping[str, float],
-) -> tuple[float, int, float]:
-    """(seconds, points, seconds of them for STRUCTURAL reasons) the rule adds on calls of `call_s`: deterministic."""
+) -> tuple[float, list[PointSpec], list[PointSpec]]:
+    """(seconds, points, those for STRUCTURAL reasons) the rule adds on calls of `call_s`: deterministic."""
     groups = by_sweep(specs)
-    known, spent_s, added, structural_s, states_now = {s.point_id for s in specs}, 0.0, 0, 0.0, {}
+    known, spent_s, added, structural, states_now = {s.point_id for s in specs}, 0.0, [], [], {}
     changed = {key for key, members in groups.items() if len(set(members)) >= MIN_FIT_POINTS}
     while True:
         for key in changed:
@@ -403,12 +403,12 @@ def extension_s(
             states_now[key] = modelled_state(key[0], members, call_s)
         chosen, _ = choose(list(states_now.values()), known, visit_s, memory_limits, budget_s - spent_s)
         if not chosen:
-            return spent_s, added, structural_s
+            return spent_s, added, structural
         changed = set()
         for c in chosen:
             groups[c.state.key] += c.specs
             changed.add(c.state.key)
             known |= {s.point_id for s in c.specs}
             spent_s += c.cost_s
-            added += len(c.specs)
-            structural_s += c.cost_s if c.state.code in STRUCTURAL else 0.0
+            added += c.specs
+            structural += c.specs if c.state.code in STRUCTURAL else ()

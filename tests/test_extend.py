@@ -175,13 +175,26 @@ def test_the_estimate_prices_a_new_point_as_the_run_does_with_its_extra_passes()
     costs, on = _costs(specs), policy.TimingPolicy(extend_budget=0.5)
     priced = planner.extension_s(specs, costs.call_s, lambda s: on.with_extra_s(costs.visit_s(s, on)), 1e9, {})
     unpriced = planner.extension_s(specs, costs.call_s, lambda s: costs.visit_s(s, on), 1e9, {})
-    assert priced[0] == pytest.approx(unpriced[0] * (1 + on.extra_budget)) and priced[1] == unpriced[1] > 0
+    assert priced[0] == pytest.approx(unpriced[0] * (1 + on.extra_budget)) and priced[1] == unpriced[1] != []
     visit_s = lambda s: on.with_extra_s(costs.visit_s(s, on))  # noqa: E731 - the estimate's price of a point
     ladder = planner.extension_s(specs, costs.call_s, visit_s, 2.0, {})  # the first round's ladder alone
-    assert ladder[1] > 0
+    assert ladder[1]
     within = 0.9 * ladder[0]  # over its price without the extra passes, under the price with them
     assert ladder[0] / (1 + on.extra_budget) < within
-    assert planner.extension_s(specs, costs.call_s, visit_s, within, {})[1] == 0
+    assert planner.extension_s(specs, costs.call_s, visit_s, within, {})[1] == []
+
+
+def test_the_points_a_sweep_short_of_its_regime_needs_are_counted_whole():
+    """Attention at n ≤ 8d: the projections' n·d² still set its counted FLOPs, so the rule adds larger n
+    whatever the noise (planner.STRUCTURAL); the estimate counts their visits whole, their sampling further not."""
+    specs = [PointSpec("attention", n=n, d=32, batch=1, heads=4) for n in (32, 64, 128, 256)]
+    costs, on = _costs(specs, call_s=0.0), policy.TimingPolicy(extend_budget=0.5)
+    priced = lambda s: on.with_extra_s(costs.visit_s(s, on))  # noqa: E731 - the estimate's price of a point
+    _, added, structural = planner.extension_s(specs, costs.call_s, priced, 1e9, {})
+    assert structural and set(structural) <= set(added) and min(s.n for s in structural) > 256
+    plan = estimate_plan(specs, on, costs)
+    assert plan.extend_structural_s == pytest.approx(sum(costs.visit_s(s, on) for s in structural))
+    assert plan.optional_s >= plan.extend_structural_s
 
 
 def test_the_expected_extension_is_deterministic_and_within_its_budget():
@@ -190,10 +203,10 @@ def test_the_expected_extension_is_deterministic_and_within_its_budget():
     on = policy.TimingPolicy(extend_budget=0.5)
     once = planner.extension_s(specs, costs.call_s, lambda s: costs.visit_s(s, on), 20.0, {"cpu": math.inf})
     assert once == planner.extension_s(specs, costs.call_s, lambda s: costs.visit_s(s, on), 20.0, {"cpu": math.inf})
-    assert 0 < once[0] <= 20.0 and once[1] >= ASYMPTOTIC_POINTS
-    assert planner.extension_s(specs, costs.call_s, lambda s: 1.0, 0.5, {"cpu": math.inf}) == (0.0, 0, 0.0)  # none fits
+    assert 0 < once[0] <= 20.0 and len(once[1]) >= ASYMPTOTIC_POINTS and set(once[2]) <= set(once[1])
+    assert planner.extension_s(specs, costs.call_s, lambda s: 1.0, 0.5, {"cpu": math.inf}) == (0.0, [], [])  # none fits
     work_only = _costs(specs, call_s=0.0)  # no per-call cost: the model's sweep decides as planned
-    assert planner.extension_s(specs, work_only.call_s, lambda s: 1.0, 100.0, {"cpu": math.inf}) == (0.0, 0, 0.0)
+    assert planner.extension_s(specs, work_only.call_s, lambda s: 1.0, 100.0, {"cpu": math.inf}) == (0.0, [], [])
 
 
 def test_after_the_first_pass_the_rest_is_said_from_its_visits_and_a_new_point_extends_its_sweeps_calls():
