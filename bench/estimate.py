@@ -12,7 +12,6 @@ from .spec import PointSpec, device_key
 from .units import format_duration
 
 OPTIONAL_SHARE = 0.25  # the band's 1.5 over the estimate's error, up to 1.2 (docs/method.md), less one
-BAND_EDGE = 1.5
 
 
 @dataclass(frozen=True)
@@ -54,9 +53,9 @@ class PlanEstimate:
 
     @property
     def extend_until_s(self) -> float:
-        """Seconds from the run's start past which it adds no point: BAND_EDGE times its estimate, less what follows."""
-        after_s = self.default_policy_s + self.peaks_s / 2
-        return (BAND_EDGE * (self.mandatory_s + self.optional_s) - after_s) * self.slowdown
+        """Seconds from the run's start past which it adds no point: (1 + OPTIONAL_SHARE)x its estimate, less after."""
+        after_s = (self.default_policy_s + self.peaks_s / 2) * self.slowdown
+        return (1 + OPTIONAL_SHARE) * self.time_s - self.begun_s - after_s
 
     def kept_by(self, policy: TimingPolicy) -> TimingPolicy:
         if not self.extend_s:

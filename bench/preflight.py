@@ -16,7 +16,7 @@ import models
 from . import cgroup, cost, estimate, machine, outside
 from .cost import Costs, device_kind
 from .errors import BadInput
-from .estimate import BAND_EDGE, PlanEstimate, PointEstimate
+from .estimate import OPTIONAL_SHARE, PlanEstimate, PointEstimate
 from .load import Load, choose_threads, decide_threads, physical_cores, slowdown
 from .policy import EXTEND_MEMORY_SHARE, TimingPolicy
 from .spec import DECODE_MODE, SIZES, PointSpec, expand_grid, kernel_wider_than_sequence
@@ -167,7 +167,7 @@ def summary_line(plan: PlanEstimate) -> str:
             f"(foreseen: at most {format_duration(plan.extra_s)} sampling, {plan.extend_points} point(s) in "
             f"{format_duration(plan.extend_foreseen_s)} on the modelled calls, "
             f"{format_duration(plan.extend_structural_s)} of it for sweeps short of points in their regime; none "
-            f"added past {BAND_EDGE:g}x this estimate), within {EXTEND_MEMORY_SHARE:.0%} of the memory available"
+            f"added past {1 + OPTIONAL_SHARE:g}x this estimate), within {EXTEND_MEMORY_SHARE:.0%} of the memory available"
         )
     elif plan.extra_s:
         parts.append(

@@ -275,7 +275,7 @@ def test_the_summary_line():
     assert preflight.summary_line(with_budget).startswith(
         "plan: 2 points, about 3.2 min on this machine (estimate, 50 s of it sampling points until their time is "
         "known and extending sweeps that do not decide (foreseen: at most 70 s sampling, 3 point(s) in 50 s on the "
-        "modelled calls, 12 s of it for sweeps short of points in their regime; none added past 1.5x this "
+        "modelled calls, 12 s of it for sweeps short of points in their regime; none added past 1.25x this "
         "estimate), within 50% of the memory available), peak memory"
     )
     little = dataclasses.replace(with_budget, extra_s=5, extend_foreseen_s=20)  # foreseen under the share: whole
