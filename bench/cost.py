@@ -197,8 +197,7 @@ class Measured:
         return ob + per_size * max(0.0, getattr(spec, variable) - getattr(b, variable))
 
     def visit_s(self, spec: PointSpec) -> float:
-        own = calls_s(spec, self.policy, self.call_s(spec)) + passes(spec, self.policy) * self.overhead_s(spec)
-        return self.policy.with_extra_s(own)
+        return calls_s(spec, self.policy, self.call_s(spec)) + passes(spec, self.policy) * self.overhead_s(spec)
 
 
 def passes(spec: PointSpec, policy: TimingPolicy) -> int:

@@ -96,7 +96,7 @@ def estimate_plan(
     if not extend_s:
         return PlanEstimate(points, peaks_s, extra_s, default_policy_s=again_s)
     foreseen_s, added, structural = planner.extension_s(
-        specs, costs.call_s, lambda s: policy.with_extra_s(costs.visit_s(s, policy)), extend_s, memory_limits
+        specs, costs.call_s, lambda s: costs.visit_s(s, policy), extend_s, memory_limits
     )
     structural_s = sum(costs.visit_s(s, policy) for s in structural)
     return PlanEstimate(

@@ -81,9 +81,6 @@ class TimingPolicy:
         """Seconds the passes sampling points until their time is known may take, all together."""
         return self.extra_budget * first_passes_s
 
-    def with_extra_s(self, visits_s: float) -> float:
-        return visits_s + (self.extra_budget_s(visits_s) if self.extra_passes else 0.0)
-
     def extend_budget_s(self, planned_s: float) -> float:
         if not self.extend_budget:
             return 0.0
