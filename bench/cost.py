@@ -239,8 +239,8 @@ def _visit(spec: PointSpec, with_probes: bool = True) -> tuple[float, float, flo
     return call, visit_s - (calls + CALIBRATION_CALLS + PROBE_CALLS) * call - result.probes_s, result.probes_s
 
 
-def _fastest_visit(spec: PointSpec) -> tuple[float, float, float]:
-    return tuple(map(min, zip(*(_visit(spec) for _ in range(TINY_VISITS)))))
+def _fastest_visit(spec: PointSpec, with_probes: bool = True) -> tuple[float, float, float]:
+    return tuple(map(min, zip(*(_visit(spec, with_probes) for _ in range(TINY_VISITS)))))
 
 
 def longer(short: PointSpec, n: int) -> PointSpec:
@@ -335,10 +335,7 @@ def anchored(costs: Costs, members: list[PointSpec]) -> LayerCosts:
     affordable = [s for s in members if costs.work_s(s) + fixed_s(s) <= ANCHOR_MAX_S]
     anchor = next((s for s in affordable if costs.work_s(s) >= ANCHOR_WORK_OVER_FIXED * fixed_s(s)), None)
     anchor = anchor or (affordable[-1] if affordable else _shortened(members[0], costs, fixed_s))
-    call_s = kept(
-        f"call, least of {TINY_VISITS} visits, {anchor.key}",
-        lambda: min(_visit(anchor, with_probes=False)[0] for _ in range(TINY_VISITS)),
-    )
+    call_s = kept(f"call, least of {TINY_VISITS} visits, {anchor.key}", lambda: _fastest_visit(anchor, False)[0])
     work_s = call_s - fixed_s(anchor)
     return replace(own, share=min(1.0, costs.work_s(anchor) / work_s) if work_s > 0 else 1.0)
 

@@ -253,6 +253,7 @@ class Run:
         budget_s = self.policy.extend_budget_s(self._visits_s(planned))
         limits, told = memory_limits({s.device for s in planned}), set()
         started_s, before_s, until = time.monotonic(), self._visits_s(self.extended), self.policy.extend_until_s
+        within = f"its {format_duration(budget_s)} budget" if until is None else f"{format_duration(until)} of the run"
         while True:
             ids = {s.point_id: s for s in self.specs}
             points = self.folder.points()
@@ -284,7 +285,6 @@ class Run:
             self.folder.write_plan(planned, self.policy, self.seed, self.extended)
             self._measure(added, progress)
         if self.extended:
-            within = f"{format_duration(until)} of the run" if until else f"the {format_duration(budget_s)} it may take"
             self.log(
                 f"extended: {len(self.extended)} point(s) beyond the plan in {format_duration(spent_s)}, within {within}"
             )

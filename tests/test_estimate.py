@@ -383,7 +383,7 @@ def test_a_layers_costs_are_its_least_visits_so_one_stall_does_not_read_as_prefi
     short, long = (PointSpec("conv", n=n, d=8, k=3, batch=1, mode="decode") for n in (8, 1280))
     visits = {short.n: iter([(1e-5, 2e-3, 1e-3)] * 3), long.n: iter([(1e-5, 0.9, 1e-3), *[(1e-5, 2.1e-3, 1e-3)] * 2])}
     monkeypatch.setattr(cost, "_warm_probes", lambda: None)
-    monkeypatch.setattr(cost, "_visit", lambda spec: next(visits[spec.n]))
+    monkeypatch.setattr(cost, "_visit", lambda spec, with_probes=True: next(visits[spec.n]))
     layer = cost._tiny_costs(short, long)
     assert layer.prefill_s == pytest.approx(1e-4 / 1272)  # the stalled visit's 0.9 s would read 0.7 ms a position
     assert layer.visit_s == pytest.approx(2e-3 - 8 * layer.prefill_s)
