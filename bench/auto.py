@@ -24,7 +24,7 @@ KERNEL = 3
 WORK_OVER_CALL = 8.0  # a sweep starts where what grows with n is this multiple of the per-call cost (89 % of the time)
 POINTS, MIN_POINTS = 5, 4  # doubling from the start: 16x, and at least 8x where the budget trims it
 FIRST_N, LAST_N = 16, 2**24
-BUDGET_S = {"cpu": 240.0, "cuda": 150.0}
+BUDGET_S = {"cpu": 240.0, "cuda": 100.0}
 
 
 def _spec(layer: str, n: int, device: str, dtype: str, mode: str, d: int | None = None) -> PointSpec | None:

@@ -10,6 +10,7 @@ from .config import LayerConfig
 
 MIN_SPLIT_KEYS = 256  # the shortest chunk; the cache's slots come in whole blocks of it
 SPLIT_WAVES = 4  # batch × heads × S aims at this many per multiprocessor (a CPU: core)
+TRIED_SPLITS = (0.5, 1, 2)
 
 
 def kv_splits(device: torch.device | str, batch_heads: int, keys: int) -> int:
@@ -31,6 +32,8 @@ def split_kv_attention(
     q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, splits: int, seen: int | None = None
 ) -> torch.Tensor:
     """softmax(q Kᵀ / √e) V over the first `seen` of T keys; q (B, h, 1, e), keys and values (B, h, T, e)."""
+    if splits <= 0:
+        splits = kv_splits(keys.device, keys.shape[0] * keys.shape[1], keys.shape[2])
     e = q.shape[-1]
     total = keys.shape[2]
     chunk = max(1, total // max(1, splits))
@@ -56,16 +59,48 @@ def split_kv_attention(
 
 @torch.library.custom_op("seqbench::split_kv_attention", mutates_args=())
 def split_kv_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, splits: int, seen: int) -> torch.Tensor:
-    """One step's split-KV attention as one op: PyTorch's products on any device, a Triton kernel on CUDA."""
+    """One step's split-KV attention as one op (S 0: the device's): PyTorch's products anywhere, Triton on CUDA."""
     return split_kv_attention(q, keys, values, splits, seen)
 
 
-try:  # Triton comes with PyTorch's CUDA builds
-    from .split_kv_kernel import split_kv_triton
+try:
+    from .split_kv_kernel import fastest_step, split_kv_triton
 except ImportError:
     split_kv_triton = None
-else:
-    split_kv_op.register_kernel("cuda")(split_kv_triton)
+
+_CHOSEN: dict[tuple, tuple[int, bool]] = {}
+
+
+def device_step(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, seen: int) -> tuple[int, bool]:
+    """On CUDA: (S, one launch), the kernel's fastest of kv_splits' S times TRIED_SPLITS, timed once per cache shape."""
+    key = (tuple(keys.shape), keys.dtype, keys.device)
+    if key not in _CHOSEN:
+        rule = kv_splits(keys.device, keys.shape[0] * keys.shape[1], keys.shape[2])
+        most = max(1, keys.shape[2] // MIN_SPLIT_KEYS)
+        _CHOSEN[key] = fastest_step(
+            q, keys, values, seen, sorted({min(most, max(1, int(rule * f))) for f in TRIED_SPLITS})
+        )
+    return _CHOSEN[key]
+
+
+def chosen_step(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> tuple[int, int | None]:
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    found = _CHOSEN.get((tuple(shape), dtype, device))
+    if found is None:
+        return kv_splits(device, shape[0] * shape[1], shape[2]), None
+    return found[0], 1 if found[1] else 2
+
+
+if split_kv_triton is not None:
+
+    @split_kv_op.register_kernel("cuda")
+    def _split_kv_cuda(q, keys, values, splits: int, seen: int) -> torch.Tensor:
+        if splits > 0:
+            return split_kv_triton(q, keys, values, splits, seen)
+        splits, one_launch = device_step(q, keys, values, seen)
+        return split_kv_triton(q, keys, values, splits, seen, one_launch)
 
 
 @register_flop_formula(torch.ops.seqbench.split_kv_attention)
@@ -81,14 +116,13 @@ def padded_slots(positions: int) -> int:
 class AttentionSplit(Attention):
     """The fused attention's forward; a decode step by split-KV over whole chunks, the slots past t masked."""
 
-    splits: int | None = None  # S set by hand (bench.benchmarks.decode's sweep); None: `kv_splits`
+    splits: int | None = None  # S set by hand (bench.benchmarks.decode's sweep); None: the device's (split_kv_op)
 
     def _slots(self, capacity: int) -> int:
         return padded_slots(capacity)
 
     def _attend_cache(self, q, keys, values, seen: int):
-        splits = self.splits or kv_splits(keys.device, keys.shape[0] * keys.shape[1], keys.shape[2])
-        return split_kv_op(q, keys, values, splits, seen)
+        return split_kv_op(q, keys, values, self.splits or 0, seen)
 
     @classmethod
     def decode_flops(cls, batch: int, t: int, cfg: LayerConfig) -> int:

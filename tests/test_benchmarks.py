@@ -165,6 +165,9 @@ def test_the_peers_of_the_cached_attention_on_a_cpu():
     assert ok["share_of_bound"].tolist() == pytest.approx((ok["bytes"] / 1e10 / ok["time_s"]).tolist())
     assert table.loc[table["peer"] == "SDPA cuDNN", "message"].str.len().iloc[0] > 0
     assert decode_peers.ladder(10**9, 4, 512, 2) == [32768, 65536]  # 0.6 GB: 32768 positions, then 65536
+    # 140 GB, float32 (16 KB a position): 32768, 8x that, then the longest power-of-two multiple within 84 GB
+    assert decode_peers.ladder(140 * 10**9, 4, 512, 4) == [32768, 262144, 4194304]
+    assert decode_peers.ladder(10**8, 4, 512, 4) == []  # not even 32768 positions
     with pytest.raises(ValueError, match="unknown peer"):
         decode_peers.peer_kernels(["mine"])
 

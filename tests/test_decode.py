@@ -12,10 +12,20 @@ import torch
 from torch.testing import assert_close
 
 import models
+import models.split_kv
 from bench.flops import count_flops
 from bench.memory import measure_memory
 from models import LayerConfig
-from models.split_kv import MIN_SPLIT_KEYS, SPLIT_WAVES, kv_splits, split_kv_attention, split_kv_op, split_kv_triton
+from models.split_kv import (
+    MIN_SPLIT_KEYS,
+    SPLIT_WAVES,
+    TRIED_SPLITS,
+    chosen_step,
+    kv_splits,
+    split_kv_attention,
+    split_kv_op,
+    split_kv_triton,
+)
 
 NAMES = list(models.LAYERS)
 BATCH, D, HEADS, K, WINDOW, DILATION = 2, 24, 3, 3, 5, 3
@@ -197,6 +207,48 @@ def test_the_triton_split_kv_kernel_equals_the_fused_step(t, splits, dtype):
     fused = torch.nn.functional.scaled_dot_product_attention(q, keys[:, :, :t], values[:, :, :t])
     assert_close(split_kv_op(q, keys, values, splits, t), fused, **TOLERANCE[dtype])  # the op runs the kernel
     assert_close(split_kv_triton(q, keys, values, splits, t), fused, **TOLERANCE[dtype])
+
+
+def test_splits_0_is_the_devices_s():
+    g = torch.Generator().manual_seed(5)
+    q, keys, values = (torch.randn(2, 3, m, 16, generator=g) for m in (1, 1024, 1024))
+    rule = kv_splits("cpu", 6, 1024)
+    assert chosen_step(keys.shape, keys.dtype, "cpu") == (rule, None)  # nothing timed on a CPU: the rule's S
+    assert torch.equal(split_kv_op(q, keys, values, 0, 1000), split_kv_attention(q, keys, values, rule, 1000))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(split_kv_triton is None, reason="Triton is not installed")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_on_cuda_the_device_times_its_step_once_per_cache_shape(dtype):
+    g = torch.Generator().manual_seed(3)
+    q, keys, values = (torch.randn(4, 8, m, 64, generator=g).cuda().to(getattr(torch, dtype)) for m in (1, 8192, 8192))
+    fused = torch.nn.functional.scaled_dot_product_attention(q, keys[:, :, :8000], values[:, :, :8000])
+    assert_close(split_kv_op(q, keys, values, 0, 8000), fused, **TOLERANCE[dtype])
+    rule = kv_splits(keys.device, 32, 8192)
+    tried = {min(8192 // MIN_SPLIT_KEYS, max(1, int(rule * f))) for f in TRIED_SPLITS}
+    splits, launches = chosen_step(keys.shape, keys.dtype, keys.device)
+    assert splits in tried and launches in (1, 2)
+    chosen = dict(models.split_kv._CHOSEN)
+    split_kv_op(q, keys, values, 0, 100)  # another step on the same cache: no new timing
+    assert models.split_kv._CHOSEN == chosen
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(split_kv_triton is None, reason="Triton is not installed")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("splits", [1, 5, 64])
+def test_the_one_launch_kernel_equals_the_fused_step_call_after_call(splits, dtype):
+    """The merge by the row's last program: each call's own partials, never the call before's (queries change)."""
+    from models import split_kv_kernel
+
+    g = torch.Generator().manual_seed(splits)
+    keys, values = (torch.randn(2, 4, 20000, 64, generator=g).cuda().to(getattr(torch, dtype)) for _ in range(2))
+    for step in range(6):
+        q = torch.randn(2, 4, 1, 64, generator=g).cuda().to(keys.dtype) * (1 + step)
+        fused = torch.nn.functional.scaled_dot_product_attention(q, keys[:, :, :19000], values[:, :, :19000])
+        assert_close(split_kv_triton(q, keys, values, splits, 19000, True), fused, **TOLERANCE[dtype])
+    assert int(split_kv_kernel._COUNTS[keys.device].abs().sum()) == 0  # every row's count left at 0
 
 
 def test_the_number_of_splits_follows_the_cores_and_keeps_chunks_long():

@@ -106,7 +106,8 @@ def sweep_splits(device: str, t: int, d: int, heads: int, batch: int, dtype: str
             seconds, clock = decode_peers.device_time(call, device)
         moved = models.analytic_decode_min_bytes(name, batch, t, spec.config())
         slots = models.split_kv.padded_slots(t + 1)
-        chosen = models.split_kv.kv_splits(device, batch * heads, slots) if name == "attention_split" else None
+        shape, torch_dtype = (batch, heads, slots, d // heads), getattr(torch, dtype)
+        chosen = models.split_kv.chosen_step(shape, torch_dtype, device)[0] if name == "attention_split" else None
         rows.append(
             dict(
                 layer=name,

@@ -14,10 +14,10 @@ from torch.utils import benchmark
 from bench.graphs import device_rounds
 from bench.peak import bandwidth_on, memory_bandwidth
 from bench.policy import DEVICE, WALL
-from models.split_kv import kv_splits, split_kv_op
+from models.split_kv import chosen_step, split_kv_op
 
 ROUNDS, REPLAY_S, MAX_CALLS = 10, 0.005, 50
-MEMORY_SHARE, FIRST_T, LADDER = 0.6, 32768, 8  # t by LADDER x while the cache fits this share of free memory
+MEMORY_SHARE, FIRST_T, LADDER = 0.6, 32768, 8  # t, t·LADDER and the longest whose cache fits this share of free memory
 OURS = "split-KV (this project)"
 SDPA_BACKENDS = {
     "SDPA flash": "FLASH_ATTENTION",
@@ -40,7 +40,7 @@ def _explicit(q, k, v):
 
 
 def _split_kv(q, k, v):
-    return split_kv_op(q, k, v, kv_splits(k.device, k.shape[0] * k.shape[1], k.shape[2]), k.shape[2])
+    return split_kv_op(q, k, v, 0, k.shape[2])
 
 
 def _sdpa_forced(backend: str) -> Callable:
@@ -87,9 +87,7 @@ def ladder(free_bytes: int, batch: int, d: int, elem_bytes: int, first: int = FI
     fits = lambda t: cache_bytes(batch, t, d, elem_bytes) <= MEMORY_SHARE * free_bytes  # noqa: E731
     if not fits(first):
         return []
-    ts = [first]
-    while fits(ts[-1] * LADDER):
-        ts.append(ts[-1] * LADDER)
+    ts = [first] + ([first * LADDER] if fits(first * LADDER) else [])
     longest = ts[-1]
     while fits(longest * 2):
         longest *= 2
@@ -146,7 +144,7 @@ def peers(
                     row |= dict(share_of_bound=bound_s / seconds, achieved_bytes_per_s=moved / seconds)
                     row |= dict(max_abs_error=error)
                     if name == OURS:
-                        row["splits"] = kv_splits(k.device, batch * heads, t)
+                        row["splits"], row["launches"] = chosen_step(k.shape, k.dtype, k.device)
                 rows.append(row)
                 if on_gpu:
                     torch.cuda.empty_cache()
